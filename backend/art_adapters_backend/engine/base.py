@@ -1,0 +1,123 @@
+"""The interface every inference engine implements (torch on CPU/CUDA, vLLM on a GPU).
+
+The server turns an OpenAI request into a :class:`GenerationRequest` (prompt token ids
+already rendered by the chat template, sampling settings, an optional output
+:class:`Constraint`, an optional LoRA adapter) and gets back one
+:class:`GeneratedSequence` per choice, or a stream of :class:`SequenceDelta`.
+Engines decode concurrent requests together (dynamic batching).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "Constraint",
+    "GeneratedSequence",
+    "GenerationRequest",
+    "InferenceEngine",
+    "SamplingParams",
+    "SequenceDelta",
+]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one request's choices.
+
+    Attributes:
+        temperature: softmax temperature; 0 means greedy.
+        top_p: nucleus sampling mass in (0, 1].
+        max_tokens: the most new tokens per choice.
+        seed: makes sampling reproducible for the same request and batch composition.
+        stop: strings that end a choice (not included in the text).
+        top_logprobs: how many alternatives to return per token (0 = none).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Output that must be ``prefix + <JSON matching json_schema> + suffix``.
+
+    Used for forced tool calls (prefix ``"<tool_call>\\n"``, suffix ``"\\n</tool_call>"``)
+    and for ``response_format`` JSON schemas (empty prefix and suffix).
+    """
+
+    json_schema: dict[str, Any]
+    prefix: str = ""
+    suffix: str = ""
+
+
+@dataclass
+class GenerationRequest:
+    """One request to an engine: ``n`` choices sampled from the same prompt."""
+
+    prompt_token_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    n: int = 1
+    adapter: str | None = None
+    constraint: Constraint | None = None
+
+
+@dataclass
+class GeneratedSequence:
+    """One finished choice.
+
+    Attributes:
+        index: the choice's index within its request.
+        token_ids: the sampled token ids (stop strings' tokens included, EOS excluded).
+        logprobs: the log-probability of each sampled token under the distribution it was
+            sampled from (logits divided by the temperature; raw logits when greedy).
+        top_logprobs: per token, the ``top_logprobs`` most likely ``(token_id, logprob)``.
+        text: the decoded text, cut before any stop string.
+        finish_reason: ``"stop"`` (EOS, stop string, constraint done) or ``"length"``.
+    """
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: FinishReason
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+@dataclass
+class SequenceDelta:
+    """New output of one choice while streaming; ``finish_reason`` set on its last delta."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: FinishReason | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """What the server needs from an engine."""
+
+    context_length: int
+
+    async def generate(self, request: GenerationRequest) -> list[GeneratedSequence]:
+        """Sample ``request.n`` choices; waits for a batch slot, never drops the request."""
+        ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[SequenceDelta]:
+        """Like :meth:`generate`, yielding output as it is decoded."""
+        ...
+
+    async def close(self) -> None:
+        """Stop the decode loop and free the model."""
+        ...
