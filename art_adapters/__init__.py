@@ -1,0 +1,89 @@
+"""art-adapters: train the open model behind a LangGraph + MCP agent with RL.
+
+The public surface is re-exported here (see ``__all__``). Importing this package is
+cheap: it never loads torch, transformers, vLLM, Unsloth or FastAPI (the backend is a
+separate service, ``art_adapters_backend``), and modules that pull LangChain or
+OpenTelemetry in are loaded on first use of their names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .backends import Backend, LocalBackend, RemoteBackend
+from .errors import (
+    ArtAdaptersError,
+    BackendError,
+    BackendRequestError,
+    BackendUnavailableError,
+    ConfigError,
+    JudgeError,
+    RolloutError,
+    ToolServerError,
+)
+from .model import TrainableModel
+from .trajectory import (
+    History,
+    Message,
+    RolloutException,
+    ToolCall,
+    ToolCallRecord,
+    ToolSchema,
+    Trajectory,
+    TrajectoryGroup,
+    load_groups,
+    save_groups,
+)
+
+if TYPE_CHECKING:
+    from .capture.langchain import TrajectoryCallbackHandler
+    from .capture.otel import TrajectorySpanProcessor
+
+__version__ = "0.1.0"
+
+# Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
+_LAZY: dict[str, str] = {
+    "TrajectoryCallbackHandler": ".capture.langchain",
+    "TrajectorySpanProcessor": ".capture.otel",
+}
+
+__all__ = [
+    "ArtAdaptersError",
+    "Backend",
+    "BackendError",
+    "BackendRequestError",
+    "BackendUnavailableError",
+    "ConfigError",
+    "History",
+    "JudgeError",
+    "LocalBackend",
+    "Message",
+    "RemoteBackend",
+    "RolloutError",
+    "RolloutException",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolSchema",
+    "ToolServerError",
+    "TrainableModel",
+    "Trajectory",
+    "TrajectoryCallbackHandler",
+    "TrajectoryGroup",
+    "TrajectorySpanProcessor",
+    "load_groups",
+    "save_groups",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'art_adapters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,91 @@
+"""The ``art-adapters`` command line: ``serve`` runs the backend, ``demo`` runs the main job.
+
+Progress display and printing belong here, not in the library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="art-adapters",
+    help="Train the open model behind a LangGraph + MCP agent with RL (GRPO + RULER).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to bind. Anything but 127.0.0.1/localhost requires --api-key.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one.")] = 8000,
+    run_dir: Annotated[
+        Path, typer.Option(help="Run directory: registry, token records, checkpoints. Survives restarts.")
+    ] = Path(".art/backend"),
+    base_model: Annotated[
+        str, typer.Option(help="Base model: 'smollm2-135m-instruct' (bundled) or a Hugging Face model folder.")
+    ] = "smollm2-135m-instruct",
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="ART_ADAPTERS_API_KEY", help="Require this key (Authorization: Bearer) on every request."),
+    ] = None,
+    port_file: Annotated[
+        Path | None, typer.Option(help="Write the bound port to this file once serving (useful with --port 0).")
+    ] = None,
+) -> None:
+    """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
+    try:
+        from art_adapters_backend.config import ServeConfig
+        from art_adapters_backend.serve import run_server
+    except ImportError as exc:
+        console.print(f"[red]the backend is not installed ({exc}): pip install 'art-adapters[backend]'[/red]")
+        raise typer.Exit(code=2) from exc
+    try:
+        config = ServeConfig(
+            host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file
+        )
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(code=2) from exc
+    run_server(config)
+
+
+@app.command()
+def demo(
+    run_dir: Annotated[Path, typer.Option(help="Where the demo keeps its backend and results.")] = Path(
+        ".art/demo"
+    ),
+    question: Annotated[str, typer.Option(help="The question the agent answers.")] = "What is 17 + 25?",
+) -> None:
+    """Start the embedded backend, register a model and let a LangGraph agent answer with a tool.
+
+    (The full training demo replaces this once the training loop exists.)
+    """
+    from .demo import run_demo
+
+    asyncio.run(run_demo(run_dir=run_dir, question=question, console=console))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
