@@ -1,0 +1,297 @@
+"""``TrajectorySpanProcessor``: an OpenTelemetry span processor that turns traces into trajectories.
+
+Add it to any ``TracerProvider`` beside your exporters::
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # e.g. to Langfuse
+    capture = aa.TrajectorySpanProcessor()
+    provider.add_span_processor(capture)
+    LangChainInstrumentor().instrument(tracer_provider=provider)  # or any GenAI instrumentation
+    graph.invoke(...)
+    trajectory = capture.trajectory
+
+Spans in the OTel GenAI conventions, the OpenInference conventions and MCP
+``tools/call`` spans are understood (see :mod:`.otel_genai`, :mod:`.otel_openinference`).
+One trajectory is assembled per trace, when the trace's local root span ends.
+
+How it stays out of the way: ``on_end`` runs on the thread that ended the span, so it
+only checks a few attribute keys and puts the span (or, for spans of no interest, a
+three-int parent link) on an unbounded-by-design but capped queue; it never blocks,
+never raises, and never touches the span's data beyond that. A daemon worker thread
+parses spans and assembles trajectories. Reading :attr:`~TrajectorySpanProcessor.trajectories`
+first waits (bounded) for the worker to drain what was queued before the call, so a
+trajectory is there as soon as the run that produced it has returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace import SpanProcessor
+
+from art_adapters.capture.otel_trace import TraceState
+from art_adapters.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+    from art_adapters.trajectory import Trajectory
+
+__all__ = ["TrajectorySpanProcessor"]
+
+logger = logging.getLogger(__name__)
+
+#: Attribute keys whose presence marks a span as a model, tool or MCP call.
+_MARKERS = (
+    "gen_ai.operation.name",
+    "openinference.span.kind",
+    "mcp.method.name",
+    "gen_ai.input.messages",
+    "gen_ai.system",
+    "gen_ai.prompt.0.role",
+)
+
+
+class _Flush:
+    """A marker put on the queue; the worker sets ``done`` when it reaches it."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_STOP = object()
+
+
+class TrajectorySpanProcessor(SpanProcessor):
+    """Assembles one :class:`~art_adapters.trajectory.Trajectory` per trace from GenAI spans.
+
+    Args:
+        on_trajectory: called with each finished trajectory, on the processor's worker
+            thread; an exception it raises is logged and otherwise ignored.
+        max_queue_size: spans waiting for the worker beyond this are dropped (counted in
+            :attr:`dropped_spans`, warned once) rather than blocking the traced code.
+        max_pending_traces: traces whose root has not ended yet; beyond this the oldest
+            is assembled as it is (with a note in its ``logs``) to bound memory.
+        keep_empty: also keep trajectories of traces that had no model or tool call
+            (off by default, so unrelated traces on the same provider are ignored).
+        read_timeout_s: how long reading :attr:`trajectories` waits for the worker.
+        shutdown_timeout_s: how long :meth:`shutdown` waits for the worker to finish.
+
+    Raises:
+        ConfigError: a size or timeout is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_trajectory: Callable[[Trajectory], object] | None = None,
+        max_queue_size: int = 100_000,
+        max_pending_traces: int = 1_000,
+        keep_empty: bool = False,
+        read_timeout_s: float = 10.0,
+        shutdown_timeout_s: float = 5.0,
+    ) -> None:
+        for name, value in (
+            ("max_queue_size", max_queue_size),
+            ("max_pending_traces", max_pending_traces),
+            ("read_timeout_s", read_timeout_s),
+            ("shutdown_timeout_s", shutdown_timeout_s),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"TrajectorySpanProcessor: {name} must be a positive number, got {value!r}")
+        if on_trajectory is not None and not callable(on_trajectory):
+            raise ConfigError(
+                f"TrajectorySpanProcessor: on_trajectory must be callable, got {type(on_trajectory).__name__}"
+            )
+        self._on_trajectory = on_trajectory
+        self._max_queue_size = int(max_queue_size)
+        self._max_pending = int(max_pending_traces)
+        self._keep_empty = keep_empty
+        self._read_timeout_s = float(read_timeout_s)
+        self._shutdown_timeout_s = float(shutdown_timeout_s)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pending: dict[int, TraceState] = {}
+        self._finished: list[Trajectory] = []
+        self._by_trace: dict[int, Trajectory] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._dropped = 0
+        self._worker = threading.Thread(target=self._run, name="art-adapters-span-capture", daemon=True)
+        self._worker.start()
+
+    # -- SpanProcessor interface (called by the SDK on the traced code's threads) --
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the finished span for the worker; cheap, never blocks, never raises."""
+        try:
+            if self._closed:
+                return
+            if self._queue.qsize() >= self._max_queue_size:
+                self._dropped += 1
+                if self._dropped == 1:
+                    logger.warning(
+                        "TrajectorySpanProcessor: queue full (%d spans); dropping spans", self._max_queue_size
+                    )
+                return
+            parent = span.parent
+            attributes: Mapping[str, Any] = span.attributes or {}
+            if parent is None or parent.is_remote or any(key in attributes for key in _MARKERS):
+                self._queue.put(span)
+            else:
+                self._queue.put((span.context.trace_id, span.context.span_id, parent.span_id))
+        except Exception:  # a processor must never break the traced code or other processors
+            logger.debug("TrajectorySpanProcessor.on_end failed", exc_info=True)
+
+    def shutdown(self) -> None:
+        """Stop the worker after it has handled what is queued; idempotent, waits at most ``shutdown_timeout_s``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        if threading.current_thread() is not self._worker:
+            self._worker.join(self._shutdown_timeout_s)
+            if self._worker.is_alive():
+                logger.warning(
+                    "TrajectorySpanProcessor: worker still busy after %.1fs at shutdown", self._shutdown_timeout_s
+                )
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Wait until every span queued before this call is handled; ``False`` on timeout."""
+        if threading.current_thread() is self._worker:
+            return True  # called from on_trajectory: the worker cannot wait for itself
+        if not self._worker.is_alive():
+            return self._queue.empty()
+        marker = _Flush()
+        self._queue.put(marker)
+        return marker.done.wait(max(0, timeout_millis) / 1000)
+
+    # -- public API --
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """Finished trajectories, in the order their traces ended (waits for queued spans first)."""
+        self._sync()
+        with self._lock:
+            return list(self._finished)
+
+    @property
+    def trajectory(self) -> Trajectory | None:
+        """The most recently finished trajectory, or ``None``."""
+        self._sync()
+        with self._lock:
+            return self._finished[-1] if self._finished else None
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans dropped because the queue was full."""
+        return self._dropped
+
+    def trajectory_for_trace(self, trace_id: int | str) -> Trajectory | None:
+        """The trajectory of one trace (id as an int or 32 hex digits), or ``None`` if not finished.
+
+        Raises:
+            ConfigError: ``trace_id`` is neither an int nor a hex string.
+        """
+        if isinstance(trace_id, str):
+            try:
+                trace_id = int(trace_id, 16)
+            except ValueError:
+                raise ConfigError(f"trace_id must be an int or a hex string, got {trace_id!r}") from None
+        elif isinstance(trace_id, bool) or not isinstance(trace_id, int):
+            raise ConfigError(f"trace_id must be an int or a hex string, got {type(trace_id).__name__}")
+        self._sync()
+        with self._lock:
+            return self._by_trace.get(trace_id)
+
+    def pop_trajectories(self) -> list[Trajectory]:
+        """Return the finished trajectories and forget them (for long-running collection)."""
+        self._sync()
+        with self._lock:
+            taken, self._finished = self._finished, []
+            self._by_trace.clear()
+        return taken
+
+    # -- worker side --
+
+    def _sync(self) -> None:
+        if not self.force_flush(int(self._read_timeout_s * 1000)):
+            logger.warning("TrajectorySpanProcessor: spans still queued after %.1fs", self._read_timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                self._drain_flushes()
+                return
+            if isinstance(item, _Flush):
+                item.done.set()
+                continue
+            try:
+                self._handle(item)
+            except Exception:
+                logger.exception("TrajectorySpanProcessor: failed to handle a span; continuing")
+
+    def _drain_flushes(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Flush):
+                item.done.set()
+
+    def _handle(self, item: Any) -> None:
+        if isinstance(item, tuple):
+            trace_id, span_id, parent_id = item
+            self._state(trace_id).add_link(span_id, parent_id)
+            return
+        span = item
+        state = self._state(span.context.trace_id)
+        state.add_span(span)
+        if span.parent is None or span.parent.is_remote:
+            del self._pending[state.trace_id]
+            self._finish(state, span)
+
+    def _state(self, trace_id: int) -> TraceState:
+        state = self._pending.get(trace_id)
+        if state is None:
+            if len(self._pending) >= self._max_pending:
+                oldest = next(iter(self._pending.values()))
+                del self._pending[oldest.trace_id]
+                self._finish(oldest, None, note="root span never ended; assembled when evicted")
+            state = TraceState(trace_id)
+            self._pending[trace_id] = state
+        return state
+
+    def _finish(self, state: TraceState, root: Any | None, note: str | None = None) -> None:
+        if state.empty and not self._keep_empty:
+            return
+        started = time.perf_counter()
+        trajectory = state.build(root)
+        if note:
+            trajectory.logs.append(note)
+        logger.debug(
+            "trace %032x -> trajectory %s in %.2f ms",
+            state.trace_id,
+            trajectory.id,
+            (time.perf_counter() - started) * 1000,
+        )
+        with self._lock:
+            self._finished.append(trajectory)
+            self._by_trace[state.trace_id] = trajectory
+        if self._on_trajectory is not None:
+            try:
+                self._on_trajectory(trajectory)
+            except Exception:
+                logger.exception("TrajectorySpanProcessor: on_trajectory callback raised; ignored")

@@ -1,0 +1,202 @@
+"""One trace's spans, collected and assembled into a :class:`~art_adapters.trajectory.Trajectory`.
+
+:class:`TraceState` is fed finished spans (in end order, from one thread) and parses
+each with the convention it follows. :meth:`TraceState.build` then orders the model
+calls by start time, merges calls that two instrumentations reported for the same
+request (nested model-call spans) and MCP ``tools/call`` spans with the tool span that
+wraps them, and turns the calls into conversations: each call's input messages plus
+its output; a conversation that extends an earlier one replaces it, one that diverges
+is kept as an additional history. The longest is the trajectory's ``messages``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from art_adapters.capture.otel_genai import parse_genai_span, parse_mcp_span
+from art_adapters.capture.otel_openinference import parse_openinference_span
+from art_adapters.capture.otel_records import SpanModelCall, SpanToolCall, span_error, span_start
+from art_adapters.trajectory import History, Message, ToolSchema, Trajectory
+
+__all__ = ["TraceState", "parse_span"]
+
+logger = logging.getLogger(__name__)
+
+
+def parse_span(span: Any) -> SpanModelCall | SpanToolCall | None:
+    """Parse a span with whichever convention it follows; ``None`` when it is neither a model nor a tool call."""
+    attributes = span.attributes or {}
+    if "openinference.span.kind" in attributes:
+        return parse_openinference_span(span)
+    if "mcp.method.name" in attributes:
+        return parse_mcp_span(span)
+    return parse_genai_span(span)
+
+
+@dataclass
+class _History:
+    messages: list[Message]
+    tools: list[ToolSchema] | None
+
+
+@dataclass
+class TraceState:
+    """What has been seen of one trace so far.
+
+    Attributes:
+        trace_id: the trace's id.
+        parents: span id -> parent span id, for every span seen (relevant or not).
+        model_calls: parsed model calls, in end order.
+        tool_calls: parsed tool calls, in end order.
+        skipped: how many spans failed to parse (logged, never raised).
+    """
+
+    trace_id: int
+    parents: dict[int, int | None] = field(default_factory=dict)
+    model_calls: list[SpanModelCall] = field(default_factory=list)
+    tool_calls: list[SpanToolCall] = field(default_factory=list)
+    skipped: int = 0
+
+    def add_link(self, span_id: int, parent_id: int | None) -> None:
+        """Remember a span's parent (used to merge nested spans that describe one call)."""
+        self.parents[span_id] = parent_id
+
+    def add_span(self, span: Any) -> None:
+        """Parse a finished span and keep what it describes; a malformed span is counted and skipped."""
+        parent = span.parent.span_id if span.parent is not None else None
+        self.add_link(span.context.span_id, parent)
+        try:
+            parsed = parse_span(span)
+        except Exception:  # third-party attributes: never let one span break the trace
+            self.skipped += 1
+            logger.debug("could not parse span %r; skipped", getattr(span, "name", "?"), exc_info=True)
+            return
+        if isinstance(parsed, SpanModelCall):
+            self.model_calls.append(parsed)
+        elif isinstance(parsed, SpanToolCall):
+            self.tool_calls.append(parsed)
+
+    @property
+    def empty(self) -> bool:
+        """Whether no model or tool call has been seen."""
+        return not self.model_calls and not self.tool_calls
+
+    def build(self, root: Any | None = None) -> Trajectory:
+        """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error."""
+        calls = self._merged_model_calls()
+        histories = _histories(calls)
+        main = max(histories, key=lambda h: len(h.messages), default=_History([], None))
+        trajectory = Trajectory(
+            messages=main.messages,
+            tools=main.tools,
+            additional_histories=[
+                History(messages=h.messages, tools=h.tools) for h in histories if h is not main
+            ],
+            tool_records=[t.record for t in self._merged_tool_calls()],
+            metadata={"trace_id": f"{self.trace_id:032x}", "capture": "otel"},
+        )
+        for call in calls:
+            if call.error is not None:
+                trajectory.logs.append(f"model call failed: {call.error}")
+        if self.skipped:
+            trajectory.logs.append(f"{self.skipped} span(s) could not be parsed and were skipped")
+        usage = _total_usage(calls)
+        trajectory.metrics.update(usage)
+        trajectory.metrics["model_calls"] = len(calls)
+        trajectory.metrics["tool_calls"] = len(trajectory.tool_records)
+        if root is not None:
+            trajectory.metadata["root_span"] = root.name
+            started = span_start(root)
+            if started is not None:
+                trajectory.started_at = started
+            if root.end_time is not None:
+                trajectory.finished_at = datetime.fromtimestamp(root.end_time / 1e9, tz=UTC)
+            trajectory.error = span_error(root)
+        return trajectory
+
+    def _ancestors(self, span_id: int) -> list[int]:
+        chain: list[int] = []
+        parent = self.parents.get(span_id)
+        while parent is not None and parent not in chain:
+            chain.append(parent)
+            parent = self.parents.get(parent)
+        return chain
+
+    def _merged_model_calls(self) -> list[SpanModelCall]:
+        """Model calls in start order; a call nested in another model call is folded into the outer one."""
+        by_span = {c.span_id: c for c in self.model_calls}
+        kept: list[SpanModelCall] = []
+        for call in sorted(self.model_calls, key=lambda c: c.start_ns):
+            outer = next((by_span[a] for a in self._ancestors(call.span_id) if a in by_span), None)
+            if outer is None:
+                kept.append(call)
+                continue
+            if outer.output is None:
+                outer.output = call.output
+            elif call.output is not None and outer.output.completion_id is None:
+                outer.output.completion_id = call.output.completion_id
+            for key, value in call.usage.items():
+                outer.usage.setdefault(key, value)
+            if outer.tools is None:
+                outer.tools = call.tools
+        return kept
+
+    def _merged_tool_calls(self) -> list[SpanToolCall]:
+        """Tool calls in start order; an MCP call inside a tool span replaces that span's record."""
+        by_span = {t.span_id: t for t in self.tool_calls}
+        replaced: set[int] = set()
+        for tool in self.tool_calls:
+            if tool.record.source != "mcp":
+                continue
+            outer = next((by_span[a] for a in self._ancestors(tool.span_id) if a in by_span), None)
+            if outer is None or outer.record.source == "mcp":
+                continue
+            if tool.record.call_id is None:
+                tool.record.call_id = outer.record.call_id
+            replaced.add(outer.span_id)
+        kept = [t for t in self.tool_calls if t.span_id not in replaced]
+        return sorted(kept, key=lambda t: t.start_ns)
+
+
+def _key(message: Message) -> dict[str, Any]:
+    return message.to_openai()
+
+
+def _histories(calls: list[SpanModelCall]) -> list[_History]:
+    """Conversations from ordered model calls: extensions replace, divergences add."""
+    histories: list[_History] = []
+    for call in calls:
+        conversation = list(call.messages) + ([call.output] if call.output is not None else [])
+        keys = [_key(m) for m in conversation]
+        placed = False
+        for history in histories:
+            known = [_key(m) for m in history.messages]
+            if keys[: len(known)] == known:  # extends (or equals) this history
+                history.messages = history.messages + conversation[len(known) :]
+                history.tools = call.tools if call.tools is not None else history.tools
+                placed = True
+                break
+            if known[: len(keys)] == keys:  # already contained in this history
+                _copy_completion_ids(conversation, history.messages)
+                placed = True
+                break
+        if not placed:
+            histories.append(_History(messages=conversation, tools=call.tools))
+    return histories
+
+
+def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:
+    for src, dst in zip(source, target, strict=False):
+        if src.completion_id is not None and dst.completion_id is None:
+            dst.completion_id = src.completion_id
+
+
+def _total_usage(calls: list[SpanModelCall]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for call in calls:
+        for key, value in call.usage.items():
+            total[key] = total.get(key, 0) + value
+    return total
