@@ -1,0 +1,36 @@
+"""MCP middleware: MCP servers as LangChain tools whose every ``tools/call`` is captured.
+
+::
+
+    import mcp_tools
+
+    tools = await mcp_tools.load_tools("python -m mcp_tools.servers.notes")
+    async with mcp_tools.rollout():               # one MCP session for this rollout
+        await graph.ainvoke(inputs, config={"callbacks": [handler]})
+
+Each call is recorded in the trajectory (a LangChain custom event carrying a
+``ToolCallRecord``) and traced as an OTel span ``tools/call <tool>``. A server that
+crashes or hangs raises :class:`art_adapters.errors.ToolServerError` within the call
+timeout. Works with mcp 1.x and 2.x. Bundled servers live in :mod:`mcp_tools.servers`.
+"""
+
+from __future__ import annotations
+
+from mcp_tools._client import load_tools
+from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
+from mcp_tools._rollout import Rollout, current_rollout, rollout
+from mcp_tools._session import McpSession
+from mcp_tools._tools import TOOL_RECORD_EVENT, McpTool
+
+__all__ = [
+    "TOOL_RECORD_EVENT",
+    "HttpServer",
+    "McpClientConfig",
+    "McpSession",
+    "McpTool",
+    "Rollout",
+    "StdioServer",
+    "current_rollout",
+    "load_tools",
+    "rollout",
+]

@@ -1,0 +1,124 @@
+"""``load_tools``: MCP servers as LangChain tools whose session follows the rollout.
+
+``await load_tools(server)`` lists the server's tools once and returns LangChain
+tools that are not bound to a session. Where a call finds its session:
+
+* inside ``async with mcp_tools.rollout():`` — the rollout's own session, opened on
+  the first call and closed when the block ends (one session per rollout);
+* outside any rollout — one shared session per tool set and event loop, opened on
+  the first call and kept until the loop ends. Fine for a single interactive run;
+  a warning is logged once because concurrent or repeated rollouts would then share
+  server state.
+
+For an explicit lifetime, use :class:`mcp_tools.McpSession` and its ``load_tools()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mcp_tools._config import McpClientConfig, client_config, parse_servers
+from mcp_tools._rollout import current_rollout
+from mcp_tools._session import McpSession
+from mcp_tools._tools import build_tools
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+    from opentelemetry.trace import TracerProvider
+
+    from mcp_tools._config import HttpServer, StdioServer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_tools"]
+
+
+class _Toolset:
+    """The servers behind one ``load_tools`` result, and the sessions opened for them."""
+
+    def __init__(
+        self,
+        servers: dict[str, StdioServer | HttpServer],
+        config: McpClientConfig,
+        tracer_provider: TracerProvider | None,
+    ) -> None:
+        self.servers = servers
+        self.config = config
+        self.tracer_provider = tracer_provider
+        self._defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, McpSession] = weakref.WeakKeyDictionary()
+        self._default_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._warned = False
+
+    async def new_session(self) -> McpSession:
+        session = McpSession(self.servers, config=self.config, tracer_provider=self.tracer_provider)
+        return await session.open()
+
+    async def session(self) -> McpSession:
+        scope = current_rollout()
+        if scope is not None:
+            return await scope.session_for(self, self.new_session)
+        loop = asyncio.get_running_loop()
+        session = self._defaults.get(loop)
+        if session is not None and session.is_open:
+            return session
+        lock = self._default_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            session = self._defaults.get(loop)
+            if session is None or not session.is_open:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning(
+                        "MCP tools of %s called outside `mcp_tools.rollout()`: all such calls share one "
+                        "session, so rollouts can see each other's server state. Wrap each rollout in "
+                        "`async with mcp_tools.rollout():` to give it its own session.",
+                        sorted(self.servers),
+                    )
+                session = await self.new_session()
+                self._defaults[loop] = session
+        return session
+
+
+async def load_tools(
+    server: Any,
+    *,
+    name: str | None = None,
+    config: McpClientConfig | None = None,
+    tracer_provider: TracerProvider | None = None,
+    **options: Any,
+) -> list[BaseTool]:
+    """Load an MCP server's tools as LangChain tools; every call is captured.
+
+    Args:
+        server: a stdio command (list, or shell-like string), a streamable-HTTP URL,
+            one server's config dict (``{"command": ..., "args": [...]}`` /
+            ``{"url": ...}``), or ``{"name": config, ...}`` for several servers.
+        name: the server's name in records and spans, for a single server
+            (default: derived from the module, script or host).
+        config: client options; keyword *options* override its fields
+            (``call_timeout_s``, ``connect_timeout_s``, ``tool_name_prefix``).
+        tracer_provider: where ``tools/call`` spans go (default: the global provider).
+
+    Returns:
+        One :class:`~mcp_tools.McpTool` (a ``StructuredTool``) per server tool. Each
+        call is recorded in the current trajectory and traced; see the module
+        docstring for which MCP session it uses.
+
+    Raises:
+        ConfigError: *server* or an option is invalid.
+        ToolServerError: a server could not be started or reached to list its tools.
+    """
+    toolset = _Toolset(parse_servers(server, name=name), client_config(config, options), tracer_provider)
+    scope = current_rollout()
+    if scope is not None:  # list with the rollout's own session: no extra server start
+        listing = await (await scope.session_for(toolset, toolset.new_session)).list_tools()
+    else:
+        async with McpSession(toolset.servers, config=toolset.config) as probe:
+            listing = await probe.list_tools()
+    return list(
+        build_tools(listing, resolve=toolset.session, config=toolset.config, tracer_provider=tracer_provider)
+    )

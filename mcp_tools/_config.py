@@ -1,0 +1,186 @@
+"""How to reach MCP servers, and how the client behaves: parsed once, validated with clear errors.
+
+A *server* argument may be:
+
+* a stdio command, as a list (``["python", "-m", "mcp_tools.servers.calculator"]``)
+  or a shell-like string (``"python -m mcp_tools.servers.calculator"``);
+* a streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``);
+* one server's config dict (``{"command": ..., "args": [...]}`` or ``{"url": ...}``);
+* a config dict naming several servers, in the shape langchain-mcp-adapters'
+  ``MultiServerMCPClient`` takes: ``{"calc": {...}, "notes": {...}}``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Annotated, Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+
+from art_adapters.errors import ConfigError
+
+__all__ = ["HttpServer", "McpClientConfig", "ServerSpec", "StdioServer", "parse_servers"]
+
+_HTTP_TRANSPORTS = {"streamable_http", "streamable-http", "http"}
+_UNSUPPORTED_TRANSPORTS = {"sse", "websocket"}
+
+
+class StdioServer(BaseModel):
+    """An MCP server started as a subprocess and spoken to over stdin/stdout.
+
+    Attributes:
+        command: the executable (``"python"``, ``"npx"``...).
+        args: its arguments.
+        env: extra environment variables, merged over the SDK's safe default environment.
+        cwd: working directory of the process (default: ours).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    transport: Literal["stdio"] = "stdio"
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+
+class HttpServer(BaseModel):
+    """An MCP server reached over streamable HTTP.
+
+    Attributes:
+        url: the MCP endpoint, e.g. ``http://127.0.0.1:8123/mcp``.
+        headers: extra HTTP headers (authentication...).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    transport: Literal["streamable_http"] = "streamable_http"
+    url: str
+    headers: dict[str, str] | None = None
+
+
+ServerSpec = Annotated[StdioServer | HttpServer, Field(discriminator="transport")]
+
+
+class McpClientConfig(BaseModel):
+    """How the MCP middleware calls servers. One object, every field documented here.
+
+    Attributes:
+        call_timeout_s: seconds one ``tools/call`` may take before the rollout gets a
+            :class:`~art_adapters.errors.ToolServerError` (default 60). A hung server never
+            hangs the rollout; raise this for tools that are slow on purpose.
+        connect_timeout_s: seconds to start a server (or reach it) and finish the MCP
+            handshake (default 30).
+        tool_name_prefix: with several servers, whether tool names get ``<server>_`` in
+            front. ``None`` (default): only names that two servers share are prefixed;
+            ``True``: all; ``False``: none, and a shared name is a :class:`ConfigError`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_timeout_s: PositiveFloat = 60.0
+    connect_timeout_s: PositiveFloat = 30.0
+    tool_name_prefix: bool | None = None
+
+
+def client_config(config: McpClientConfig | None, overrides: Mapping[str, Any]) -> McpClientConfig:
+    """Merge keyword overrides into a config, turning validation failures into :class:`ConfigError`."""
+    base = config or McpClientConfig()
+    if not overrides:
+        return base
+    try:
+        return McpClientConfig.model_validate({**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid MCP client option: {exc}") from exc
+
+
+def _name_from_command(command: str, args: list[str]) -> str:
+    if "-m" in args and args.index("-m") + 1 < len(args):
+        return args[args.index("-m") + 1].rsplit(".", 1)[-1]
+    positional = [a for a in args if not a.startswith("-")]
+    return PurePath(positional[0] if positional else command).stem
+
+
+def _name_from_url(url: str) -> str:
+    parsed = urlparse(url)
+    return re.sub(r"[^A-Za-z0-9_]", "_", parsed.hostname or "server")
+
+
+def _spec_from_mapping(data: Mapping[str, Any], where: str) -> StdioServer | HttpServer:
+    data = dict(data)
+    transport = str(data.pop("transport", "stdio" if "command" in data else "streamable_http"))
+    if transport in _UNSUPPORTED_TRANSPORTS:
+        raise ConfigError(f"{where}: transport {transport!r} is not supported; use 'stdio' or 'streamable_http'")
+    if transport in _HTTP_TRANSPORTS:
+        transport = "streamable_http"
+    elif transport != "stdio":
+        raise ConfigError(f"{where}: unknown transport {transport!r}; use 'stdio' or 'streamable_http'")
+    try:
+        if transport == "stdio":
+            return StdioServer.model_validate(data)
+        return HttpServer.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: invalid {transport} server config: {exc}") from exc
+
+
+def _single(server: Any, name: str | None) -> tuple[str, StdioServer | HttpServer]:
+    if isinstance(server, StdioServer | HttpServer):
+        spec = server
+    elif isinstance(server, str):
+        text = server.strip()
+        if not text:
+            raise ConfigError("server is an empty string; pass a command, an http(s) URL or a config dict")
+        if text.startswith(("http://", "https://")):
+            spec = HttpServer(url=text)
+        else:
+            parts = shlex.split(text)
+            spec = StdioServer(command=parts[0], args=parts[1:])
+    elif isinstance(server, list | tuple):
+        if not server or not all(isinstance(p, str) and p for p in server):
+            raise ConfigError(f"a stdio command must be a non-empty list of non-empty strings, got {server!r}")
+        spec = StdioServer(command=server[0], args=list(server[1:]))
+    elif isinstance(server, Mapping):
+        spec = _spec_from_mapping(server, "server")
+    else:
+        raise ConfigError(
+            f"cannot use {type(server).__name__} as an MCP server; pass a command (list or string), "
+            "an http(s) URL, or a config dict"
+        )
+    if name is None:
+        name = _name_from_command(spec.command, spec.args) if isinstance(spec, StdioServer) else _name_from_url(spec.url)
+    return name, spec
+
+
+def parse_servers(server: Any, *, name: str | None = None) -> dict[str, StdioServer | HttpServer]:
+    """Turn any accepted *server* argument into ``{server name: spec}``.
+
+    Args:
+        server: see the module docstring.
+        name: the server's name when *server* describes one server (default: derived
+            from the module, script or host). Not allowed with a multi-server dict.
+
+    Raises:
+        ConfigError: naming what is wrong and what to pass instead.
+    """
+    if isinstance(server, Mapping) and not ({"command", "url"} & set(server)):
+        if not server:
+            raise ConfigError("the server config dict is empty; name at least one server")
+        if name is not None:
+            raise ConfigError("name= is for a single server; a multi-server dict already names its servers")
+        specs: dict[str, StdioServer | HttpServer] = {}
+        for key, value in server.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"server names must be non-empty strings, got {key!r}")
+            if isinstance(value, StdioServer | HttpServer):
+                specs[key] = value
+            elif isinstance(value, Mapping):
+                specs[key] = _spec_from_mapping(value, f"server {key!r}")
+            else:
+                specs[key] = _single(value, key)[1]
+        return specs
+    server_name, spec = _single(server, name)
+    return {server_name: spec}

@@ -1,0 +1,213 @@
+"""One live MCP session with one server, owned by a dedicated asyncio task.
+
+The SDK's transports and ``ClientSession`` are anyio context managers that must be
+entered and exited by the same task. A rollout's tool calls come from whatever task
+LangGraph runs the tool node in, and the rollout ends in yet another, so each
+connection runs in its own *runner* task: it opens the transport, does the
+handshake, then waits to be told to close. Calls from any task go through the
+session's streams, bounded by a per-call timeout, and a transport that dies makes
+pending and later calls fail at once with :class:`ToolServerError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import uuid
+from typing import Any
+
+from art_adapters.errors import ToolServerError
+from mcp_tools import _compat
+from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ServerConnection"]
+
+_STDERR_TAIL_CHARS = 1500
+
+
+class ServerConnection:
+    """A started MCP session with one server. Create with :meth:`open`, end with :meth:`aclose`."""
+
+    def __init__(self, name: str, spec: StdioServer | HttpServer, config: McpClientConfig) -> None:
+        self.name = name
+        self.spec = spec
+        self.config = config
+        self.session_id: str | None = None
+        self._session: Any = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._done = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._broken: str | None = None
+        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self._runner: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, name: str, spec: StdioServer | HttpServer, config: McpClientConfig) -> ServerConnection:
+        """Start the server (or connect to it) and finish the MCP handshake.
+
+        Raises:
+            ToolServerError: the server could not be started or reached within
+                ``config.connect_timeout_s``.
+        """
+        connection = cls(name, spec, config)
+        connection._runner = asyncio.get_running_loop().create_task(
+            connection._run(), name=f"mcp-session-{name}"
+        )
+        try:
+            await asyncio.wait_for(connection._ready.wait(), config.connect_timeout_s)
+        except TimeoutError:
+            await connection.aclose()
+            raise ToolServerError(
+                f"MCP server {name!r} ({connection.describe()}) did not finish the handshake within "
+                f"{config.connect_timeout_s:g}s; check that it starts, or raise connect_timeout_s."
+                f"{connection.stderr_tail()}"
+            ) from None
+        if connection._failure is not None:
+            failure = connection._failure
+            await connection.aclose()
+            raise ToolServerError(
+                f"could not start MCP server {name!r} ({connection.describe()}): "
+                f"{type(failure).__name__}: {failure}{connection.stderr_tail()}"
+            ) from failure
+        return connection
+
+    def describe(self) -> str:
+        """The command line or URL, for messages."""
+        if isinstance(self.spec, StdioServer):
+            return " ".join([self.spec.command, *self.spec.args])
+        return self.spec.url
+
+    def stderr_tail(self) -> str:
+        """The end of a stdio server's stderr, formatted for an error message ('' if empty)."""
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0)
+            text = self._stderr.read()[-_STDERR_TAIL_CHARS:].strip()
+        except (OSError, ValueError):
+            return ""
+        return f"\n--- server stderr (last lines) ---\n{text}" if text else ""
+
+    async def _run(self) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if isinstance(self.spec, StdioServer):
+                    read, write = await stack.enter_async_context(
+                        _compat.open_stdio(
+                            self.spec.command, self.spec.args, env=self.spec.env, cwd=self.spec.cwd, errlog=self._stderr
+                        )
+                    )
+                    get_session_id = None
+                else:
+                    read, write, get_session_id = await stack.enter_async_context(
+                        _compat.open_streamable_http(
+                            self.spec.url, headers=self.spec.headers, timeout_s=self.config.connect_timeout_s
+                        )
+                    )
+                session = await stack.enter_async_context(_compat.ClientSession(read, write))
+                await session.initialize()
+                self._session = session
+                # stdio has no protocol session id; a local one still tells sessions apart in traces.
+                self.session_id = (get_session_id() if get_session_id else None) or f"local-{uuid.uuid4().hex}"
+                self._ready.set()
+                await self._stop.wait()
+        except Exception as exc:  # the transport or handshake failed: report to whoever waits
+            self._failure = exc
+            if self._ready.is_set():
+                logger.warning("MCP session with %r ended: %s: %s", self.name, type(exc).__name__, exc)
+        finally:
+            self._session = None
+            self._done.set()
+            self._ready.set()
+
+    async def aclose(self) -> None:
+        """End the session (and stop a stdio server). Idempotent."""
+        self._stop.set()
+        if self._runner is not None and not self._runner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._runner), 10.0)
+            except TimeoutError:
+                logger.warning("MCP session with %r did not close within 10s; cancelling it", self.name)
+                self._runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._runner
+        self._stderr.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session has ended (closed by us, or the transport died)."""
+        return self._done.is_set() or self._broken is not None
+
+    def _error(self, tool: str, what: str) -> ToolServerError:
+        return ToolServerError(
+            f"MCP server {self.name!r} ({self.describe()}), tool {tool!r}: {what}{self.stderr_tail()}"
+        )
+
+    async def _request(self, tool: str, make_call: Any, timeout_s: float) -> Any:
+        if self._broken is not None:
+            raise self._error(tool, f"the session is no longer usable ({self._broken}); start a new rollout")
+        session = self._session
+        if session is None:
+            raise self._error(tool, "the session is closed; start a new rollout (or reopen the McpSession)")
+        call = asyncio.ensure_future(make_call(session))
+        ended = asyncio.ensure_future(self._done.wait())
+        try:
+            finished, _ = await asyncio.wait({call, ended}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        if call in finished:
+            try:
+                return call.result()
+            except _compat.McpProtocolError as exc:
+                if _compat.error_code(exc) == _compat.CONNECTION_CLOSED:
+                    self._broken = "the server closed the connection"
+                    raise self._error(tool, "the server closed the connection mid-call (it crashed or exited)") from exc
+                raise self._error(tool, f"the server refused the call: {exc}") from exc
+            except (OSError, EOFError) as exc:
+                self._broken = f"{type(exc).__name__}: {exc}"
+                raise self._error(tool, f"the connection failed mid-call: {type(exc).__name__}: {exc}") from exc
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await call
+        if ended in finished:
+            self._broken = "the server connection ended"
+            raise self._error(tool, "the server connection ended mid-call (it crashed or exited)")
+        raise self._error(
+            tool,
+            f"no answer within {timeout_s:g}s (the server hung or the tool is slow); "
+            "raise call_timeout_s if the tool is slow on purpose",
+        )
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """Send ``tools/call``; returns the result's wire form (``content``, ``isError``, ...).
+
+        Raises:
+            ToolServerError: the server crashed, hung past the timeout, or rejected the request.
+        """
+        timeout = self.config.call_timeout_s if timeout_s is None else timeout_s
+
+        async def call(session: Any) -> dict[str, Any]:
+            return _compat.to_wire(await session.call_tool(tool, arguments))
+
+        return await self._request(tool, call, timeout)
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """All tools the server offers (every page), as wire-form dicts."""
+
+        async def call(session: Any) -> list[dict[str, Any]]:
+            tools: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                params = _compat.list_params(cursor)
+                page = await (session.list_tools(params=params) if params is not None else session.list_tools())
+                wire = _compat.to_wire(page)
+                tools.extend(wire.get("tools", []))
+                cursor = wire.get("nextCursor")
+                if not cursor:
+                    return tools
+
+        return await self._request("tools/list", call, self.config.connect_timeout_s)

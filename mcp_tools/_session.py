@@ -1,0 +1,149 @@
+"""``McpSession``: one MCP session per server, opened together and closed together.
+
+A session is what a stateful server keys its state on, so one rollout must use one
+session for all its calls (the known complaint about langchain-mcp-adapters is a new
+session per call). Use it explicitly::
+
+    async with mcp_tools.McpSession({"calc": [...], "notes": "http://..."}) as session:
+        tools = await session.load_tools()
+        await graph.ainvoke(inputs, config={"callbacks": [handler]})
+
+or let :func:`mcp_tools.load_tools` open one lazily per :func:`mcp_tools.rollout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from art_adapters.errors import ConfigError
+from mcp_tools._config import HttpServer, McpClientConfig, StdioServer, client_config, parse_servers
+from mcp_tools._connection import ServerConnection
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from langchain_core.tools import BaseTool
+    from opentelemetry.trace import TracerProvider
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["McpSession"]
+
+
+class McpSession:
+    """Live MCP sessions with one or several servers, usable as ``async with``.
+
+    Args:
+        server: a command, URL, or config dict (see :func:`mcp_tools.load_tools`).
+        name: the server's name when *server* names a single server.
+        config: client options; keyword *options* override its fields
+            (``call_timeout_s``, ``connect_timeout_s``, ``tool_name_prefix``).
+        tracer_provider: where ``tools/call`` spans go (default: the global provider).
+
+    Raises:
+        ConfigError: *server* or an option is invalid (at construction).
+        ToolServerError: a server could not be started or reached (at :meth:`open`).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        *,
+        name: str | None = None,
+        config: McpClientConfig | None = None,
+        tracer_provider: TracerProvider | None = None,
+        **options: Any,
+    ) -> None:
+        self.servers: dict[str, StdioServer | HttpServer] = parse_servers(server, name=name)
+        self.config: McpClientConfig = client_config(config, options)
+        self.tracer_provider = tracer_provider
+        self._connections: dict[str, ServerConnection] = {}
+        self._listing: dict[str, list[dict[str, Any]]] | None = None
+
+    async def open(self) -> McpSession:
+        """Start or reach every server (concurrently) and do the handshakes; returns ``self``."""
+        if self._connections:
+            return self
+        names = list(self.servers)
+        results = await asyncio.gather(
+            *(ServerConnection.open(n, self.servers[n], self.config) for n in names), return_exceptions=True
+        )
+        opened = {n: r for n, r in zip(names, results, strict=True) if isinstance(r, ServerConnection)}
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await asyncio.gather(*(c.aclose() for c in opened.values()))
+            raise failures[0]
+        self._connections = opened
+        return self
+
+    async def aclose(self) -> None:
+        """Close every session (stdio servers are stopped). Idempotent."""
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.aclose() for c in connections))
+
+    async def __aenter__(self) -> McpSession:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`aclose` has not run."""
+        return bool(self._connections)
+
+    @property
+    def session_ids(self) -> dict[str, str | None]:
+        """The MCP session id of each server (a local id for stdio servers, which have none)."""
+        return {name: c.session_id for name, c in self._connections.items()}
+
+    def connection(self, server: str) -> ServerConnection:
+        """The live connection to *server*.
+
+        Raises:
+            ConfigError: the session is not open, or has no server of that name.
+        """
+        if not self._connections:
+            raise ConfigError("the McpSession is not open; use `async with McpSession(...)` or await open()")
+        if server not in self._connections:
+            raise ConfigError(f"no MCP server named {server!r}; this session has {sorted(self._connections)}")
+        return self._connections[server]
+
+    async def list_tools(self) -> dict[str, list[dict[str, Any]]]:
+        """Each server's tools as MCP wire dicts (``name``, ``description``, ``inputSchema``...)."""
+        if self._listing is None:
+            names = list(self.servers)
+            pages = await asyncio.gather(*(self.connection(n).list_tools() for n in names))
+            self._listing = dict(zip(names, pages, strict=True))
+        return self._listing
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, *, server: str | None = None) -> dict[str, Any]:
+        """Call an MCP tool directly (no LangChain, no capture); returns the result's wire form.
+
+        Args:
+            tool: the MCP tool name.
+            arguments: its arguments.
+            server: which server; optional when only one server is connected.
+        """
+        if server is None:
+            if len(self.servers) != 1:
+                raise ConfigError(f"several servers are connected ({sorted(self.servers)}); pass server=")
+            server = next(iter(self.servers))
+        return await self.connection(server).call_tool(tool, arguments or {})
+
+    async def load_tools(self) -> list[BaseTool]:
+        """LangChain tools bound to this session: every call of every rollout uses it.
+
+        The tools record each call in the trajectory and as an OTel span, like those of
+        :func:`mcp_tools.load_tools`.
+        """
+        from mcp_tools._tools import build_tools
+
+        async def resolve() -> McpSession:
+            return self
+
+        return build_tools(await self.list_tools(), resolve=resolve, config=self.config, tracer_provider=self.tracer_provider)

@@ -1,0 +1,68 @@
+"""OpenTelemetry spans for MCP ``tools/call``, following the MCP and GenAI semantic conventions.
+
+One CLIENT span per call, named ``tools/call <tool>``, with ``mcp.method.name``,
+``mcp.session.id``, ``gen_ai.operation.name = execute_tool``, ``gen_ai.tool.name``,
+``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``
+(JSON / text). An MCP ``isError`` result or a failed call sets the span's status to
+ERROR with ``error.type``. Uses the global tracer provider unless one is passed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, TracerProvider
+
+__all__ = ["record_outcome", "tool_call_span"]
+
+_TRACER_NAME = "mcp_tools"
+
+
+@contextmanager
+def tool_call_span(
+    tool: str,
+    *,
+    server: str,
+    session_id: str | None,
+    call_id: str | None,
+    arguments: dict[str, Any],
+    tracer_provider: TracerProvider | None = None,
+) -> Iterator[Span]:
+    """Open the ``tools/call <tool>`` span around one call (current span while it runs)."""
+    tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
+    attributes: dict[str, Any] = {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "extension",
+        "gen_ai.tool.call.arguments": json.dumps(arguments, ensure_ascii=False, default=str),
+        "mcp.server.name": server,
+    }
+    if session_id:
+        attributes["mcp.session.id"] = session_id
+    if call_id:
+        attributes["gen_ai.tool.call.id"] = call_id
+    with tracer.start_as_current_span(
+        f"tools/call {tool}",
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=True,
+        set_status_on_exception=True,
+    ) as span:
+        yield span
+
+
+def record_outcome(span: Span, *, result: str | None, is_error: bool, error_type: str | None = None) -> None:
+    """Put the result on the span; mark it ERROR for an MCP ``isError`` result or a failure."""
+    if result is not None:
+        span.set_attribute("gen_ai.tool.call.result", result)
+    if is_error:
+        span.set_attribute("error.type", error_type or "tool_error")
+        span.set_status(Status(StatusCode.ERROR, (result or error_type or "tool error")[:200]))

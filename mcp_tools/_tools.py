@@ -1,0 +1,204 @@
+"""MCP tools as LangChain tools whose every ``tools/call`` is captured.
+
+Each call of an :class:`McpTool`:
+
+1. finds its session (the bound :class:`McpSession`, or the current rollout's);
+2. sends ``tools/call`` inside an OTel span ``tools/call <tool>``;
+3. dispatches a LangChain custom event (:data:`TOOL_RECORD_EVENT`) whose data is a
+   :class:`~art_adapters.trajectory.ToolCallRecord` as JSON, so the trajectory
+   callback handler records server, tool, arguments, result, ``isError``, duration
+   and session id; the event goes out for failures too, before the error is raised;
+4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
+   handled by the tool (the model sees the error text, the tool message has
+   ``status="error"``); a crashed or hung server raises
+   :class:`~art_adapters.errors.ToolServerError`, which ends the rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.callbacks import adispatch_custom_event
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import StructuredTool, ToolException
+
+from art_adapters.errors import ConfigError, ToolServerError
+from art_adapters.trajectory import ToolCallRecord
+from mcp_tools._telemetry import record_outcome, tool_call_span
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from mcp_tools._config import McpClientConfig
+    from mcp_tools._session import McpSession
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TOOL_RECORD_EVENT", "McpTool", "build_tools", "result_text"]
+
+#: Name of the LangChain custom event carrying a ToolCallRecord (art_adapters.capture.events).
+TOOL_RECORD_EVENT = "art_adapters.tool_record"
+
+_CALL_ID_KWARG = "__mcp_tool_call_id"
+
+SessionResolver = Callable[[], Awaitable["McpSession"]]
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """An MCP ``CallToolResult`` (wire form) as the text a model reads."""
+    parts: list[str] = []
+    for block in result.get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "resource":
+            resource = block.get("resource") or {}
+            parts.append(str(resource.get("text") or f"[resource {resource.get('uri', '')}]"))
+        elif kind in {"image", "audio"}:
+            parts.append(f"[{kind} {block.get('mimeType', '')}]")
+        else:
+            parts.append(json.dumps(block, ensure_ascii=False))
+    if not parts and result.get("structuredContent") is not None:
+        parts.append(json.dumps(result["structuredContent"], ensure_ascii=False))
+    return "\n".join(parts)
+
+
+class McpTool(StructuredTool):
+    """A LangChain tool that calls one tool of one MCP server.
+
+    ``args_schema`` is the MCP tool's JSON schema. ``metadata`` holds ``mcp_server`` and
+    ``mcp_tool`` (the name on the server, which differs from ``name`` when prefixed).
+    Async only: MCP I/O is async, so ``invoke`` raises a :class:`ConfigError`.
+    """
+
+    def _to_args_and_kwargs(self, tool_input: str | dict[str, Any], tool_call_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # The model's tool_call_id is not passed to tools with a JSON-schema args_schema; keep it for the span.
+        args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
+        kwargs[_CALL_ID_KWARG] = tool_call_id
+        return args, kwargs
+
+
+def _sync_unsupported(*_args: Any, **_kwargs: Any) -> Any:
+    raise ConfigError("MCP tools are async only: call them with ainvoke / astream (e.g. graph.ainvoke)")
+
+
+async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None) -> None:
+    try:
+        await adispatch_custom_event(TOOL_RECORD_EVENT, record.model_dump(mode="json"), config=config)
+    except RuntimeError:  # called outside any LangChain run: nobody to tell
+        logger.debug("no LangChain run to attach the MCP tool record to")
+
+
+def _make_call(
+    server: str, mcp_name: str, resolve: SessionResolver, config: McpClientConfig, tracer_provider: TracerProvider | None
+) -> Callable[..., Awaitable[str]]:
+    async def call(config_: RunnableConfig, **kwargs: Any) -> str:
+        call_id = kwargs.pop(_CALL_ID_KWARG, None)
+        arguments = kwargs
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        session_id: str | None = None
+        try:
+            session = await resolve()
+            connection = session.connection(server)
+            session_id = connection.session_id
+            with tool_call_span(
+                mcp_name,
+                server=server,
+                session_id=session_id,
+                call_id=call_id,
+                arguments=arguments,
+                tracer_provider=tracer_provider,
+            ) as span:
+                try:
+                    result = await connection.call_tool(mcp_name, arguments, config.call_timeout_s)
+                except ToolServerError as exc:
+                    record_outcome(span, result=None, is_error=True, error_type=type(exc).__name__)
+                    raise
+                text = result_text(result)
+                is_error = bool(result.get("isError"))
+                record_outcome(span, result=text, is_error=is_error)
+        except ToolServerError as exc:
+            record = ToolCallRecord(
+                name=mcp_name,
+                call_id=call_id,
+                arguments=arguments,
+                is_error=True,
+                error=f"{type(exc).__name__}: {exc}",
+                server=server,
+                session_id=session_id,
+                duration_s=time.perf_counter() - start,
+                source="mcp",
+                started_at=started_at,
+            )
+            await _dispatch_record(record, config_)
+            raise
+        record = ToolCallRecord(
+            name=mcp_name,
+            call_id=call_id,
+            arguments=arguments,
+            result=text,
+            is_error=is_error,
+            server=server,
+            session_id=session_id,
+            duration_s=time.perf_counter() - start,
+            source="mcp",
+            started_at=started_at,
+        )
+        await _dispatch_record(record, config_)
+        if is_error:
+            raise ToolException(text)
+        return text
+
+    return call
+
+
+def _tool_names(listing: dict[str, list[dict[str, Any]]], prefix: bool | None) -> dict[tuple[str, str], str]:
+    owners: dict[str, list[str]] = {}
+    for server, tools in listing.items():
+        for tool in tools:
+            owners.setdefault(tool["name"], []).append(server)
+    shared = {name: servers for name, servers in owners.items() if len(servers) > 1}
+    if shared and prefix is False:
+        raise ConfigError(
+            f"tool names offered by several servers: {shared}; pass tool_name_prefix=True or None to prefix them"
+        )
+    names: dict[tuple[str, str], str] = {}
+    for server, tools in listing.items():
+        for tool in tools:
+            wanted = prefix is True or (prefix is None and tool["name"] in shared)
+            names[(server, tool["name"])] = f"{server}_{tool['name']}" if wanted else tool["name"]
+    return names
+
+
+def build_tools(
+    listing: dict[str, list[dict[str, Any]]],
+    *,
+    resolve: SessionResolver,
+    config: McpClientConfig,
+    tracer_provider: TracerProvider | None = None,
+) -> list[McpTool]:
+    """Make one :class:`McpTool` per MCP tool of every server in *listing* (``{server: [tool wire dicts]}``)."""
+    names = _tool_names(listing, config.tool_name_prefix)
+    tools: list[McpTool] = []
+    for server, server_tools in listing.items():
+        for tool in server_tools:
+            schema = dict(tool.get("inputSchema") or {"type": "object", "properties": {}})
+            schema.setdefault("properties", {})
+            tools.append(
+                McpTool(
+                    name=names[(server, tool["name"])],
+                    description=tool.get("description") or tool.get("title") or tool["name"],
+                    args_schema=schema,
+                    coroutine=_make_call(server, tool["name"], resolve, config, tracer_provider),
+                    func=_sync_unsupported,
+                    handle_tool_error=True,
+                    metadata={"mcp_server": server, "mcp_tool": tool["name"]},
+                )
+            )
+    return tools
