@@ -16,8 +16,10 @@ One trajectory is assembled per trace, when the trace's local root span ends.
 
 How it stays out of the way: ``on_end`` runs on the thread that ended the span, so it
 only checks a few attribute keys and puts the span (or, for spans of no interest, a
-three-int parent link) on an unbounded-by-design but capped queue; it never blocks,
-never raises, and never touches the span's data beyond that. A daemon worker thread
+three-int parent link) on a capped queue; it never blocks, never raises, and never
+touches the span's data beyond that. A span is its trace's local root when it has no
+parent, a remote parent, or a parent this provider never started (another provider's
+span): a trajectory is assembled when that span ends. A daemon worker thread
 parses spans and assembles trajectories. Reading :attr:`~TrajectorySpanProcessor.trajectories`
 first waits (bounded) for the worker to drain what was queued before the call, so a
 trajectory is there as soon as the run that produced it has returned.
@@ -29,7 +31,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -48,13 +50,15 @@ __all__ = ["TrajectorySpanProcessor"]
 logger = logging.getLogger(__name__)
 
 #: Attribute keys whose presence marks a span as a model, tool or MCP call.
-_MARKERS = (
-    "gen_ai.operation.name",
-    "openinference.span.kind",
-    "mcp.method.name",
-    "gen_ai.input.messages",
-    "gen_ai.system",
-    "gen_ai.prompt.0.role",
+_MARKERS = frozenset(
+    {
+        "gen_ai.operation.name",
+        "openinference.span.kind",
+        "mcp.method.name",
+        "gen_ai.input.messages",
+        "gen_ai.system",
+        "gen_ai.prompt.0.role",
+    }
 )
 
 
@@ -124,13 +128,18 @@ class TrajectorySpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._closed = False
         self._dropped = 0
+        self._open: set[int] = set()  # ids of spans started and not yet ended
         self._worker = threading.Thread(target=self._run, name="art-adapters-span-capture", daemon=True)
         self._worker.start()
 
     # -- SpanProcessor interface (called by the SDK on the traced code's threads) --
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Nothing to do when a span starts."""
+        """Remember that the span is open, so its children know their parent is local."""
+        try:
+            self._open.add(span.context.span_id)
+        except Exception:
+            logger.debug("TrajectorySpanProcessor.on_start failed", exc_info=True)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Queue the finished span for the worker; cheap, never blocks, never raises."""
@@ -144,12 +153,15 @@ class TrajectorySpanProcessor(SpanProcessor):
                         "TrajectorySpanProcessor: queue full (%d spans); dropping spans", self._max_queue_size
                     )
                 return
+            context = span.context
+            self._open.discard(context.span_id)
             parent = span.parent
-            attributes: Mapping[str, Any] = span.attributes or {}
-            if parent is None or parent.is_remote or any(key in attributes for key in _MARKERS):
-                self._queue.put(span)
+            # A local root: no parent, a parent from another process, or one this provider never started.
+            is_root = parent is None or parent.is_remote or parent.span_id not in self._open
+            if is_root or not _MARKERS.isdisjoint(span.attributes or ()):
+                self._queue.put((span, is_root))
             else:
-                self._queue.put((span.context.trace_id, span.context.span_id, parent.span_id))
+                self._queue.put((context.trace_id, context.span_id, parent.span_id))
         except Exception:  # a processor must never break the traced code or other processors
             logger.debug("TrajectorySpanProcessor.on_end failed", exc_info=True)
 
@@ -252,14 +264,14 @@ class TrajectorySpanProcessor(SpanProcessor):
                 item.done.set()
 
     def _handle(self, item: Any) -> None:
-        if isinstance(item, tuple):
+        if len(item) == 3:
             trace_id, span_id, parent_id = item
             self._state(trace_id).add_link(span_id, parent_id)
             return
-        span = item
+        span, is_root = item
         state = self._state(span.context.trace_id)
         state.add_span(span)
-        if span.parent is None or span.parent.is_remote:
+        if is_root:
             del self._pending[state.trace_id]
             self._finish(state, span)
 
