@@ -23,6 +23,7 @@ from .errors import (
     ToolServerError,
 )
 from .model import TrainableModel
+from .train_config import TrainConfig
 from .trajectory import (
     History,
     Message,
@@ -66,6 +67,7 @@ __all__ = [
     "ToolCallRecord",
     "ToolSchema",
     "ToolServerError",
+    "TrainConfig",
     "TrainableModel",
     "Trajectory",
     "TrajectoryCallbackHandler",
