@@ -40,6 +40,8 @@ from .trajectory import (
 if TYPE_CHECKING:
     from .capture.langchain import TrajectoryCallbackHandler
     from .capture.otel import TrajectorySpanProcessor
+    from .ruler import combine_rewards, ruler_score_group, ruler_score_groups
+    from .runner import RolloutBudgetError, run_groups, run_groups_sync
 
 __version__ = "0.1.0"
 
@@ -47,6 +49,12 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "TrajectoryCallbackHandler": ".capture.langchain",
     "TrajectorySpanProcessor": ".capture.otel",
+    "RolloutBudgetError": ".runner",
+    "run_groups": ".runner",
+    "run_groups_sync": ".runner",
+    "combine_rewards": ".ruler",
+    "ruler_score_group": ".ruler",
+    "ruler_score_groups": ".ruler",
 }
 
 __all__ = [
@@ -61,6 +69,7 @@ __all__ = [
     "LocalBackend",
     "Message",
     "RemoteBackend",
+    "RolloutBudgetError",
     "RolloutError",
     "RolloutException",
     "ToolCall",
@@ -73,7 +82,12 @@ __all__ = [
     "TrajectoryCallbackHandler",
     "TrajectoryGroup",
     "TrajectorySpanProcessor",
+    "combine_rewards",
     "load_groups",
+    "ruler_score_group",
+    "ruler_score_groups",
+    "run_groups",
+    "run_groups_sync",
     "save_groups",
 ]
 

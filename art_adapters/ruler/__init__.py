@@ -1,0 +1,29 @@
+"""RULER: an LLM judge scores a group's trajectories relative to each other.
+
+* :mod:`.prompt`: the judge's prompt (shared prefix once, identical trajectories once).
+* :mod:`.judges`: LangChain chat model or litellm string, behind one call.
+* :mod:`.answer`: parse and validate the answer (ids, range, duplicates).
+* :mod:`.cache`: answers on disk, keyed by a content hash.
+* :mod:`.score`: :func:`ruler_score_group`, :func:`ruler_score_groups`, :func:`combine_rewards`.
+"""
+
+from __future__ import annotations
+
+from .answer import JudgeScore
+from .cache import RulerCache
+from .judges import LangChainJudge, LiteLLMJudge
+from .prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
+from .score import combine_rewards, ruler_score_group, ruler_score_groups
+
+__all__ = [
+    "DEFAULT_RUBRIC",
+    "JudgeRequest",
+    "JudgeScore",
+    "LangChainJudge",
+    "LiteLLMJudge",
+    "RulerCache",
+    "build_request",
+    "combine_rewards",
+    "ruler_score_group",
+    "ruler_score_groups",
+]

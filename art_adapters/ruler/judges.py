@@ -1,0 +1,171 @@
+"""Judge adapters: a LangChain chat model or a litellm model string, behind one call.
+
+Both adapters take the request's plain ``{"role", "content"}`` messages and the answer's
+JSON schema and return the judge's raw text; parsing and validation happen in
+:mod:`art_adapters.ruler.answer`, the same for every judge.
+
+* A LangChain ``BaseChatModel`` (``ChatOpenAI`` pointed at any OpenAI-compatible
+  endpoint, our backend's models included) is asked through
+  ``with_structured_output(method="json_schema", include_raw=True)``, which sends
+  ``response_format={"type": "json_schema", ...}`` so endpoints that support it constrain
+  the output. Models without that method are asked plainly; the prompt states the format.
+* A string is a litellm model name (``"openai/gpt-4.1-mini"``, ``"hosted_vllm/..."``),
+  called with ``litellm.acompletion``; it needs ``pip install 'art-adapters[litellm]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = ["Judge", "LangChainJudge", "LiteLLMJudge", "StructuredMode", "resolve_judge"]
+
+logger = logging.getLogger(__name__)
+
+#: How to ask for structured output: ``auto`` tries json_schema and falls back to plain,
+#: ``json_schema`` insists on it, ``none`` never sends a schema (plain JSON parsing).
+StructuredMode = Literal["auto", "json_schema", "none"]
+
+_SCHEMA_NAME = "ruler_scores"
+
+
+class Judge(Protocol):
+    """What the scorer needs from a judge."""
+
+    @property
+    def model_id(self) -> str:
+        """Identifies the judge in cache keys and messages (model name and endpoint)."""
+        ...
+
+    async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+        """Send ``messages``; return the answer's text."""
+        ...
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            block if isinstance(block, str) else str(block.get("text", ""))
+            for block in content
+            if isinstance(block, str) or block.get("type") == "text"
+        )
+    return "" if content is None else str(content)
+
+
+class LangChainJudge:
+    """A LangChain chat model as the judge.
+
+    Args:
+        model: any ``BaseChatModel``.
+        structured: see :data:`StructuredMode`.
+    """
+
+    def __init__(self, model: BaseChatModel, *, structured: StructuredMode = "auto") -> None:
+        self.model = model
+        self.structured = structured
+
+    @property
+    def model_id(self) -> str:
+        """Class, model name and base URL (where the model has them)."""
+        name = getattr(self.model, "model_name", None) or getattr(self.model, "model", None) or "?"
+        base = getattr(self.model, "openai_api_base", None) or getattr(self.model, "base_url", None)
+        return f"{type(self.model).__name__}:{name}" + (f"@{base}" if base else "")
+
+    def _runnable(self, schema: dict[str, Any]) -> Any:
+        if self.structured == "none":
+            return None
+        try:
+            return self.model.with_structured_output(
+                {"name": _SCHEMA_NAME, "schema": schema}, method="json_schema", include_raw=True
+            )
+        except (NotImplementedError, TypeError, ValueError) as exc:
+            if self.structured == "json_schema":
+                raise ConfigError(
+                    f"judge {self.model_id} does not support json_schema structured output ({exc}); "
+                    "pass structured='auto' or 'none'"
+                ) from exc
+            logger.debug("judge %s: no json_schema structured output (%s); asking plainly", self.model_id, exc)
+            return None
+
+    async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+        """Ask the model; return the text of its answer (or the parsed JSON, re-serialised)."""
+        from langchain_core.messages import convert_to_messages
+
+        lc_messages = convert_to_messages(messages)
+        runnable = self._runnable(schema)
+        if runnable is None:
+            reply = await self.model.ainvoke(lc_messages)
+            return _content_text(reply.content)
+        result = await runnable.ainvoke(lc_messages)
+        text = _content_text(result["raw"].content) if result.get("raw") is not None else ""
+        if not text.strip() and isinstance(result.get("parsed"), dict):
+            import json
+
+            return json.dumps(result["parsed"])
+        return text
+
+
+class LiteLLMJudge:
+    """A litellm model string as the judge (``litellm.acompletion`` with a json_schema format).
+
+    Args:
+        model: the litellm model name, e.g. ``"openai/gpt-4.1-mini"``.
+        structured: see :data:`StructuredMode` (``auto`` sends the schema).
+        completion_kwargs: passed to ``litellm.acompletion`` (``api_base``, ``api_key``...).
+    """
+
+    def __init__(self, model: str, *, structured: StructuredMode = "auto", **completion_kwargs: Any) -> None:
+        try:
+            import litellm
+        except ImportError as exc:
+            raise ImportError(
+                f"judge={model!r} is a litellm model string, but litellm is not installed: "
+                "run `pip install 'art-adapters[litellm]'`, or pass a LangChain chat model "
+                "(e.g. langchain_openai.ChatOpenAI(base_url=..., model=...)) as the judge"
+            ) from exc
+        self._litellm = litellm
+        self.model = model
+        self.structured = structured
+        self.completion_kwargs = completion_kwargs
+
+    @property
+    def model_id(self) -> str:
+        """``litellm:`` and the model name, plus ``api_base`` when one is set."""
+        base = self.completion_kwargs.get("api_base")
+        return f"litellm:{self.model}" + (f"@{base}" if base else "")
+
+    async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+        """Ask the model through ``litellm.acompletion``; return the answer's text."""
+        kwargs = dict(self.completion_kwargs)
+        if self.structured != "none":
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": _SCHEMA_NAME, "schema": schema}}
+        response = await self._litellm.acompletion(model=self.model, messages=messages, **kwargs)
+        return _content_text(response.choices[0].message.content)
+
+
+def resolve_judge(judge: Any, *, structured: StructuredMode = "auto") -> Judge:
+    """Turn the ``judge=`` argument into an adapter, or raise a :class:`ConfigError` saying what to pass."""
+    if judge is None:
+        raise ConfigError(
+            "ruler_score_group needs a judge: pass judge=ChatOpenAI(base_url=..., model=...) "
+            "(any LangChain chat model; our backend's models too: model.chat_model()), or a litellm "
+            "model string with the litellm extra installed"
+        )
+    if structured not in ("auto", "json_schema", "none"):
+        raise ConfigError(f"structured must be 'auto', 'json_schema' or 'none', got {structured!r}")
+    if isinstance(judge, LangChainJudge | LiteLLMJudge):
+        return judge
+    if isinstance(judge, str):
+        return LiteLLMJudge(judge, structured=structured)
+    if hasattr(judge, "ainvoke") and hasattr(judge, "with_structured_output"):
+        return LangChainJudge(judge, structured=structured)
+    raise ConfigError(
+        f"judge must be a LangChain chat model or a litellm model string, got {type(judge).__name__}"
+    )

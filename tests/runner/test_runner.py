@@ -1,0 +1,240 @@
+"""run_groups: concurrency, timeouts, failures kept as data, the budget, retries, ids, loops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import art_adapters as aa
+from art_adapters.errors import ConfigError
+from art_adapters.runner import RunProgress, scenario_id
+
+
+def _trajectory(scenario: dict[str, Any], reward: float | None = 1.0) -> aa.Trajectory:
+    return aa.Trajectory(messages=[aa.Message(role="user", content=str(scenario.get("q")))], reward=reward)
+
+
+class Recorder:
+    """A rollout with scripted behaviour per scenario, recording what happened to each call."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.max_running = 0
+        self.started = 0
+        self.cancelled = 0
+        self.calls: dict[str, int] = {}
+
+    async def __call__(self, scenario: dict[str, Any]) -> aa.Trajectory:
+        key = str(scenario["q"])
+        self.calls[key] = self.calls.get(key, 0) + 1
+        self.started += 1
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            await asyncio.sleep(scenario.get("sleep", 0.0))
+            if scenario.get("fail"):
+                raise ValueError(f"scenario {key} is broken")
+            if scenario.get("flaky") and self.calls[key] % 2 == 1:
+                raise ConnectionError("flaky tool server")
+            return _trajectory(scenario, scenario.get("reward", 1.0))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+
+
+async def test_groups_in_order_with_stable_ids_and_indexes() -> None:
+    scenarios = [{"id": "first", "q": 1}, {"q": 2, "x": [1, 2]}, {"q": 3}]
+    groups = await aa.run_groups(Recorder(), scenarios, n=3, progress=False)
+
+    assert [g.metadata["scenario_id"] for g in groups] == ["first", scenario_id(scenarios[1]), scenario_id(scenarios[2])]
+    assert scenario_id({"x": [1, 2], "q": 2}) == scenario_id(scenarios[1])  # key order does not matter
+    assert scenario_id({"q": 2, "x": [1, 3]}) != scenario_id(scenarios[1])
+    assert scenario_id(scenarios[1]).startswith("scn-")
+    for group, scenario in zip(groups, scenarios, strict=True):
+        assert len(group) == 3 and group.exceptions == []
+        assert [t.metadata["rollout_index"] for t in group.trajectories] == [0, 1, 2]
+        assert {t.metadata["scenario_id"] for t in group.trajectories} == {group.metadata["scenario_id"]}
+        assert group.metadata["scenario"] == scenario
+        assert all(t.metadata["attempts"] == 1 for t in group.trajectories)
+
+
+async def test_scenario_id_from_attribute_and_pydantic_hash() -> None:
+    class WithId:
+        id = 42
+
+    class Task(aa.Message):
+        pass
+
+    assert scenario_id(WithId()) == "42"
+    assert scenario_id(Task(role="user", content="a")) == scenario_id(Task(role="user", content="a"))
+
+
+async def test_slow_rollouts_run_concurrently_up_to_the_limit() -> None:
+    recorder = Recorder()
+    start = time.monotonic()
+    groups = await aa.run_groups(recorder, [{"q": i, "sleep": 0.2} for i in range(4)], n=2, max_concurrency=4, progress=False)
+    elapsed = time.monotonic() - start
+    assert sum(len(g) for g in groups) == 8
+    assert recorder.max_running == 4
+    assert elapsed < 0.75, f"8 x 0.2 s rollouts at concurrency 4 took {elapsed:.2f} s"
+
+
+async def test_failed_rollouts_are_kept_with_tracebacks() -> None:
+    scenarios = [{"q": "ok"}, {"q": "bad", "fail": True}]
+    groups = await aa.run_groups(Recorder(), scenarios, n=2, max_exceptions=2, progress=False)
+    good, bad = groups
+    assert len(good) == 2 and good.exceptions == []
+    assert len(bad) == 0 and len(bad.exceptions) == 2
+    failure = bad.exceptions[0]
+    assert failure.type == "builtins.ValueError"
+    assert failure.message == "scenario bad is broken"
+    assert "in __call__" in failure.traceback and "ValueError" in failure.traceback
+    assert failure.scenario_id == bad.metadata["scenario_id"]
+    assert sorted(e.rollout_index for e in bad.exceptions) == [0, 1]
+    # JSON round trip keeps the failures.
+    assert aa.TrajectoryGroup.model_validate_json(bad.model_dump_json()).exceptions[0].message == failure.message
+
+
+async def test_hanging_rollout_times_out_and_is_cancelled() -> None:
+    recorder = Recorder()
+    start = time.monotonic()
+    groups = await aa.run_groups(
+        recorder, [{"q": "hang", "sleep": 3600}, {"q": "fast"}], n=2, timeout_s=0.3, max_exceptions=0.5, progress=False
+    )
+    assert time.monotonic() - start < 2
+    hang, fast = groups
+    assert len(fast) == 2
+    assert [e.type for e in hang.exceptions] == ["builtins.TimeoutError"] * 2
+    assert "timeout_s=0.3" in hang.exceptions[0].message
+    assert recorder.cancelled == 2 and recorder.running == 0
+
+
+async def test_budget_exceeded_raises_and_cancels_the_rest() -> None:
+    recorder = Recorder()
+    scenarios = [{"q": "bad", "fail": True}] + [{"q": f"slow{i}", "sleep": 3600} for i in range(3)]
+    start = time.monotonic()
+    with pytest.raises(aa.RolloutBudgetError) as info:
+        await aa.run_groups(recorder, scenarios, n=2, max_exceptions=1, progress=False)
+    assert time.monotonic() - start < 2
+    error = info.value
+    assert isinstance(error, aa.RolloutError)
+    assert error.budget == 1 and error.total == 8 and len(error.exceptions) == 2
+    assert "2 of 8 rollouts failed" in str(error) and "max_exceptions=1" in str(error)
+    assert "scenario bad is broken" in str(error)
+    assert recorder.cancelled == 6 and recorder.running == 0
+
+
+@pytest.mark.parametrize(("setting", "failures", "raises"), [(0, 1, True), (0.25, 2, False), (0.25, 3, True), (3, 3, False)])
+async def test_budget_counts_and_fractions(setting: float, failures: int, raises: bool) -> None:
+    scenarios = [{"q": f"s{i}", "fail": i < failures} for i in range(8)]
+    if raises:
+        with pytest.raises(aa.RolloutBudgetError):
+            await aa.run_groups(Recorder(), scenarios, n=1, max_exceptions=setting, progress=False)
+    else:
+        groups = await aa.run_groups(Recorder(), scenarios, n=1, max_exceptions=setting, progress=False)
+        assert sum(len(g.exceptions) for g in groups) == failures
+
+
+async def test_retries_recover_flaky_rollouts() -> None:
+    recorder = Recorder()
+    groups = await aa.run_groups(recorder, [{"q": "f", "flaky": True}], n=1, retries=1, max_exceptions=0, progress=False)
+    (trajectory,) = groups[0].trajectories
+    assert trajectory.metadata["attempts"] == 2 and recorder.calls["f"] == 2
+    assert any("ConnectionError" in line for line in trajectory.logs)
+
+    with pytest.raises(aa.RolloutBudgetError, match="flaky tool server"):
+        await aa.run_groups(Recorder(), [{"q": "f", "flaky": True}], n=1, retries=0, max_exceptions=0, progress=False)
+
+    groups = await aa.run_groups(Recorder(), [{"q": "b", "fail": True}], n=1, retries=2, max_exceptions=1, progress=False)
+    (failure,) = groups[0].exceptions
+    assert failure.model_extra["attempts"] == 3 and len(failure.model_extra["previous_failures"]) == 2
+
+
+async def test_cancelling_the_caller_cancels_every_rollout() -> None:
+    recorder = Recorder()
+    task = asyncio.create_task(aa.run_groups(recorder, [{"q": i, "sleep": 3600} for i in range(3)], n=2, progress=False))
+    await asyncio.sleep(0.1)
+    assert recorder.running == 6
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert recorder.cancelled == 6 and recorder.running == 0
+
+
+async def test_progress_callback_sees_done_total_reward_and_exceptions(capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[RunProgress] = []
+    scenarios = [{"q": "a", "reward": 0.2}, {"q": "b", "reward": 0.6}, {"q": "c", "fail": True}]
+    await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, max_exceptions=2, progress=seen.append)
+    assert [p.done for p in seen] == [1, 2, 3, 4, 5, 6]
+    final = seen[-1]
+    assert (final.total, final.succeeded, final.exceptions) == (6, 4, 2)
+    assert final.mean_reward == pytest.approx(0.4)
+    # progress=True draws nothing when stderr is not a terminal (as under pytest).
+    await aa.run_groups(Recorder(), scenarios[:1], n=2, progress=True)
+    assert capsys.readouterr().err == ""
+
+
+async def test_wrong_return_type_is_a_recorded_failure() -> None:
+    async def returns_dict(scenario: Any) -> Any:
+        return {"messages": []}
+
+    groups = await aa.run_groups(returns_dict, [{"q": 1}], n=2, max_exceptions=2, progress=False)
+    assert [e.type for e in groups[0].exceptions] == ["builtins.TypeError"] * 2
+    assert "must return an art_adapters.Trajectory" in groups[0].exceptions[0].message
+
+
+async def test_partial_trajectory_on_the_exception_is_kept() -> None:
+    class GraphFailed(RuntimeError):
+        def __init__(self, trajectory: aa.Trajectory) -> None:
+            super().__init__("graph crashed after one turn")
+            self.trajectory = trajectory
+
+    async def rollout(scenario: Any) -> aa.Trajectory:
+        raise GraphFailed(_trajectory({"q": "partial"}, reward=None))
+
+    groups = await aa.run_groups(rollout, [{"q": 1}], n=1, max_exceptions=1, progress=False)
+    (failure,) = groups[0].exceptions
+    assert failure.trajectory is not None and failure.trajectory.messages[0].content == "partial"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n": 0}, "n must be"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_exceptions": 1.5}, "fraction"),
+        ({"max_exceptions": -1}, "max_exceptions"),
+        ({"max_exceptions": True}, "max_exceptions"),
+        ({"retries": -1}, "retries"),
+        ({"timeout_s": 0}, "timeout_s"),
+    ],
+)
+async def test_bad_arguments_are_config_errors(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        await aa.run_groups(Recorder(), [{"q": 1}], **{"progress": False, **kwargs})
+
+
+async def test_sync_rollout_function_is_rejected_clearly() -> None:
+    def not_async(scenario: Any) -> aa.Trajectory:
+        return _trajectory(scenario)
+
+    with pytest.raises(ConfigError, match="async def rollout"):
+        await aa.run_groups(not_async, [{"q": 1}], n=2, progress=False)
+
+
+async def test_run_groups_sync_works_inside_a_running_loop() -> None:
+    asyncio.get_running_loop()  # this test body runs under the session's event loop
+    groups = aa.run_groups_sync(Recorder(), [{"q": 1}, {"q": 2}], n=2, progress=False)
+    assert [len(g) for g in groups] == [2, 2]
+
+
+def test_run_groups_sync_in_a_plain_script() -> None:
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()
+    groups = aa.run_groups_sync(Recorder(), [{"q": 1}], n=3, progress=False)
+    assert [t.metadata["rollout_index"] for t in groups[0].trajectories] == [0, 1, 2]
