@@ -50,6 +50,10 @@ class TrainConfig(BaseModel):
         beta: coefficient of the k3 KL penalty to the reference policy (the base model with
             the adapter disabled), added per token. ``0.0`` (default) turns it off and skips
             the reference forward pass (one extra no-grad forward per micro-batch when on).
+        kl_ratio_correction: multiply the per-token KL by the (unclipped) importance ratio, so
+            its gradient is the unbiased reverse-KL gradient for off-policy samples (DeepSeek-V3.2;
+            TRL's ``use_bias_correction_kl``, on by default there too). Only used when
+            ``beta > 0``. Default ``True``.
         scale_rewards: divide each group's mean-centred rewards by the group's standard
             deviation (+1e-4). Default ``True`` (GRPO); ``False`` is Dr. GRPO's unscaled
             advantage. Groups whose rewards are all equal are skipped either way.
@@ -89,6 +93,7 @@ class TrainConfig(BaseModel):
     epsilon: _Fraction = 0.2
     epsilon_high: PositiveFloat | None = None
     beta: Annotated[float, Field(ge=0.0)] = 0.0
+    kl_ratio_correction: bool = True
     scale_rewards: bool = True
     importance_level: ImportanceLevel = "token"
     loss_normalization: LossNormalization = "token"

@@ -1,0 +1,331 @@
+"""The GRPO loss, written once and shared by every trainer (torch + PEFT, Unsloth).
+
+Small pure functions over tensors; shapes in comments use ``B`` sequences (rows of a
+micro-batch), ``T`` token positions, ``V`` vocabulary, ``G`` trajectories in a group.
+All per-token tensors are aligned with the input ids: position ``t`` holds the value for
+token ``t`` predicted from tokens ``< t`` (position 0 has no prediction and is never in the
+loss mask).
+
+The objective for one step, over sequences ``i`` and their loss tokens ``t``::
+
+    A_i          = (r_i - mean(r_group)) [/ (std(r_group) + 1e-4)]        advantages
+    log_rho_it   = logp_theta(y_it) - logp_old(y_it)                     per-token log-ratio
+    w_it         = exp(log_rho_it)           (importance_level="token")
+                 = exp(mean_t log_rho_it)    (importance_level="sequence", GSPO)
+    l_it         = -min(w_it A_i, clip(w_it, 1 - eps, 1 + eps_high) A_i) + beta * kl_it [* w_it]
+    kl_it        = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         k3 estimator
+                   (times w_it when kl_ratio_correction: unbiased off-policy KL gradient)
+    loss         = sum_it c_it * l_it        c from the normalisation registry
+
+Variants are chosen once from :data:`IMPORTANCE_LEVELS` and :data:`NORMALIZERS` by
+:meth:`LossSettings.from_config`; the hot path only calls the chosen functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from art_adapters.train_config import TrainConfig
+
+__all__ = [
+    "IMPORTANCE_LEVELS",
+    "NORMALIZERS",
+    "STD_EPSILON",
+    "BatchTotals",
+    "LossOutput",
+    "LossSettings",
+    "clipped_surrogate",
+    "fill_unknown_logprobs",
+    "grpo_loss",
+    "group_advantages",
+    "is_zero_variance",
+    "k3_kl",
+    "masked_log_ratio",
+    "sequence_importance",
+    "token_importance",
+    "token_logprobs",
+]
+
+#: Added to the group's standard deviation before dividing (TRL uses the same constant).
+STD_EPSILON = 1e-4
+
+#: Log-ratios are clamped to +-this before ``exp`` so one stale token cannot overflow to inf.
+MAX_LOG_RATIO = 20.0
+
+
+# --------------------------------------------------------------------------- advantages
+
+
+def is_zero_variance(rewards: torch.Tensor) -> bool:
+    """Whether a group's rewards are all (numerically) equal, so it carries no signal.
+
+    ``rewards``: (G,). A group of one trajectory is zero-variance by definition.
+    Uses ``torch.isclose(std, 0)`` (absolute tolerance 1e-8), TRL's test.
+    """
+    if rewards.numel() < 2:
+        return True
+    std = rewards.double().std()  # Bessel-corrected, as in group_advantages
+    return bool(torch.isclose(std, torch.zeros_like(std)))
+
+
+def group_advantages(rewards: torch.Tensor, *, scale: bool) -> torch.Tensor:
+    """Group-relative advantages of one group's rewards.
+
+    ``rewards``: (G,) -> (G,)::
+
+        A_i = r_i - mean(r)                         scale=False (Dr. GRPO)
+        A_i = (r_i - mean(r)) / (std(r) + 1e-4)     scale=True  (GRPO; std Bessel-corrected)
+
+    Raises:
+        ValueError: for fewer than two rewards or a non-finite reward.
+    """
+    if rewards.dim() != 1 or rewards.numel() < 2:
+        raise ValueError(f"group_advantages needs a 1-D tensor of >= 2 rewards, got shape {tuple(rewards.shape)}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
+    centred = rewards - rewards.mean()
+    if not scale:
+        return centred
+    return centred / (rewards.std() + STD_EPSILON)
+
+
+# --------------------------------------------------------------------------- log-probs
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probability of each input token under the logits of the position before it.
+
+    ``logits``: (B, T, V), ``input_ids``: (B, T) -> (B, T), position 0 set to 0::
+
+        out[b, t] = log softmax(logits[b, t-1] / temperature)[input_ids[b, t]]
+
+    Computed as ``gather - logsumexp`` so the (B, T, V) log-softmax is never materialised.
+    """
+    scaled = logits[:, :-1, :].float()  # (B, T-1, V)
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+    picked = torch.gather(scaled, -1, targets).squeeze(-1)  # (B, T-1)
+    out = picked - torch.logsumexp(scaled, dim=-1)  # (B, T-1)
+    return torch.nn.functional.pad(out, (1, 0), value=0.0)  # (B, T)
+
+
+def fill_unknown_logprobs(old_logprobs: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Replace unknown (NaN) sampling log-probs with the current policy's, detached.
+
+    ``old_logprobs``, ``logprobs``: (B, T) -> (B, T). Turns re-tokenised without a backend
+    record have no sampling log-probs; within one optimizer step the current weights *are*
+    the old policy, so their ratio is exactly 1 (TRL does the same when it skips the old
+    forward pass).
+    """
+    return torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
+
+
+def masked_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token log importance ratio, zero outside the loss mask.
+
+    ``logprobs``, ``old_logprobs``, ``mask``: (B, T) -> (B, T)::
+
+        log_rho[b, t] = logprobs[b, t] - old_logprobs[b, t]   where mask[b, t] else 0
+    """
+    return torch.where(mask.bool(), logprobs - old_logprobs, torch.zeros_like(logprobs))
+
+
+# --------------------------------------------------------------------------- importance
+
+
+def token_importance(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-level log importance weights (PPO / GRPO): ``log_ratio`` itself, (B, T) -> (B, T)."""
+    return log_ratio
+
+
+def sequence_importance(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sequence-level log importance weights (GSPO), (B, T) -> (B, 1)::
+
+        log_w[b] = sum_t mask[b, t] log_rho[b, t] / max(1, sum_t mask[b, t])
+    """
+    return (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+#: importance_level -> function from (log_ratio (B, T), mask (B, T)) to log weights (B, T) or (B, 1).
+IMPORTANCE_LEVELS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "token": token_importance,
+    "sequence": sequence_importance,
+}
+
+
+# --------------------------------------------------------------------------- surrogate and KL
+
+
+def clipped_surrogate(
+    log_weights: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, negated to a loss; also returns the ratio.
+
+    ``log_weights``: (B, T) or (B, 1); ``advantages``: (B, 1) -> (loss, ratio), same shape::
+
+        w    = exp(clamp(log_weights, -20, 20))
+        loss = -min(w A, clamp(w, 1 - eps_low, 1 + eps_high) A)
+    """
+    ratio = torch.exp(log_weights.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    clipped = ratio.clamp(1.0 - epsilon_low, 1.0 + epsilon_high)
+    loss = -torch.minimum(ratio * advantages, clipped * advantages)
+    return loss, ratio
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi_theta || pi_ref), >= 0, (B, T) -> (B, T)::
+
+        kl = exp(ref - logp) - (ref - logp) - 1
+    """
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1.0
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """Sizes of the whole step, so a micro-batch's share of the loss is exact.
+
+    Attributes:
+        sequences: training sequences in the step (all micro-batches).
+        tokens: loss tokens in the step (sum of every loss mask).
+        max_tokens: the constant of ``loss_normalization="constant"`` (else ``None``).
+    """
+
+    sequences: int
+    tokens: int
+    max_tokens: int | None = None
+
+
+def _per_token_weights(mask: torch.Tensor, totals: BatchTotals) -> torch.Tensor:
+    """``"token"``: every loss token counts the same, (B, T) -> (B, T): ``c = mask / N_tokens``."""
+    return mask / max(totals.tokens, 1)
+
+
+def _per_sequence_weights(mask: torch.Tensor, totals: BatchTotals) -> torch.Tensor:
+    """``"sequence"``: mean of per-sequence means, (B, T) -> (B, T): ``c = mask / (len_b * N_seq)``."""
+    lengths = mask.sum(-1, keepdim=True).clamp(min=1.0)  # (B, 1)
+    return mask / (lengths * max(totals.sequences, 1))
+
+
+def _constant_weights(mask: torch.Tensor, totals: BatchTotals) -> torch.Tensor:
+    """``"constant"`` (Dr. GRPO), (B, T) -> (B, T): ``c = mask / (N_seq * max_tokens)``."""
+    if totals.max_tokens is None:
+        raise ValueError("loss_normalization='constant' needs BatchTotals.max_tokens")
+    return mask / (max(totals.sequences, 1) * totals.max_tokens)
+
+
+#: loss_normalization -> function from (mask (B, T), step totals) to loss weights c (B, T).
+NORMALIZERS: dict[str, Callable[[torch.Tensor, BatchTotals], torch.Tensor]] = {
+    "token": _per_token_weights,
+    "sequence": _per_sequence_weights,
+    "constant": _constant_weights,
+}
+
+
+# --------------------------------------------------------------------------- the loss
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss variant, resolved once from a :class:`TrainConfig` (registries looked up here)."""
+
+    epsilon_low: float
+    epsilon_high: float
+    beta: float
+    kl_ratio_correction: bool
+    importance: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    normalizer: Callable[[torch.Tensor, BatchTotals], torch.Tensor]
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> LossSettings:
+        """Pick the importance and normalisation functions named by ``config``."""
+        return cls(
+            epsilon_low=config.epsilon,
+            epsilon_high=config.clip_high,
+            beta=config.beta,
+            kl_ratio_correction=config.kl_ratio_correction,
+            importance=IMPORTANCE_LEVELS[config.importance_level],
+            normalizer=NORMALIZERS[config.loss_normalization],
+        )
+
+
+@dataclass
+class LossOutput:
+    """One micro-batch's loss and its summed statistics (sums, so micro-batches add up).
+
+    Attributes:
+        loss: the micro-batch's share of the step loss (differentiable scalar).
+        policy_loss: the share without the KL term (detached).
+        kl_sum: sum of per-token KL over loss tokens, ratio-corrected when configured
+            (0 when beta is 0).
+        clipped_low / clipped_high: loss tokens whose ratio was clipped where it mattered
+            (below ``1 - eps`` with A < 0, above ``1 + eps_high`` with A > 0).
+        ratio_sum: sum over loss tokens of the importance ratio.
+        tokens: loss tokens in the micro-batch.
+    """
+
+    loss: torch.Tensor
+    policy_loss: float
+    kl_sum: float
+    clipped_low: int
+    clipped_high: int
+    ratio_sum: float
+    tokens: int
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: LossSettings,
+    totals: BatchTotals,
+    ref_logprobs: torch.Tensor | None = None,
+) -> LossOutput:
+    """The GRPO loss of one micro-batch (its share of the step; shares sum to the step loss).
+
+    ``logprobs``: (B, T) current policy, with grad; ``old_logprobs``: (B, T) sampling
+    policy, NaN where unknown; ``advantages``: (B,) or (B, 1); ``mask``: (B, T) 1 on loss
+    tokens; ``ref_logprobs``: (B, T), required when ``settings.beta > 0``.
+    Formula in the module docstring.
+    """
+    mask = mask.to(logprobs.dtype)
+    advantages = advantages.reshape(-1, 1).to(logprobs.dtype)  # (B, 1)
+    old = fill_unknown_logprobs(old_logprobs.to(logprobs.dtype), logprobs)  # (B, T)
+    log_ratio = masked_log_ratio(logprobs, old, mask)  # (B, T)
+    log_weights = settings.importance(log_ratio, mask)  # (B, T) or (B, 1)
+    per_token, ratio = clipped_surrogate(log_weights, advantages, settings.epsilon_low, settings.epsilon_high)
+    per_token = per_token.expand_as(mask)  # (B, T)
+    weights = settings.normalizer(mask, totals)  # (B, T)
+    policy_loss = (per_token * weights).sum()
+    loss = policy_loss
+    kl_sum = 0.0
+    if settings.beta != 0.0:
+        if ref_logprobs is None:
+            raise ValueError("beta > 0 needs ref_logprobs (the base model's log-probs, adapter disabled)")
+        kl = k3_kl(logprobs, ref_logprobs.to(logprobs.dtype))  # (B, T)
+        if settings.kl_ratio_correction:
+            kl = kl * ratio  # (B, T) * (B, T) or (B, 1)
+        loss = loss + settings.beta * (kl * weights).sum()
+        kl_sum = float((kl.detach() * mask).sum())
+    ratio_tok = ratio.detach().expand_as(mask)
+    on = mask.bool()
+    low = (ratio_tok < 1.0 - settings.epsilon_low) & (advantages < 0) & on
+    high = (ratio_tok > 1.0 + settings.epsilon_high) & (advantages > 0) & on
+    return LossOutput(
+        loss=loss,
+        policy_loss=float(policy_loss.detach()),
+        kl_sum=kl_sum,
+        clipped_low=int(low.sum()),
+        clipped_high=int(high.sum()),
+        ratio_sum=float((ratio_tok * mask).sum()),
+        tokens=int(mask.sum()),
+    )
+

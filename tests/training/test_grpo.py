@@ -1,0 +1,200 @@
+"""The GRPO loss functions on small hand-computed cases (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from art_adapters import TrainConfig
+from art_adapters_backend.training.grpo import (
+    IMPORTANCE_LEVELS,
+    NORMALIZERS,
+    BatchTotals,
+    LossSettings,
+    clipped_surrogate,
+    group_advantages,
+    grpo_loss,
+    is_zero_variance,
+    k3_kl,
+    sequence_importance,
+    token_logprobs,
+)
+
+
+def test_advantages_are_mean_centred_and_optionally_std_scaled() -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    assert group_advantages(rewards, scale=False).tolist() == [0.5, -0.5, -0.5, 0.5]
+    std = math.sqrt(1 / 3)  # Bessel: sum of squares 1.0 / (4 - 1)
+    expected = [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)] * 2
+    assert group_advantages(rewards, scale=True)[[0, 1, 3, 2]].tolist() == pytest.approx(
+        [expected[0], expected[1], expected[0], expected[1]]
+    )
+
+
+def test_zero_variance_groups_are_flagged() -> None:
+    assert is_zero_variance(torch.tensor([0.3, 0.3, 0.3]))
+    assert is_zero_variance(torch.tensor([1.0]))
+    assert not is_zero_variance(torch.tensor([0.3, 0.3, 0.31]))
+
+
+def test_advantages_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match=">= 2 rewards"):
+        group_advantages(torch.tensor([1.0]), scale=True)
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages(torch.tensor([1.0, float("nan")]), scale=True)
+
+
+def test_token_logprobs_match_log_softmax() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 7, generator=g)
+    ids = torch.randint(0, 7, (2, 5), generator=g)
+    out = token_logprobs(logits, ids)
+    ref = torch.log_softmax(logits, -1)
+    assert out[:, 0].tolist() == [0.0, 0.0]
+    for b in range(2):
+        for t in range(1, 5):
+            assert out[b, t].item() == pytest.approx(ref[b, t - 1, ids[b, t]].item(), abs=1e-6)
+    hot = token_logprobs(logits, ids, temperature=0.5)
+    assert hot[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0] / 0.5, -1)[ids[0, 1]].item(), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "advantage", "expected_loss"),
+    [
+        (1.0, 1.0, -1.0),  # on-policy: -A
+        (1.1, 1.0, -1.1),  # inside the clip range: unclipped
+        (1.2, 1.0, -1.2),  # exactly at 1 + eps: still the same value
+        (1.5, 1.0, -1.2),  # above 1 + eps with A > 0: clipped (no incentive to go further)
+        (1.5, -1.0, 1.5),  # above 1 + eps with A < 0: unclipped (the pessimistic term)
+        (0.8, -1.0, 0.8),  # exactly at 1 - eps
+        (0.5, -1.0, 0.8),  # below 1 - eps with A < 0: clipped
+        (0.5, 1.0, -0.5),  # below 1 - eps with A > 0: unclipped
+    ],
+)
+def test_clipped_surrogate_at_the_boundaries(ratio: float, advantage: float, expected_loss: float) -> None:
+    loss, r = clipped_surrogate(torch.tensor([[math.log(ratio)]]), torch.tensor([[advantage]]), 0.2, 0.2)
+    assert loss.item() == pytest.approx(expected_loss, abs=1e-6)
+    assert r.item() == pytest.approx(ratio, abs=1e-6)
+
+
+def test_clipped_gradient_is_zero_outside_the_trust_region() -> None:
+    log_w = torch.tensor([[math.log(1.5), math.log(1.1)]], requires_grad=True)
+    loss, _ = clipped_surrogate(log_w, torch.tensor([[1.0]]), 0.2, 0.2)
+    loss.sum().backward()
+    assert log_w.grad[0, 0].item() == 0.0  # clipped: no gradient
+    assert log_w.grad[0, 1].item() == pytest.approx(-1.1, abs=1e-6)  # d(-w)/d(log w) = -w
+
+
+def test_epsilon_high_widens_only_the_upper_side() -> None:
+    adv = torch.tensor([[1.0]])
+    loss, _ = clipped_surrogate(torch.tensor([[math.log(1.25)]]), adv, 0.2, 0.28)
+    assert loss.item() == pytest.approx(-1.25)
+    loss, _ = clipped_surrogate(torch.tensor([[math.log(0.7)]]), -adv, 0.2, 0.28)
+    assert loss.item() == pytest.approx(0.8)
+
+
+def test_k3_kl_is_zero_at_equality_and_positive_otherwise() -> None:
+    lp = torch.tensor([-1.0, -2.0])
+    assert k3_kl(lp, lp).tolist() == [0.0, 0.0]
+    d = 0.5
+    assert k3_kl(torch.tensor([-1.0]), torch.tensor([-1.0 + d])).item() == pytest.approx(math.exp(d) - d - 1)
+
+
+def test_sequence_importance_is_the_masked_mean() -> None:
+    log_ratio = torch.tensor([[0.0, 0.2, 0.4, 9.0]])
+    mask = torch.tensor([[0.0, 1.0, 1.0, 0.0]])
+    assert sequence_importance(log_ratio * mask, mask).item() == pytest.approx(0.3)
+
+
+def test_normalizers_weigh_tokens_as_documented() -> None:
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0]])
+    totals = BatchTotals(sequences=2, tokens=4, max_tokens=10)
+    assert NORMALIZERS["token"](mask, totals).sum().item() == pytest.approx(1.0)
+    seq = NORMALIZERS["sequence"](mask, totals)
+    assert seq[0, 1].item() == pytest.approx(1 / 6) and seq[1, 1].item() == pytest.approx(1 / 2)
+    assert NORMALIZERS["constant"](mask, totals)[0, 1].item() == pytest.approx(1 / 20)
+    assert set(IMPORTANCE_LEVELS) == {"token", "sequence"}
+
+
+def test_hand_computed_loss_on_policy() -> None:
+    """On-policy (ratio 1) the loss is -sum_i A_i * share_i: here token-normalised."""
+    logprobs = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.5]], requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    adv = torch.tensor([1.0, -2.0])
+    out = grpo_loss(logprobs, logprobs.detach().clone(), adv, mask, LossSettings.from_config(TrainConfig()),
+                    BatchTotals(sequences=2, tokens=3))
+    assert out.loss.item() == pytest.approx(-(1.0 + 1.0 - 2.0) / 3)
+    assert out.ratio_sum == pytest.approx(3.0) and out.tokens == 3
+    out.loss.backward()
+    # d loss / d logp = -A / N on loss tokens, 0 elsewhere (padding and prompt never get gradient).
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -1 / 3, -1 / 3], [0.0, 2 / 3, 0.0]]))
+
+
+def test_unknown_old_logprobs_count_as_on_policy() -> None:
+    logprobs = torch.tensor([[0.0, -1.0, -2.0]])
+    old = torch.tensor([[0.0, float("nan"), -2.5]])
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    out = grpo_loss(logprobs, old, torch.tensor([1.0]), mask, LossSettings.from_config(TrainConfig(epsilon=0.9)),
+                    BatchTotals(sequences=1, tokens=2))
+    assert out.ratio_sum == pytest.approx(1.0 + math.exp(0.5))
+    assert math.isfinite(out.loss.item())
+
+
+def test_nan_in_masked_positions_does_not_leak() -> None:
+    logprobs = torch.tensor([[0.0, -1.0, -2.0]])
+    old = torch.tensor([[float("inf"), -1.0, float("nan")]])
+    mask = torch.tensor([[0.0, 1.0, 0.0]])
+    out = grpo_loss(logprobs, old, torch.tensor([1.0]), mask, LossSettings.from_config(TrainConfig()),
+                    BatchTotals(sequences=1, tokens=1))
+    assert out.loss.item() == pytest.approx(-1.0)
+
+
+def test_micro_batch_shares_add_up_to_the_full_batch_loss() -> None:
+    g = torch.Generator().manual_seed(3)
+    logprobs = -torch.rand(4, 6, generator=g)
+    old = logprobs + 0.3 * torch.randn(4, 6, generator=g)
+    ref = logprobs + 0.1 * torch.randn(4, 6, generator=g)
+    mask = (torch.rand(4, 6, generator=g) > 0.3).float()
+    mask[:, 0] = 0
+    adv = torch.tensor([0.5, -1.0, 1.5, -0.2])
+    for config in [TrainConfig(beta=0.1), TrainConfig(loss_normalization="sequence", importance_level="sequence"),
+                   TrainConfig(loss_normalization="constant", max_tokens=8)]:
+        settings = LossSettings.from_config(config)
+        totals = BatchTotals(sequences=4, tokens=int(mask.sum()), max_tokens=config.max_tokens)
+        full = grpo_loss(logprobs, old, adv, mask, settings, totals, ref).loss
+        parts = sum(
+            grpo_loss(logprobs[s], old[s], adv[s], mask[s], settings, totals, ref[s]).loss
+            for s in (slice(0, 1), slice(1, 4))
+        )
+        assert parts.item() == pytest.approx(full.item(), abs=1e-6)
+
+
+def test_beta_without_reference_is_an_error() -> None:
+    lp = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        grpo_loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2), LossSettings.from_config(TrainConfig(beta=0.1)),
+                  BatchTotals(sequences=1, tokens=2))
+
+
+def test_config_cross_field_errors_say_what_to_change() -> None:
+    with pytest.raises(ValidationError, match="set max_tokens"):
+        TrainConfig(loss_normalization="constant")
+    with pytest.raises(ValidationError, match="remove max_tokens"):
+        TrainConfig(max_tokens=100)
+    with pytest.raises(ValidationError, match="lora_target_modules"):
+        TrainConfig(lora_target_modules=())
+    with pytest.raises(ValidationError):
+        TrainConfig(epsilon=1.5)
+    with pytest.raises(ValidationError):
+        TrainConfig(importance_level="tokens")
+    with pytest.raises(ValidationError):
+        TrainConfig(learnin_rate=1e-5)  # typo: unknown fields are rejected
+    assert TrainConfig().clip_high == 0.2 and TrainConfig(epsilon_high=0.28).clip_high == 0.28
+
+
+def test_config_json_round_trip() -> None:
+    config = TrainConfig(beta=0.05, epsilon_high=0.3, loss_normalization="constant", max_tokens=64)
+    assert TrainConfig.model_validate_json(config.model_dump_json()) == config
