@@ -1,0 +1,137 @@
+"""A scripted OpenAI-compatible judge: a real HTTP server on 127.0.0.1 that records requests.
+
+Each ``POST /v1/chat/completions`` is recorded (parsed JSON body) and answered by the
+next entry of ``script`` (or ``default`` when the script is empty). An entry is a dict:
+
+* ``{"content": "..."}``: answer with that assistant text;
+* ``{"sleep": 2.0, "content": "..."}``: wait first (to trip the client's timeout);
+* ``{"status": 500}``: answer with an HTTP error;
+
+or a callable ``body -> entry``, which sees the request (used to answer by content).
+:func:`good_answer` is the default: it reads the ids from the request's schema (or its
+prompt) and scores them ``1, 1/2, 1/3, ...``.
+
+Also used by ``bench/ruler.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Entry = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def request_ids(body: dict[str, Any]) -> list[str]:
+    """The trajectory ids a judge request asks about (from its schema, else its prompt)."""
+    schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+    if schema:
+        return list(schema["properties"]["scores"]["items"]["properties"]["trajectory_id"]["enum"])
+    text = "\n".join(str(m.get("content")) for m in body["messages"])
+    return list(dict.fromkeys(re.findall(r'<trajectory id="(t\d+)">', text)))
+
+
+def scores(pairs: list[tuple[str, float]], explanation: str = "because") -> str:
+    """A judge answer for ``(id, score)`` pairs, as JSON text."""
+    return json.dumps({"scores": [{"trajectory_id": i, "explanation": f"{explanation} {i}", "score": s} for i, s in pairs]})
+
+
+def good_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """A valid answer: ids in order, scored 1, 1/2, 1/3, ..."""
+    return {"content": scores([(label, 1 / (k + 1)) for k, label in enumerate(request_ids(body))])}
+
+
+class JudgeServer:
+    """The server; start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
+
+    def __init__(self) -> None:
+        self.script: list[Entry] = []
+        self.default: Entry = good_answer
+        self.requests: list[dict[str, Any]] = []
+        self.raw_bodies: list[str] = []
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def reset(self, script: list[Entry] | None = None, default: Entry = good_answer) -> None:
+        """Forget recorded requests and load a new script."""
+        with self._lock:
+            self.script = list(script or [])
+            self.default = default
+            self.requests.clear()
+            self.raw_bodies.clear()
+
+    def _next(self, body: dict[str, Any], raw: str) -> dict[str, Any]:
+        with self._lock:
+            self.requests.append(body)
+            self.raw_bodies.append(raw)
+            entry = self.script.pop(0) if self.script else self.default
+        return entry(body) if callable(entry) else entry
+
+    def start(self) -> JudgeServer:
+        """Listen on a free port on 127.0.0.1, serving from a daemon thread."""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
+                entry = server._next(json.loads(raw), raw)
+                time.sleep(entry.get("sleep", 0))
+                status = entry.get("status", 200)
+                if status != 200:
+                    payload: dict[str, Any] = {"error": {"message": "scripted failure", "type": "server_error"}}
+                else:
+                    payload = {
+                        "id": f"chatcmpl-{len(server.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": "scripted-judge",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": entry["content"]},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    }
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, name="judge-server", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> JudgeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
