@@ -27,6 +27,7 @@ from langchain_core.callbacks import adispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, ToolException
 
+from art_adapters.capture.events import TOOL_RECORD_EVENT
 from art_adapters.errors import ConfigError, ToolServerError
 from art_adapters.trajectory import ToolCallRecord
 from mcp_tools._telemetry import record_outcome, tool_call_span
@@ -41,8 +42,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TOOL_RECORD_EVENT", "McpTool", "build_tools", "result_text"]
 
-#: Name of the LangChain custom event carrying a ToolCallRecord (art_adapters.capture.events).
-TOOL_RECORD_EVENT = "art_adapters.tool_record"
 
 _CALL_ID_KWARG = "__mcp_tool_call_id"
 

@@ -4,9 +4,9 @@
 each with the convention it follows. :meth:`TraceState.build` then orders the model
 calls by start time, merges calls that two instrumentations reported for the same
 request (nested model-call spans) and MCP ``tools/call`` spans with the tool span that
-wraps them, and turns the calls into conversations: each call's input messages plus
-its output; a conversation that extends an earlier one replaces it, one that diverges
-is kept as an additional history. The longest is the trajectory's ``messages``.
+wraps them, and hands the calls to :func:`.assembly.assemble`, which the LangChain
+callback handler shares: a conversation that extends an earlier one replaces it, one
+that diverges is kept as an additional history, the longest is ``messages``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from art_adapters.capture.assembly import assemble
 from art_adapters.capture.otel_genai import parse_genai_span, parse_mcp_span
 from art_adapters.capture.otel_openinference import parse_openinference_span
 from art_adapters.capture.otel_records import SpanModelCall, SpanToolCall, span_error, span_start
-from art_adapters.trajectory import History, Message, ToolSchema, Trajectory
+from art_adapters.trajectory import Trajectory
 
 __all__ = ["TraceState", "parse_span"]
 
@@ -34,12 +35,6 @@ def parse_span(span: Any) -> SpanModelCall | SpanToolCall | None:
     if "mcp.method.name" in attributes:
         return parse_mcp_span(span)
     return parse_genai_span(span)
-
-
-@dataclass
-class _History:
-    messages: list[Message]
-    tools: list[ToolSchema] | None
 
 
 @dataclass
@@ -86,27 +81,13 @@ class TraceState:
 
     def build(self, root: Any | None = None) -> Trajectory:
         """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error."""
-        calls = self._merged_model_calls()
-        histories = _histories(calls)
-        main = max(histories, key=lambda h: len(h.messages), default=_History([], None))
-        trajectory = Trajectory(
-            messages=main.messages,
-            tools=main.tools,
-            additional_histories=[
-                History(messages=h.messages, tools=h.tools) for h in histories if h is not main
-            ],
-            tool_records=[t.record for t in self._merged_tool_calls()],
+        trajectory = assemble(
+            self._merged_model_calls(),
+            [t.record for t in self._merged_tool_calls()],
             metadata={"trace_id": f"{self.trace_id:032x}", "capture": "otel"},
         )
-        for call in calls:
-            if call.error is not None:
-                trajectory.logs.append(f"model call failed: {call.error}")
         if self.skipped:
             trajectory.logs.append(f"{self.skipped} span(s) could not be parsed and were skipped")
-        usage = _total_usage(calls)
-        trajectory.metrics.update(usage)
-        trajectory.metrics["model_calls"] = len(calls)
-        trajectory.metrics["tool_calls"] = len(trajectory.tool_records)
         if root is not None:
             trajectory.metadata["root_span"] = root.name
             started = span_start(root)
@@ -159,44 +140,3 @@ class TraceState:
             replaced.add(outer.span_id)
         kept = [t for t in self.tool_calls if t.span_id not in replaced]
         return sorted(kept, key=lambda t: t.start_ns)
-
-
-def _key(message: Message) -> dict[str, Any]:
-    return message.to_openai()
-
-
-def _histories(calls: list[SpanModelCall]) -> list[_History]:
-    """Conversations from ordered model calls: extensions replace, divergences add."""
-    histories: list[_History] = []
-    for call in calls:
-        conversation = list(call.messages) + ([call.output] if call.output is not None else [])
-        keys = [_key(m) for m in conversation]
-        placed = False
-        for history in histories:
-            known = [_key(m) for m in history.messages]
-            if keys[: len(known)] == known:  # extends (or equals) this history
-                history.messages = history.messages + conversation[len(known) :]
-                history.tools = call.tools if call.tools is not None else history.tools
-                placed = True
-                break
-            if known[: len(keys)] == keys:  # already contained in this history
-                _copy_completion_ids(conversation, history.messages)
-                placed = True
-                break
-        if not placed:
-            histories.append(_History(messages=conversation, tools=call.tools))
-    return histories
-
-
-def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:
-    for src, dst in zip(source, target, strict=False):
-        if src.completion_id is not None and dst.completion_id is None:
-            dst.completion_id = src.completion_id
-
-
-def _total_usage(calls: list[SpanModelCall]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for call in calls:
-        for key, value in call.usage.items():
-            total[key] = total.get(key, 0) + value
-    return total

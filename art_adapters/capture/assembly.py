@@ -1,0 +1,131 @@
+"""Turning recorded model and tool calls into a :class:`~art_adapters.trajectory.Trajectory`.
+
+Both capture paths — the LangChain callback handler (:mod:`.recorder`) and the
+OpenTelemetry span processor (:mod:`.otel_trace`) — end with the same material: the
+run's chat-model calls in start order (each with its input messages, the tools it was
+offered, its output message, token usage and error) and its tool executions. This
+module assembles that material, so both paths build trajectories the same way:
+
+* each model call's conversation is its input messages plus its output;
+* a conversation that extends an earlier one replaces it; one already contained in an
+  earlier one is dropped (its completion ids copied over); one that diverges is kept
+  as an additional history, so no history is ever lost;
+* the longest conversation is the trajectory's ``messages``;
+* token usage is summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and
+  each failed model call gets a line in ``logs``.
+
+Nothing here knows about LangChain, OpenTelemetry or threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from art_adapters.trajectory import History, Message, ToolCallRecord, ToolSchema, Trajectory
+
+__all__ = ["ModelCall", "ModelCallLike", "assemble", "conversations", "usage_totals"]
+
+
+class ModelCallLike(Protocol):
+    """What assembly needs from a model call (:class:`ModelCall`, or the OTel side's ``SpanModelCall``)."""
+
+    messages: list[Message]
+    tools: list[ToolSchema] | None
+    output: Message | None
+    usage: dict[str, int]
+    error: str | None
+
+
+@dataclass
+class ModelCall:
+    """One chat-model call, as a capture path recorded it.
+
+    Attributes:
+        messages: the input messages, OpenAI format.
+        tools: the tools offered to the model, ``None`` when none were bound.
+        output: the assistant message produced; ``None`` while running or when the call failed.
+        usage: token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
+        error: ``"Type: message"`` when the call failed.
+    """
+
+    messages: list[Message]
+    tools: list[ToolSchema] | None = None
+    output: Message | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _key(message: Message) -> dict[str, Any]:
+    return message.to_openai()
+
+
+def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
+    """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add."""
+    histories: list[History] = []
+    keys_of: list[list[dict[str, Any]]] = []
+    for call in calls:
+        conversation = [m.model_copy() for m in call.messages]
+        if call.output is not None:
+            conversation.append(call.output.model_copy())
+        keys = [_key(m) for m in conversation]
+        for index, history in enumerate(histories):
+            known = keys_of[index]
+            if keys[: len(known)] == known:  # extends (or equals) this history
+                history.messages = history.messages + conversation[len(known) :]
+                if call.tools is not None:
+                    history.tools = call.tools
+                keys_of[index] = keys
+                break
+            if known[: len(keys)] == keys:  # already contained in this history
+                _copy_completion_ids(conversation, history.messages)
+                break
+        else:
+            histories.append(History(messages=conversation, tools=call.tools))
+            keys_of.append(keys)
+    return histories
+
+
+def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:
+    for src, dst in zip(source, target, strict=False):
+        if src.completion_id is not None and dst.completion_id is None:
+            dst.completion_id = src.completion_id
+
+
+def usage_totals(calls: Sequence[ModelCallLike]) -> dict[str, int]:
+    """Token usage summed over *calls* (keys present in any call)."""
+    total: dict[str, int] = {}
+    for call in calls:
+        for key, value in call.usage.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def assemble(
+    calls: Sequence[ModelCallLike], tool_records: Sequence[ToolCallRecord], **fields: Any
+) -> Trajectory:
+    """The trajectory of one run from its model calls (in start order) and tool records (in order).
+
+    Args:
+        calls: the run's chat-model calls, ordered by start.
+        tool_records: the run's tool executions, ordered by start.
+        **fields: further :class:`~art_adapters.trajectory.Trajectory` fields
+            (``metadata``, ``error``, ``started_at``...).
+    """
+    histories = conversations(calls)
+    main = max(histories, key=lambda h: len(h.messages), default=History())
+    trajectory = Trajectory(
+        messages=main.messages,
+        tools=main.tools,
+        additional_histories=[h for h in histories if h is not main],
+        tool_records=list(tool_records),
+        **fields,
+    )
+    for call in calls:
+        if call.error is not None:
+            trajectory.logs.append(f"model call failed: {call.error}")
+    trajectory.metrics.update(usage_totals(calls))
+    trajectory.metrics["model_calls"] = len(calls)
+    trajectory.metrics["tool_calls"] = len(trajectory.tool_records)
+    return trajectory

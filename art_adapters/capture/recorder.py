@@ -1,0 +1,280 @@
+"""``TrajectoryRecorder``: run events keyed by ``run_id`` / ``parent_run_id`` in, trajectories out.
+
+The recorder is what the LangChain callback handler (:mod:`.langchain`) drives, but it
+knows nothing about LangChain: its inputs are run ids (any hashable), OpenAI-format
+:class:`~art_adapters.trajectory.Message`\\ s and plain values, so it is tested on its
+own. Its rules:
+
+* A run with no parent (or whose parent was never seen) is a *root*: each root run
+  becomes one trajectory, assembled by :func:`.assembly.assemble` when the root ends
+  (normally or with an error, which is kept in ``Trajectory.error``).
+* Every other run belongs to its parent's root, so concurrent roots sharing one
+  recorder never mix, and nested runs (subgraphs, nodes, tools) land in their root.
+* Model calls and tool executions are kept in the order they started.
+* An MCP record (from ``mcp_tools``) reported inside a tool run replaces that tool
+  run's own record, keeping its ``tool_call_id``: it knows the server, the session and
+  ``isError``. Reported outside any tool run, it is appended.
+
+All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
+raise on unknown or repeated run ids: capture must never break the captured run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from art_adapters.capture.assembly import ModelCall, assemble
+from art_adapters.errors import ConfigError
+from art_adapters.trajectory import Message, ToolCallRecord, ToolSchema, Trajectory
+
+__all__ = ["TrajectoryRecorder"]
+
+logger = logging.getLogger(__name__)
+
+RunId = Hashable
+
+
+@dataclass
+class _ToolRun:
+    record: ToolCallRecord
+    started: float
+
+
+@dataclass
+class _Root:
+    run_id: RunId
+    name: str | None
+    started_at: datetime
+    metadata: dict[str, Any]
+    runs: set[RunId] = field(default_factory=set)
+    model_calls: dict[RunId, ModelCall] = field(default_factory=dict)  # insertion order = start order
+    tool_records: list[ToolCallRecord] = field(default_factory=list)
+    tool_runs: dict[RunId, _ToolRun] = field(default_factory=dict)
+    mcp_replaced: set[RunId] = field(default_factory=set)
+
+
+class TrajectoryRecorder:
+    """Collects run events into one :class:`~art_adapters.trajectory.Trajectory` per root run.
+
+    Args:
+        on_trajectory: called with each finished trajectory (on the thread that ended
+            the root run); an exception it raises is logged and otherwise ignored.
+        max_finished: keep at most this many finished trajectories (oldest dropped
+            first); ``None`` keeps all. Use :meth:`pop_trajectories` to drain.
+
+    Raises:
+        ConfigError: ``on_trajectory`` is not callable, or ``max_finished`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_trajectory: Callable[[Trajectory], object] | None = None,
+        max_finished: int | None = None,
+    ) -> None:
+        if on_trajectory is not None and not callable(on_trajectory):
+            raise ConfigError(f"on_trajectory must be callable, got {type(on_trajectory).__name__}")
+        if max_finished is not None and (isinstance(max_finished, bool) or not isinstance(max_finished, int) or max_finished <= 0):
+            raise ConfigError(f"max_finished must be a positive int or None, got {max_finished!r}")
+        self._on_trajectory = on_trajectory
+        self._max_finished = max_finished
+        self._lock = threading.RLock()
+        self._root_of: dict[RunId, RunId] = {}
+        self._roots: dict[RunId, _Root] = {}
+        self._finished: list[Trajectory] = []
+
+    # -- results --
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """Finished trajectories, in the order their root runs ended."""
+        with self._lock:
+            return list(self._finished)
+
+    @property
+    def trajectory(self) -> Trajectory | None:
+        """The trajectory of the root run that ended last, or ``None``."""
+        with self._lock:
+            return self._finished[-1] if self._finished else None
+
+    @property
+    def active_runs(self) -> int:
+        """Root runs started and not yet ended."""
+        with self._lock:
+            return len(self._roots)
+
+    def pop_trajectories(self) -> list[Trajectory]:
+        """Return the finished trajectories and forget them."""
+        with self._lock:
+            taken, self._finished = self._finished, []
+        return taken
+
+    # -- events --
+
+    def start_run(
+        self, run_id: RunId, parent_run_id: RunId | None, *, name: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> None:
+        """A run (chain, graph, node, retriever...) started."""
+        with self._lock:
+            self._attach(run_id, parent_run_id, name=name, metadata=metadata)
+
+    def end_run(self, run_id: RunId, *, error: str | None = None) -> None:
+        """A run ended; when it is a root, its trajectory is assembled (``error``: how it failed)."""
+        with self._lock:
+            root = self._roots.get(run_id)
+            if root is None:
+                return
+            del self._roots[run_id]
+            for child in root.runs:
+                self._root_of.pop(child, None)
+            trajectory = self._build(root, error)
+            self._finished.append(trajectory)
+            if self._max_finished is not None and len(self._finished) > self._max_finished:
+                del self._finished[0]
+        if self._on_trajectory is not None:
+            try:
+                self._on_trajectory(trajectory)
+            except Exception:
+                logger.exception("TrajectoryRecorder: on_trajectory callback raised; ignored")
+
+    def start_model_call(
+        self,
+        run_id: RunId,
+        parent_run_id: RunId | None,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        name: str | None = None,
+    ) -> None:
+        """A chat-model call started with these input messages and tools."""
+        with self._lock:
+            root = self._attach(run_id, parent_run_id, name=name)
+            root.model_calls[run_id] = ModelCall(messages=list(messages), tools=tools)
+
+    def end_model_call(
+        self,
+        run_id: RunId,
+        output: Message | None,
+        *,
+        usage: dict[str, int] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """A chat-model call ended with ``output`` (or failed with ``error``)."""
+        with self._lock:
+            root = self._root(run_id)
+            call = root.model_calls.get(run_id) if root is not None else None
+            if call is not None:
+                call.output = output
+                call.usage = dict(usage or {})
+                call.error = error
+        self._end_if_root(run_id, error)
+
+    def start_tool(
+        self,
+        run_id: RunId,
+        parent_run_id: RunId | None,
+        *,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        call_id: str | None = None,
+    ) -> None:
+        """A tool execution started."""
+        with self._lock:
+            root = self._attach(run_id, parent_run_id, name=name)
+            record = ToolCallRecord(
+                name=name, call_id=call_id, arguments=arguments, source="langchain", started_at=datetime.now(UTC)
+            )
+            root.tool_runs[run_id] = _ToolRun(record=record, started=time.perf_counter())
+            root.tool_records.append(record)
+
+    def end_tool(
+        self,
+        run_id: RunId,
+        *,
+        result: str | None = None,
+        is_error: bool = False,
+        error: str | None = None,
+        call_id: str | None = None,
+    ) -> None:
+        """A tool execution ended with ``result`` (``is_error`` for a handled tool error) or raised ``error``."""
+        with self._lock:
+            root = self._root(run_id)
+            tool_run = root.tool_runs.get(run_id) if root is not None else None
+            if root is not None and tool_run is not None and run_id not in root.mcp_replaced:
+                record = tool_run.record
+                record.result = result
+                record.is_error = is_error or error is not None
+                record.error = error
+                record.duration_s = time.perf_counter() - tool_run.started
+                if call_id and not record.call_id:
+                    record.call_id = call_id
+        self._end_if_root(run_id, error)
+
+    def add_tool_record(self, run_id: RunId | None, record: ToolCallRecord) -> None:
+        """A tool record reported by the tool itself (an MCP ``tools/call``) from inside run ``run_id``."""
+        with self._lock:
+            root = self._root(run_id) if run_id is not None else None
+            if root is None:
+                logger.debug("tool record %r outside any known run; dropped", record.name)
+                return
+            tool_run = root.tool_runs.get(run_id)
+            if tool_run is None or run_id in root.mcp_replaced:
+                root.tool_records.append(record)
+                return
+            if record.call_id is None:
+                record = record.model_copy(update={"call_id": tool_run.record.call_id})
+            index = next(i for i, r in enumerate(root.tool_records) if r is tool_run.record)
+            root.tool_records[index] = record
+            root.mcp_replaced.add(run_id)
+
+    # -- internals (called with the lock held) --
+
+    def _root(self, run_id: RunId) -> _Root | None:
+        root_id = self._root_of.get(run_id)
+        return self._roots.get(root_id) if root_id is not None else None
+
+    def _attach(
+        self, run_id: RunId, parent_run_id: RunId | None, *, name: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> _Root:
+        known = self._root(run_id)
+        if known is not None:
+            return known
+        parent_root = self._root(parent_run_id) if parent_run_id is not None else None
+        if parent_root is None:
+            if parent_run_id is not None:
+                logger.debug("run %s has an unknown parent %s; recording it as a root run", run_id, parent_run_id)
+            parent_root = _Root(run_id=run_id, name=name, started_at=datetime.now(UTC), metadata=dict(metadata or {}))
+            self._roots[run_id] = parent_root
+        parent_root.runs.add(run_id)
+        self._root_of[run_id] = parent_root.run_id
+        return parent_root
+
+    def _end_if_root(self, run_id: RunId, error: str | None) -> None:
+        if run_id in self._roots:
+            self.end_run(run_id, error=error)
+
+    def _build(self, root: _Root, error: str | None) -> Trajectory:
+        metadata: dict[str, Any] = {"capture": "langchain", "run_id": str(root.run_id)}
+        if root.name:
+            metadata["root_run"] = root.name
+        # the root's config metadata (scenario ids and the like); only JSON scalars are kept
+        metadata.update({k: v for k, v in root.metadata.items() if isinstance(v, str | int | float | bool)})
+        calls = list(root.model_calls.values())
+        trajectory = assemble(
+            calls,
+            root.tool_records,
+            metadata=metadata,
+            started_at=root.started_at,
+            finished_at=datetime.now(UTC),
+            error=error,
+        )
+        running = [c for c in calls if c.output is None and c.error is None]
+        if running:
+            trajectory.logs.append(f"{len(running)} model call(s) had not finished when the run ended")
+        return trajectory
