@@ -1,0 +1,93 @@
+"""The span processor and the callback handler agree on the same run of a real LangGraph graph.
+
+OpenInference's LangChain instrumentation (third-party, instrumented with its documented
+``instrument(tracer_provider=...)``) turns the run into spans; TrajectorySpanProcessor
+assembles them. The callback handler watches the same run. Both must produce the same
+conversation (messages, completion ids), the same tools, histories, tool records and error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from art_adapters.capture.langchain import TrajectoryCallbackHandler
+from art_adapters.capture.otel import TrajectorySpanProcessor
+from art_adapters.trajectory import Trajectory
+from capture_fakes import PolicyChatModel
+from test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
+
+instrumentation = pytest.importorskip(
+    "openinference.instrumentation.langchain", reason="openinference-instrumentation-langchain is not installed"
+)
+
+
+@pytest.fixture
+def capture() -> Iterator[TrajectorySpanProcessor]:
+    """A span processor on a real provider that OpenInference instruments LangChain into."""
+    provider = TracerProvider()
+    processor = TrajectorySpanProcessor()
+    provider.add_span_processor(processor)
+    instrumentor = instrumentation.LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield processor
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+def comparable(trajectory: Trajectory) -> dict:
+    """What both capture paths must agree on (not ids, timings, or where a record came from)."""
+    return {
+        "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
+        "tools": trajectory.tools,
+        "histories": [[m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories],
+        "tool_records": sorted(
+            (r.call_id, r.name, str(r.arguments), r.result, r.is_error) for r in trajectory.tool_records
+        ),
+        "error": trajectory.error,
+        "usage": {k: v for k, v in trajectory.metrics.items() if k.endswith("tokens")},
+        "model_calls": trajectory.metrics["model_calls"],
+    }
+
+
+def test_react_agent_invoke(capture: TrajectorySpanProcessor, agent) -> None:
+    handler = TrajectoryCallbackHandler()
+    agent.invoke(QUESTION, config={"callbacks": [handler]})
+    assert_calculator_run(capture.trajectory)  # the span side on its own is complete and right
+    assert comparable(capture.trajectory) == comparable(handler.trajectory)
+    assert len(capture.trajectories) == 1
+
+
+async def test_streamed_ainvoke_of_a_graph_with_a_subgraph_and_divergent_histories(capture, agent) -> None:
+    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy))
+    handler = TrajectoryCallbackHandler()
+    async for _ in graph.astream(QUESTION, config={"callbacks": [handler]}, stream_mode="messages"):
+        pass
+    otel = capture.trajectory
+    assert otel is not None and len(otel.additional_histories) == 2
+    assert comparable(otel) == comparable(handler.trajectory)
+
+
+def test_a_node_that_raises(capture, agent) -> None:
+    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy), fail_after_summary=True)
+    handler = TrajectoryCallbackHandler()
+    with pytest.raises(ValueError):
+        graph.invoke(QUESTION, config={"callbacks": [handler]})
+    otel = capture.trajectory
+    assert otel is not None and otel.error is not None and "summary rejected" in otel.error
+    assert comparable(otel) == comparable(handler.trajectory)
+
+
+async def test_concurrent_runs(capture, agent) -> None:
+    handler = TrajectoryCallbackHandler()
+    questions = [f"what is {i} + 2 times 3" for i in range(6)]
+    await asyncio.gather(*(agent.ainvoke({"messages": [("user", q)]}, config={"callbacks": [handler]}) for q in questions))
+    by_question_otel = {t.messages[1].content: comparable(t) for t in capture.trajectories}
+    by_question_handler = {t.messages[1].content: comparable(t) for t in handler.trajectories}
+    assert set(by_question_otel) == set(questions)
+    assert by_question_otel == by_question_handler
