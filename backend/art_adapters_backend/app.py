@@ -1,0 +1,55 @@
+"""``create_app(state)``: the FastAPI application (routes, OpenAI-style errors, API key)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .auth import ApiKeyMiddleware
+from .engine.base import ContextLengthError
+from .errors import BadRequestError, install_error_handlers
+from .routes_art import health_router
+from .routes_art import router as art_router
+from .routes_openai import router as openai_router
+from .state import ServerState
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+
+async def _engine_value_error(request: Request, exc: Exception) -> JSONResponse:
+    code = "context_length_exceeded" if isinstance(exc, ContextLengthError) else "invalid_value"
+    return BadRequestError(str(exc), code=code).response()
+
+
+def create_app(state: ServerState) -> FastAPI:
+    """The backend's ASGI app serving ``state``.
+
+    Routes: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/art/...`` (see
+    ``docs/backend-api.md``); every error is an OpenAI-style JSON body; with an API key
+    configured every request but ``/health`` must carry it.
+    """
+    app = FastAPI(
+        title="art-adapters backend",
+        summary="OpenAI-compatible inference with exact-token records, a model registry and LoRA training.",
+        version="0.1.0",
+    )
+    app.state.server = state
+    install_error_handlers(app)
+    app.add_exception_handler(ContextLengthError, _engine_value_error)
+    try:
+        from .engine.constraint import ConstraintError
+    except ImportError:  # pragma: no cover - engine without constrained decoding
+        pass
+    else:
+        app.add_exception_handler(ConstraintError, _engine_value_error)
+    app.include_router(health_router)
+    app.include_router(openai_router)
+    app.include_router(art_router)
+    api_key = state.config.api_key_value
+    if api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    return app

@@ -1,0 +1,288 @@
+"""Chat completions without HTTP: an OpenAI request -> an engine request -> OpenAI choices + a record.
+
+:func:`prepare_chat` checks everything that needs the server's state (model, tools,
+schemas, context length) and raises :class:`~.errors.APIError` with a readable message;
+:func:`choice_body`, :func:`response_body` and :func:`make_record` turn the engine's
+sequences into the response and the exact-token record. Streaming lives in
+:mod:`.streaming` and reuses these.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .chat_template import TOOL_CALL_PREFIX, TOOL_CALL_SUFFIX
+from .engine.base import Constraint, GeneratedSequence, GenerationRequest, SamplingParams
+from .errors import BadRequestError
+from .openai_types import ChatCompletionRequest, NamedToolChoice
+from .records import ChoiceRecord, CompletionRecord
+from .registry import ServedModel
+from .tool_parser import ParsedToolCall, parse_reply
+
+if TYPE_CHECKING:
+    from .state import ServerState
+
+__all__ = ["PreparedChat", "choice_body", "make_record", "new_completion_id", "prepare_chat", "response_body"]
+
+logger = logging.getLogger(__name__)
+
+_XGRAMMAR_NOISE = re.compile(r"^\[[^\]]*\]\s*\S+:\d+:\s*")
+
+
+def new_completion_id() -> str:
+    """A fresh completion id, ``chatcmpl-<24 hex>``."""
+    return f"chatcmpl-{secrets.token_hex(12)}"
+
+
+@dataclass
+class PreparedChat:
+    """A validated request, ready for the engine.
+
+    Attributes:
+        request: the parsed OpenAI request.
+        served: what its ``model`` resolved to.
+        generation: the engine request (prompt ids, sampling, constraint, adapter).
+        parse_tools: whether tool calls are parsed out of the replies.
+        tool_names: the offered tools.
+        completion_id: the response ``id`` and record key.
+        created: Unix time of the request.
+    """
+
+    request: ChatCompletionRequest
+    served: ServedModel
+    generation: GenerationRequest
+    parse_tools: bool
+    tool_names: list[str]
+    completion_id: str = field(default_factory=new_completion_id)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def want_logprobs(self) -> bool:
+        """Whether choices carry ``logprobs``."""
+        return bool(self.request.logprobs)
+
+
+def check_schema(schema: Any, param: str) -> None:
+    """Raise a 400 naming ``param`` if ``schema`` is not a JSON schema the decoder can follow."""
+    import xgrammar as xgr
+
+    if not isinstance(schema, dict):
+        raise BadRequestError(f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param)
+    try:
+        xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        reason = _XGRAMMAR_NOISE.sub("", str(exc).strip()).strip()
+        raise BadRequestError(f"{param} is not a valid JSON schema: {reason}", param=param, code="invalid_schema") from exc
+
+
+def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": parameters},
+        "required": ["name", "arguments"],
+    }
+
+
+def _constraint(request: ChatCompletionRequest) -> Constraint | None:
+    choice = request.tool_choice
+    tools = {tool.function.name: tool.function.parameters for tool in request.tools or []}
+    if isinstance(choice, NamedToolChoice):
+        schema = _call_schema(choice.function.name, tools[choice.function.name])
+        return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+    if choice == "required":
+        options = [_call_schema(name, params) for name, params in tools.items()]
+        schema = options[0] if len(options) == 1 else {"anyOf": options}
+        return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+    response_format = request.response_format
+    if response_format is not None and response_format.type == "json_object":
+        return Constraint(json_schema={"type": "object"})
+    if response_format is not None and response_format.type == "json_schema":
+        assert response_format.json_schema is not None
+        return Constraint(json_schema=response_format.json_schema.schema_)
+    return None
+
+
+def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
+    """Cross-field rules that pydantic's per-field validation cannot see."""
+    names = request.tool_names
+    if request.tool_choice is not None and not names:
+        raise BadRequestError(
+            "tool_choice is set but no tools were given: pass 'tools' or drop 'tool_choice'", param="tool_choice"
+        )
+    if isinstance(request.tool_choice, NamedToolChoice) and request.tool_choice.function.name not in names:
+        raise BadRequestError(
+            f"tool_choice names the function {request.tool_choice.function.name!r}, which is not among the "
+            f"tools ({', '.join(names)})",
+            param="tool_choice",
+        )
+    forced = request.tool_choice == "required" or isinstance(request.tool_choice, NamedToolChoice)
+    if forced and request.response_format is not None and request.response_format.type != "text":
+        raise BadRequestError(
+            "a forced tool call (tool_choice 'required' or a named function) cannot be combined with a JSON "
+            "response_format: drop one of them",
+            param="response_format",
+        )
+    if (request.n or 1) > max_n:
+        raise BadRequestError(f"n is {request.n}; this server allows at most {max_n} choices", param="n")
+    if request.top_logprobs and not request.logprobs:
+        raise BadRequestError("top_logprobs needs logprobs: set 'logprobs': true", param="top_logprobs")
+    if request.stream_options is not None and not request.stream:
+        raise BadRequestError("stream_options is only allowed with 'stream': true", param="stream_options")
+    for i, tool in enumerate(request.tools or []):
+        params = tool.function.parameters
+        if params.get("type", "object") != "object":
+            raise BadRequestError(
+                f"tools[{i}].function.parameters must be a JSON schema of type 'object', not {params.get('type')!r}",
+                param=f"tools[{i}].function.parameters",
+                code="invalid_schema",
+            )
+        check_schema(params, f"tools[{i}].function.parameters")
+    if request.response_format is not None and request.response_format.json_schema is not None:
+        check_schema(request.response_format.json_schema.schema_, "response_format.json_schema.schema")
+
+
+async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> PreparedChat:
+    """Validate ``request`` against the server and build the engine request.
+
+    Raises:
+        APIError: unknown model (404) or any bad input (400), with a message saying what is wrong.
+    """
+    served = state.registry.resolve(request.model)
+    _check_request(request, state.config.max_n)
+    tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+    prompt = state.template.encode(request.messages, tools)
+    context = state.context_length
+    if len(prompt) >= context:
+        raise BadRequestError(
+            f"the prompt is {len(prompt)} tokens but the model's context length is {context}: "
+            "shorten the messages or tools",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    room = context - len(prompt)
+    asked = request.max_completion_tokens or request.max_tokens
+    if asked is not None and asked > room:
+        raise BadRequestError(
+            f"the prompt is {len(prompt)} tokens and max_tokens asks for {asked} more, but the model's "
+            f"context length is {context}: ask for at most {room} new tokens or shorten the messages",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    max_tokens = asked if asked is not None else min(state.config.default_max_tokens, room)
+    params = SamplingParams(
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        max_tokens=max_tokens,
+        seed=request.seed,
+        stop=tuple(request.stop or ()),
+        top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
+    )
+    adapter = await state.adapter_for(served)
+    generation = GenerationRequest(
+        prompt_token_ids=prompt, params=params, n=request.n or 1, adapter=adapter, constraint=_constraint(request)
+    )
+    parse_tools = bool(request.tools) and request.tool_choice != "none"
+    return PreparedChat(request=request, served=served, generation=generation, parse_tools=parse_tools,
+                        tool_names=request.tool_names)  # fmt: skip
+
+
+def split_reply(text: str, prepared: PreparedChat) -> tuple[str | None, list[ParsedToolCall]]:
+    """The reply's content and tool calls (none unless tools are parsed for this request)."""
+    if not prepared.parse_tools:
+        return text, []
+    parsed = parse_reply(text, prepared.tool_names)
+    return parsed.content, parsed.tool_calls
+
+
+def choice_body(sequence: GeneratedSequence, prepared: PreparedChat, state: ServerState) -> dict[str, Any]:
+    """One OpenAI ``choices`` entry for a finished sequence."""
+    content, calls = split_reply(sequence.text, prepared)
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if calls:
+        message["tool_calls"] = [call.to_openai() for call in calls]
+    logprobs = None
+    if prepared.want_logprobs:
+        entries = state.token_texts.content(sequence.token_ids, sequence.logprobs, sequence.top_logprobs)
+        logprobs = {"content": entries, "refusal": None}
+    return {
+        "index": sequence.index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": "tool_calls" if calls else sequence.finish_reason,
+    }
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """The OpenAI ``usage`` object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def response_body(
+    prepared: PreparedChat, sequences: list[GeneratedSequence], state: ServerState
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``chat.completion`` body and each choice's finish reason."""
+    choices = [choice_body(seq, prepared, state) for seq in sorted(sequences, key=lambda s: s.index)]
+    body = {
+        "id": prepared.completion_id,
+        "object": "chat.completion",
+        "created": prepared.created,
+        "model": prepared.request.model,
+        "choices": choices,
+        "usage": usage_body(len(prepared.generation.prompt_token_ids), sum(len(s.token_ids) for s in sequences)),
+        "system_fingerprint": None,
+    }
+    return body, [c["finish_reason"] for c in choices]
+
+
+def make_record(
+    prepared: PreparedChat,
+    choices: list[ChoiceRecord],
+    state: ServerState,
+    *,
+    stream: bool,
+) -> CompletionRecord:
+    """The exact-token record of a finished completion."""
+    params = prepared.generation.params
+    return CompletionRecord(
+        id=prepared.completion_id,
+        model=prepared.request.model,
+        base_model=state.config.base_model,
+        trained_model=prepared.served.trained_model,
+        step=prepared.served.step,
+        created=prepared.created,
+        prompt_token_ids=list(prepared.generation.prompt_token_ids),
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=params.max_tokens,
+        seed=params.seed,
+        stop=list(params.stop),
+        n=prepared.generation.n,
+        top_logprobs=params.top_logprobs,
+        constrained=prepared.generation.constraint is not None,
+        stream=stream,
+        choices=sorted(choices, key=lambda c: c.index),
+    )
+
+
+def choice_record(sequence: GeneratedSequence, finish_reason: str) -> ChoiceRecord:
+    """The record of one finished sequence."""
+    return ChoiceRecord(
+        index=sequence.index,
+        completion_token_ids=list(sequence.token_ids),
+        logprobs=[float(x) for x in sequence.logprobs],
+        top_logprobs=[[(int(t), float(lp)) for t, lp in row] for row in sequence.top_logprobs]
+        if sequence.top_logprobs is not None
+        else None,
+        finish_reason=finish_reason,
+        text=sequence.text,
+    )

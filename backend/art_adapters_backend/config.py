@@ -1,0 +1,80 @@
+"""``ServeConfig``: every setting of the backend service, validated once."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, model_validator
+
+__all__ = ["ServeConfig", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in {"localhost", "localhost.localdomain"}:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ServeConfig(BaseModel):
+    """Settings of ``art-adapters serve`` / ``python -m art_adapters_backend serve``.
+
+    Attributes:
+        host: address to bind. Default ``127.0.0.1``. Any non-loopback address (e.g.
+            ``0.0.0.0``) requires ``api_key``.
+        port: TCP port to bind; 0 picks a free one (write it out with ``port_file``). Default 8000.
+        run_dir: the run directory: model registry (``registry.json``), exact-token records
+            (``completions.jsonl``), checkpoints. Created if missing; survives restarts.
+        base_model: the base model served: ``smollm2-135m-instruct`` (bundled, converted once
+            and cached) or a Hugging Face causal-LM folder. Served under exactly this id.
+        api_key: when set, every request but ``GET /health`` must send
+            ``Authorization: Bearer <api_key>``. Required for non-loopback hosts.
+        port_file: if set, the bound port is written there (atomically) once the server
+            accepts connections.
+        max_batch_size: most sequences the engine decodes together (dynamic batching). Default 8.
+        device: torch device of the embedded engine (``cpu``, ``cuda``). Default ``cpu``.
+        cache_dir: where the bundled model's converted weights are cached; default: the
+            engine's own cache folder.
+        default_max_tokens: new tokens per choice when a request sets neither ``max_tokens``
+            nor ``max_completion_tokens`` (capped by the room left in the context). Default 512.
+        max_n: the largest ``n`` (choices per request) accepted. Default 16.
+        graceful_shutdown_s: seconds to let in-flight requests finish on SIGTERM. Default 5.
+        log_level: uvicorn's log level. Default ``info``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    run_dir: Path = Path(".art/backend")
+    base_model: str = Field(default="smollm2-135m-instruct", min_length=1)
+    api_key: SecretStr | None = None
+    port_file: Path | None = None
+    max_batch_size: PositiveInt = 8
+    device: str = "cpu"
+    cache_dir: Path | None = None
+    default_max_tokens: PositiveInt = 512
+    max_n: PositiveInt = 16
+    graceful_shutdown_s: float = Field(default=5.0, ge=0)
+    log_level: str = "info"
+
+    @model_validator(mode="after")
+    def _check_exposure(self) -> ServeConfig:
+        if self.api_key is not None and not self.api_key.get_secret_value().strip():
+            raise ValueError("the API key is empty: pass a non-empty --api-key / ART_ADAPTERS_API_KEY, or none")
+        if self.api_key is None and not is_loopback(self.host):
+            raise ValueError(
+                f"binding {self.host!r} (not a loopback address) would expose the server to the network "
+                "without authentication: pass --api-key or set ART_ADAPTERS_API_KEY "
+                "(or bind 127.0.0.1)"
+            )
+        return self
+
+    @property
+    def api_key_value(self) -> str | None:
+        """The API key in clear, or ``None``."""
+        return self.api_key.get_secret_value() if self.api_key is not None else None

@@ -1,0 +1,193 @@
+"""OpenAI-shaped HTTP errors of the backend, and the handlers that produce them.
+
+Every error the server returns has the body OpenAI uses::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "...", "code": "..."}}
+
+::
+
+    APIError                    an error with an HTTP status (raise it anywhere in a request)
+    ├── BadRequestError         400: the request is malformed or asks for the impossible
+    ├── AuthenticationError     401: missing or wrong API key
+    ├── NotFoundError           404: unknown model, completion id or route
+    └── ConflictError           409: the request contradicts existing state
+
+:func:`install_error_handlers` turns these, FastAPI's validation errors (one readable
+message instead of pydantic's list) and any unexpected exception (logged with its
+traceback, answered as a 500 without it) into such bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = [
+    "APIError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "NotFoundError",
+    "error_body",
+    "install_error_handlers",
+    "validation_message",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Roles used as discriminator tags of the message union; they are dropped from error paths.
+_UNION_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class APIError(Exception):
+    """An error answered with ``status_code`` and an OpenAI-style body.
+
+    Args:
+        message: what is wrong and, where it helps, what to do instead.
+        param: the request field at fault (``"messages[1].content"``), if any.
+        code: a short machine-readable code (``"model_not_found"``), if any.
+    """
+
+    status_code: int = 400
+    error_type: str = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of this error."""
+        return error_body(self.message, self.error_type, self.param, self.code)
+
+    def response(self) -> JSONResponse:
+        """This error as a response."""
+        return JSONResponse(self.body(), status_code=self.status_code)
+
+
+class BadRequestError(APIError):
+    """400: the request is malformed or asks for something impossible."""
+
+    status_code = 400
+
+
+class AuthenticationError(APIError):
+    """401: the API key is missing or wrong."""
+
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class NotFoundError(APIError):
+    """404: the model, completion id or route does not exist."""
+
+    status_code = 404
+
+
+class ConflictError(APIError):
+    """409: the request contradicts what already exists (e.g. a name taken by another base model)."""
+
+    status_code = 409
+
+
+def error_body(message: str, error_type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The OpenAI error body ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def _format_loc(loc: Sequence[Any]) -> str:
+    parts: list[str] = []
+    previous: Any = None
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif isinstance(item, str) and isinstance(previous, int) and item in _UNION_TAGS:
+            pass  # the tagged-union member ('messages[0].user.content' -> 'messages[0].content')
+        else:
+            parts.append(f".{item}" if parts else str(item))
+        previous = item
+    return "".join(parts)
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
+    """Turn pydantic/FastAPI validation errors into one readable message and the first bad param.
+
+    Invalid JSON becomes ``"invalid JSON body: <reason> (at character N)"``; field errors become
+    ``"invalid request: <field>: <problem>; <field>: <problem>"``.
+    """
+    if not errors:
+        return "invalid request", None
+    for error in errors:
+        if error.get("type") == "json_invalid":
+            reason = (error.get("ctx") or {}).get("error") or error.get("msg", "")
+            loc = error.get("loc") or ()
+            where = f" (at character {loc[-1]})" if loc and isinstance(loc[-1], int) else ""
+            return f"invalid JSON body: {reason}{where}; send a JSON object", None
+    problems: list[str] = []
+    first_param: str | None = None
+    for error in errors:
+        loc = [item for item in error.get("loc", ()) if item != "body"]
+        param = _format_loc(loc)
+        if first_param is None and param:
+            first_param = param
+        msg = str(error.get("msg", "invalid value"))
+        msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if error.get("type") == "missing":
+            msg = "field required"
+        elif error.get("type") == "model_attributes_type" and not loc:
+            msg = "the body must be a JSON object"
+        problem = f"{param}: {msg}" if param else msg
+        if problem not in problems:
+            problems.append(problem)
+    if len(problems) > 5:
+        problems = [*problems[:5], f"and {len(problems) - 5} more"]
+    return "invalid request: " + "; ".join(problems), first_param
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    message, param = validation_message(list(exc.errors()))
+    code = "invalid_json" if message.startswith("invalid JSON") else "invalid_value"
+    return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}; see /docs for the API"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return JSONResponse(
+        error_body(message, error_type), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.error(
+        "unexpected error serving %s %s", request.method, request.url.path, exc_info=(type(exc), exc, exc.__traceback__)
+    )
+    message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
+    return JSONResponse(error_body(message, "server_error"), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error of ``app`` with an OpenAI-style JSON body (never a stack trace)."""
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,297 @@
+"""Pydantic models of the OpenAI chat-completions API: the request we accept, the bodies we send.
+
+The request model normalises what OpenAI accepts in several shapes (content as a string
+or a list of text parts, ``stop`` as a string or a list) and turns each malformed field
+into one readable message. Cross-field rules that need the server's state (known model,
+context length) are checked in :mod:`.chat`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "AssistantMessage",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "FunctionDefinition",
+    "NamedToolChoice",
+    "ResponseFormat",
+    "StreamOptions",
+    "SystemMessage",
+    "Tool",
+    "ToolCall",
+    "ToolMessage",
+    "UserMessage",
+]
+
+_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def _text_content(value: Any, *, allow_none: bool) -> Any:
+    """OpenAI content: a string, a list of ``{"type": "text", "text": ...}`` parts, or null."""
+    if value is None:
+        if allow_none:
+            return None
+        raise ValueError("content must be a string or a list of text parts, not null")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts: list[str] = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict):
+                raise ValueError(f"content part {i} must be an object like {{'type': 'text', 'text': '...'}}")
+            kind = part.get("type")
+            if kind != "text":
+                raise ValueError(f"content part {i} has type {kind!r}; only 'text' parts are supported")
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"content part {i} needs a string 'text'")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(f"content must be a string or a list of text parts, not {type(value).__name__}")
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str | None = None
+
+
+class SystemMessage(_Message):
+    """A system message."""
+
+    role: Literal["system"]
+    content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: Any) -> Any:
+        return _text_content(value, allow_none=False)
+
+
+class DeveloperMessage(SystemMessage):
+    """A developer message (OpenAI's newer name for system); rendered as a system turn."""
+
+    role: Literal["developer"]  # type: ignore[assignment]
+
+
+class UserMessage(_Message):
+    """A user message."""
+
+    role: Literal["user"]
+    content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: Any) -> Any:
+        return _text_content(value, allow_none=False)
+
+
+class FunctionCall(BaseModel):
+    """The function of a tool call: its name and its arguments as a JSON string."""
+
+    name: str
+    arguments: str = "{}"
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # lenient: some clients send the object itself
+            import json
+
+            return json.dumps(value)
+        return value
+
+
+class ToolCall(BaseModel):
+    """A tool call made by the assistant."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class AssistantMessage(_Message):
+    """An assistant message: text, tool calls, or both."""
+
+    role: Literal["assistant"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: Any) -> Any:
+        return _text_content(value, allow_none=True)
+
+
+class ToolMessage(_Message):
+    """The result of a tool call, linked to it by ``tool_call_id``."""
+
+    role: Literal["tool"]
+    content: str
+    tool_call_id: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: Any) -> Any:
+        return _text_content(value, allow_none=False)
+
+
+ChatMessage = Annotated[
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage,
+    Field(discriminator="role"),
+]
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call: name, description and a JSON schema of its parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _FUNCTION_NAME.match(value):
+            raise ValueError(f"{value!r} is not a valid function name: use 1-64 letters, digits, '_', '-', '.', ':'")
+        return value
+
+
+class Tool(BaseModel):
+    """A tool offered to the model (only ``function`` tools exist)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class ToolChoiceFunction(BaseModel):
+    """The function named by a tool choice."""
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``{"type": "function", "function": {"name": ...}}``: call exactly this tool."""
+
+    type: Literal["function"] = "function"
+    function: ToolChoiceFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    """The ``json_schema`` member of ``response_format``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _needs_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type 'json_schema' needs a 'json_schema' object with a 'schema'")
+        return self
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a final chunk with the usage."""
+
+    include_usage: bool = False
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class ChatCompletionRequest(BaseModel):
+    """The body of ``POST /v1/chat/completions`` (the subset of OpenAI's we implement).
+
+    Unknown fields are ignored, as OpenAI-compatible servers commonly do.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    seed: int | None = None
+    stop: list[str] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> Any:
+        if value is None or value in ("auto", "none", "required"):
+            return value
+        if isinstance(value, dict):
+            function = value.get("function")
+            if value.get("type", "function") == "function" and isinstance(function, dict):
+                if isinstance(function.get("name"), str):
+                    return value
+        raise ValueError(
+            f"{value!r} is not a valid tool_choice: use 'auto', 'none', 'required' or "
+            "{'type': 'function', 'function': {'name': ...}}"
+        )
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+            raise ValueError("stop must be a string or a list of up to 4 strings")
+        if len(value) > 4:
+            raise ValueError(f"stop has {len(value)} strings; at most 4 are allowed")
+        if any(not s for s in value):
+            raise ValueError("stop strings must not be empty")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[Tool] | None) -> list[Tool] | None:
+        if value is not None:
+            names = [tool.function.name for tool in value]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"tool names must be unique; repeated: {', '.join(duplicates)}")
+        return value
+
+    @property
+    def wants_stream(self) -> bool:
+        """Whether the answer is streamed as server-sent events."""
+        return bool(self.stream)
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the offered tools, in order."""
+        return [tool.function.name for tool in self.tools or []]

@@ -1,0 +1,156 @@
+"""Exact-token records of every completion served, keyed by the completion id.
+
+A :class:`CompletionRecord` holds the prompt token ids, each choice's sampled token ids
+and their logprobs, the sampling settings and the model served. :class:`RecordStore`
+appends records to ``completions.jsonl`` in the run directory and fsyncs before
+:meth:`RecordStore.put` returns, so a response is only sent once its record is durable.
+The file is append-only; an index (id -> byte offset) is rebuilt when the store opens,
+and a line torn by a crash is cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+__all__ = ["ChoiceRecord", "CompletionRecord", "RecordStore"]
+
+logger = logging.getLogger(__name__)
+
+
+class ChoiceRecord(BaseModel):
+    """One choice of a completion, token-exact.
+
+    Attributes:
+        index: the choice's index in the response.
+        completion_token_ids: the sampled token ids (EOS excluded).
+        logprobs: one log-probability per sampled token, as the engine computed it.
+        top_logprobs: per token, the most likely ``[token_id, logprob]`` pairs (when asked for).
+        finish_reason: ``stop``, ``length`` or ``tool_calls``.
+        text: the decoded text as the engine returned it (before tool-call parsing).
+    """
+
+    index: int
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    finish_reason: str
+    text: str
+
+
+class CompletionRecord(BaseModel):
+    """What the backend served for one completion id.
+
+    Attributes:
+        id: the response ``id`` (``chatcmpl-<hex>``).
+        model: the model string the request named (``base``, ``name`` or ``name@step``).
+        base_model: the base model id the server serves.
+        trained_model: the registered model name, when ``model`` named one.
+        step: the checkpoint step that answered (``None`` for the plain base model).
+        created: Unix time of the response.
+        prompt_token_ids: the rendered prompt's token ids.
+        temperature, top_p, max_tokens, seed, stop, n, top_logprobs: the sampling settings used.
+        constrained: whether decoding was constrained (forced tool call, JSON response format).
+        stream: whether the response was streamed.
+        choices: one record per choice.
+    """
+
+    id: str
+    model: str
+    base_model: str
+    trained_model: str | None = None
+    step: int | None = None
+    created: int = Field(default_factory=lambda: int(time.time()))
+    prompt_token_ids: list[int]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list)
+    n: int = 1
+    top_logprobs: int = 0
+    constrained: bool = False
+    stream: bool = False
+    choices: list[ChoiceRecord]
+
+
+class RecordStore:
+    """Durable append-only store of :class:`CompletionRecord` s (``completions.jsonl``).
+
+    Safe to use from several threads and from the event loop (writes run in a thread).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._index: dict[str, tuple[int, int]] = {}
+        self._load()
+        self._file = self.path.open("ab")
+        self._read_fd = os.open(self.path, os.O_RDONLY)
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        offset = 0
+        good_end = 0
+        with self.path.open("rb") as file:
+            for line in file:
+                end = offset + len(line)
+                if not line.endswith(b"\n"):
+                    break  # torn by a crash mid-write: never acknowledged
+                try:
+                    record_id = CompletionRecord.model_validate_json(line).id
+                except ValueError:
+                    logger.warning("skipping an unreadable line at byte %d of %s", offset, self.path)
+                else:
+                    self._index[record_id] = (offset, len(line))
+                good_end = end
+                offset = end
+        if good_end < self.path.stat().st_size:
+            logger.warning("cutting a torn last line off %s (at byte %d)", self.path, good_end)
+            with self.path.open("r+b") as file:
+                file.truncate(good_end)
+        logger.info("record store %s: %d completion records", self.path, len(self._index))
+
+    def put_sync(self, record: CompletionRecord) -> None:
+        """Append ``record`` and fsync; returns once it is on disk."""
+        line = record.model_dump_json().encode() + b"\n"
+        with self._lock:
+            offset = self._file.tell()
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._index[record.id] = (offset, len(line))
+
+    async def put(self, record: CompletionRecord) -> None:
+        """Append ``record`` durably without blocking the event loop."""
+        await asyncio.to_thread(self.put_sync, record)
+
+    def get(self, completion_id: str) -> CompletionRecord | None:
+        """The record of ``completion_id``, or ``None`` if this store never saw it."""
+        with self._lock:
+            where = self._index.get(completion_id)
+        if where is None:
+            return None
+        offset, length = where
+        return CompletionRecord.model_validate_json(os.pread(self._read_fd, length, offset))
+
+    def __contains__(self, completion_id: object) -> bool:
+        return completion_id in self._index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def close(self) -> None:
+        """Close the file handles (idempotent)."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+                os.close(self._read_fd)

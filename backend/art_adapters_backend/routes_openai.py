@@ -1,0 +1,66 @@
+"""The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .chat import choice_record, make_record, prepare_chat, response_body
+from .engine.base import ContextLengthError
+from .errors import BadRequestError
+from .openai_types import ChatCompletionRequest
+from .state import ServerState
+from .streaming import open_stream
+
+__all__ = ["router"]
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+@router.get("/models", summary="The served models: the base model, every registered name and name@step")
+async def list_models(request: Request) -> dict[str, Any]:
+    """OpenAI's model list."""
+    state = _state(request)
+    created = int(state.started)
+    data = []
+    for name in state.registry.served_names():
+        record = state.registry.get(name.partition("@")[0])
+        data.append({
+            "id": name,
+            "object": "model",
+            "created": record.created if record is not None else created,
+            "owned_by": "art-adapters",
+        })  # fmt: skip
+    return {"object": "list", "data": data}
+
+
+@router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> JSONResponse | StreamingResponse:
+    """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``)."""
+    state = _state(request)
+    prepared = await prepare_chat(body, state)
+    try:
+        if body.wants_stream:
+            events = await open_stream(prepared, state)
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        sequences = await state.engine.generate(prepared.generation)
+    except ContextLengthError as exc:
+        raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+    content, finish_reasons = response_body(prepared, sequences, state)
+    records = [choice_record(seq, reason) for seq, reason in zip(
+        sorted(sequences, key=lambda s: s.index), finish_reasons, strict=True)]  # fmt: skip
+    await state.records.put(make_record(prepared, records, state, stream=False))
+    return JSONResponse(content)

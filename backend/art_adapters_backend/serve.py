@@ -1,0 +1,92 @@
+"""``run_server(config)``: load the engine, serve the app with uvicorn, stop cleanly on SIGTERM.
+
+The bound port is written to ``config.port_file`` (atomically) only once the server
+accepts connections, so a parent process (``LocalBackend``) can wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from .app import create_app
+from .config import ServeConfig
+from .state import ServerState
+
+__all__ = ["run_server", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".port-")
+    with os.fdopen(fd, "w") as file:
+        file.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def _announce_when_serving(server: uvicorn.Server, config: ServeConfig, port: int) -> None:
+    while not server.started:
+        if server.should_exit:
+            return
+        await asyncio.sleep(0.05)
+    logger.info("serving %s on http://%s:%d (run dir %s)", config.base_model, config.host, port, config.run_dir)
+    if config.port_file is not None:
+        _write_port_file(config.port_file, port)
+
+
+async def serve(config: ServeConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then close the engine and the stores."""
+    sock = _bind(config.host, config.port)
+    port = sock.getsockname()[1]
+    state = await ServerState.create(config)
+    try:
+        app = create_app(state)
+        uv_config = uvicorn.Config(
+            app,
+            log_level=config.log_level,
+            timeout_graceful_shutdown=config.graceful_shutdown_s,
+            access_log=False,
+        )
+        server = uvicorn.Server(uv_config)
+        announcer = asyncio.create_task(_announce_when_serving(server, config, port))
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            announcer.cancel()
+    finally:
+        sock.close()
+        await state.close()
+        logger.info("server stopped")
+
+
+def run_server(config: ServeConfig) -> None:
+    """Run the backend in this process until it is stopped (exit code 1 if it cannot start)."""
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:
+        pass
+    except (FileNotFoundError, OSError, ValueError, RuntimeError, ImportError) as exc:
+        logger.error("the backend could not start: %s", exc, exc_info=logger.isEnabledFor(logging.DEBUG))
+        sys.exit(1)

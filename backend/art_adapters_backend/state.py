@@ -1,0 +1,119 @@
+"""``ServerState``: what every route shares (engine, template, registry, token records)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .chat_template import ChatTemplate
+from .records import RecordStore
+from .registry import Registry, ServedModel
+from .token_text import TokenTexts
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from .config import ServeConfig
+    from .engine.base import InferenceEngine
+
+__all__ = ["ServerState"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerState:
+    """The shared state of one server process.
+
+    Attributes:
+        config: the server's settings.
+        engine: the inference engine (decodes concurrent requests together).
+        tokenizer: the base model's tokenizer.
+        registry: registered models and their steps (``run_dir/registry.json``).
+        records: exact-token records (``run_dir/completions.jsonl``).
+        template: prompt rendering (ChatML + Hermes-style tools).
+        token_texts: token id -> text/bytes for ``logprobs``.
+        started: Unix time the state was built.
+    """
+
+    config: ServeConfig
+    engine: InferenceEngine
+    tokenizer: PreTrainedTokenizerBase
+    registry: Registry
+    records: RecordStore
+    template: ChatTemplate = field(init=False)
+    token_texts: TokenTexts = field(init=False)
+    started: float = field(default_factory=time.time)
+    _adapter_locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
+    _loaded_adapters: set[str] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.template = ChatTemplate(self.tokenizer)
+        self.token_texts = TokenTexts(self.tokenizer)
+
+    @classmethod
+    async def create(cls, config: ServeConfig) -> ServerState:
+        """Load the base model's engine (in a thread) and open the run directory."""
+        from .bundled import load_tokenizer, resolve_model_path
+        from .engine.torch_engine import TorchEngine
+
+        run_dir = config.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
+        started = time.perf_counter()
+        engine = await asyncio.to_thread(
+            TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size
+        )
+        await engine.start()
+        logger.info("engine for %s loaded from %s in %.1f s", config.base_model, path, time.perf_counter() - started)
+        tokenizer = getattr(engine, "tokenizer", None) or await asyncio.to_thread(load_tokenizer, path)
+        registry = Registry(run_dir, config.base_model)
+        records = RecordStore(run_dir / "completions.jsonl")
+        return cls(config=config, engine=engine, tokenizer=tokenizer, registry=registry, records=records)
+
+    @property
+    def context_length(self) -> int:
+        """The model's context length in tokens."""
+        return int(self.engine.context_length)
+
+    async def adapter_for(self, served: ServedModel) -> str | None:
+        """The engine adapter that answers for ``served`` (loaded on first use), ``None`` for the base weights."""
+        key = served.adapter_key
+        if key is None or served.adapter_path is None:
+            return None
+        if key in self._loaded_adapters:
+            return key
+        lock = self._adapter_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key not in self._loaded_adapters:
+                result: Any = self.engine.load_adapter(key, served.adapter_path)  # type: ignore[attr-defined]
+                if inspect.isawaitable(result):
+                    await result
+                self._loaded_adapters.add(key)
+                logger.info("loaded adapter %s from %s", key, served.adapter_path)
+        return key
+
+    def stats(self) -> dict[str, Any]:
+        """Engine counters (if the engine keeps them) and store sizes."""
+        engine_stats = getattr(self.engine, "stats", None)
+        if callable(engine_stats):
+            engine_stats = engine_stats()
+        if engine_stats is not None and not isinstance(engine_stats, dict):
+            engine_stats = dict(vars(engine_stats))
+        return {
+            "engine": engine_stats,
+            "records": len(self.records),
+            "models": len(self.registry.list()),
+            "uptime_s": round(time.time() - self.started, 3),
+        }
+
+    async def close(self) -> None:
+        """Stop the engine and close the record store."""
+        try:
+            await self.engine.close()
+        finally:
+            self.records.close()

@@ -1,0 +1,157 @@
+"""Parse Hermes-style ``<tool_call>{json}</tool_call>`` blocks out of the model's text.
+
+A reply is either text, or text followed by one or more valid calls. A call is valid when
+its JSON is an object with a ``name`` among the offered tools and ``arguments`` that are a
+JSON object (or a string holding one). If any block is malformed the whole reply stays
+text (and ``finish_reason`` stays what the engine said), so nothing is silently dropped.
+
+:class:`StreamingToolParser` does the same incrementally: it passes text through until a
+``<tool_call>`` might be starting, then holds the rest until the choice ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ParsedReply", "ParsedToolCall", "StreamingToolParser", "new_call_id", "parse_reply"]
+
+START = "<tool_call>"
+END = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool-call id, ``call_<24 hex>``."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+@dataclass
+class ParsedToolCall:
+    """One valid tool call: ``arguments`` is a JSON object serialised as a string."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self, index: int | None = None) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry (with ``index`` when streaming)."""
+        out: dict[str, Any] = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        if index is not None:
+            out = {"index": index, **out}
+        return out
+
+
+@dataclass
+class ParsedReply:
+    """A reply split into text and tool calls (``tool_calls`` empty when there are none)."""
+
+    content: str | None
+    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+
+
+def _parse_call(raw: str, tool_names: Collection[str] | None) -> ParsedToolCall | None:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return None
+    name = data["name"]
+    if tool_names is not None and name not in tool_names:
+        return None
+    arguments = data.get("arguments", data.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return ParsedToolCall(id=new_call_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+
+
+def parse_reply(text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
+    """Split ``text`` into content and tool calls.
+
+    Args:
+        text: the model's whole reply.
+        tool_names: the offered tools; a call to any other name makes the reply plain text.
+            ``None`` accepts any name.
+    """
+    start = text.find(START)
+    if start < 0:
+        return ParsedReply(content=text)
+    calls: list[ParsedToolCall] = []
+    position = start
+    for match in _BLOCK.finditer(text, start):
+        if text[position : match.start()].strip():
+            return ParsedReply(content=text)  # prose between calls: keep it all as text
+        call = _parse_call(match.group(1), tool_names)
+        if call is None:
+            return ParsedReply(content=text)
+        calls.append(call)
+        position = match.end()
+    if not calls or text[position:].strip():
+        return ParsedReply(content=text)
+    content = text[:start].rstrip()
+    return ParsedReply(content=content or None, tool_calls=calls)
+
+
+class StreamingToolParser:
+    """Incremental :func:`parse_reply` for one streamed choice.
+
+    Feed text deltas with :meth:`feed` (returns the text that can be shown now); call
+    :meth:`finish` at the end for the held part, parsed.
+    """
+
+    def __init__(self, tool_names: Collection[str] | None = None) -> None:
+        self.tool_names = tool_names
+        self._emitted = ""
+        self._held = ""
+        self._holding_call = False
+
+    def feed(self, text: str) -> str:
+        """Add ``text``; return what is safe to stream as content now."""
+        if self._holding_call:
+            self._held += text
+            return ""
+        buffer = self._held + text
+        start = buffer.find(START)
+        if start >= 0:
+            self._holding_call = True
+            release, self._held = buffer[:start], buffer[start:]
+        else:
+            keep = _partial_start(buffer)
+            release, self._held = buffer[: len(buffer) - keep], buffer[len(buffer) - keep :]
+        # Whitespace right before a call is not shown until we know what follows it.
+        stripped = release.rstrip()
+        if stripped != release:
+            self._held = release[len(stripped) :] + self._held
+            release = stripped
+        self._emitted += release
+        return release
+
+    def finish(self) -> tuple[str, list[ParsedToolCall]]:
+        """The text still to stream as content and the tool calls, once the choice ended."""
+        held, self._held = self._held, ""
+        if not self._holding_call:
+            self._emitted += held
+            return held, []
+        parsed = parse_reply(held, self.tool_names)
+        if not parsed.tool_calls:
+            self._emitted += held
+            return held, []
+        return "", parsed.tool_calls
+
+
+def _partial_start(text: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
+    for length in range(min(len(START) - 1, len(text)), 0, -1):
+        if START.startswith(text[-length:]):
+            return length
+    return 0
