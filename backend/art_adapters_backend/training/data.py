@@ -1,0 +1,369 @@
+"""Trajectory groups -> token sequences to train on, from the exact tokens the model sampled.
+
+For every assistant turn the backend served, its completion record gives the prompt token
+ids it rendered and the completion token ids it sampled, with their log-probabilities.
+One conversation becomes one sequence::
+
+    [prompt of turn 1][completion 1][tool output, next user turn, template][completion 2]...
+     mask 0            mask 1        mask 0                                 mask 1
+
+Each later turn's recorded prompt must extend the sequence built so far (the chat template
+guarantees this for histories that only grow). When it does not, e.g. the agent rewrote
+its history or a tool call was re-rendered differently from how it was sampled, the
+sequence so far is closed and a new one starts at that turn's prompt: nothing is
+truncated, and ``BuildMetrics.prefix_breaks`` counts it.
+
+Turns without a record (served elsewhere, or the record is gone) are re-tokenised with a
+``render`` callable, the server's chat template: the prompt is the history rendered with
+the generation prompt, the completion is what rendering the assistant message adds after
+it (its content and end-of-turn tokens). Their sampling log-probs are unknown (NaN in
+tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
+counts them.
+
+Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
+rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from pydantic import BaseModel, Field
+
+from art_adapters.trajectory import Message, ToolSchema, Trajectory, TrajectoryGroup
+
+from .grpo import group_advantages, is_zero_variance
+
+__all__ = [
+    "BuildMetrics",
+    "BuildResult",
+    "NothingTrainableError",
+    "RecordLookup",
+    "Renderer",
+    "TrainingSequence",
+    "build_sequences",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``get_record(completion_id)`` -> the backend's record as a dict (or pydantic model), or None.
+RecordLookup = Callable[[str], "Mapping[str, Any] | BaseModel | None"]
+
+
+class Renderer(Protocol):
+    """The server's chat template as token ids (``ChatTemplate.encode`` has this signature)."""
+
+    def __call__(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Token ids of ``messages`` rendered with ``tools``, optionally ending in the generation prompt."""
+        ...
+
+
+class NothingTrainableError(ValueError):
+    """No sequence is left to train on; the message says why (e.g. every group had equal rewards)."""
+
+
+class TrainingSequence(BaseModel):
+    """One conversation's tokens, ready for the trainer.
+
+    All three lists have one entry per token. ``old_logprobs[t]`` is the sampling
+    log-probability of ``token_ids[t]`` (``None`` where unknown or outside the mask).
+
+    Attributes:
+        token_ids: prompt and completion tokens, in order.
+        loss_mask: 1 on tokens the model sampled (trained), 0 elsewhere.
+        old_logprobs: sampling log-probs on masked-in tokens, ``None`` where unknown.
+        advantage: the trajectory's group-relative advantage.
+        group_id: the group it came from.
+        trajectory_id: the trajectory it came from.
+        turns: assistant turns (completions) in this sequence.
+    """
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float | None]
+    advantage: float
+    group_id: str
+    trajectory_id: str
+    turns: int = 0
+
+    @property
+    def loss_tokens(self) -> int:
+        """Number of tokens that carry loss."""
+        return sum(self.loss_mask)
+
+
+class BuildMetrics(BaseModel):
+    """What :func:`build_sequences` used, dropped and why.
+
+    Attributes:
+        groups: groups received.
+        groups_used: groups that produced at least one sequence.
+        groups_dropped: reason -> count (``zero_variance``: all rewards equal;
+            ``too_few_scored``: fewer than two trajectories with a reward;
+            ``no_sequences``: no assistant turn to train on, or all too long).
+        trajectories: trajectories that produced at least one sequence.
+        trajectories_unscored: trajectories skipped because their reward is ``None``.
+        trajectories_without_turns: scored trajectories with no assistant turn.
+        sequences: sequences returned.
+        sequences_too_long: sequences dropped for exceeding ``max_sequence_length``.
+        tokens: tokens in the returned sequences.
+        loss_tokens: tokens that carry loss.
+        record_turns: assistant turns built from exact-token records.
+        fallback_turns: assistant turns re-tokenised (no record).
+        missing_records: turns whose ``completion_id`` had no record (included in fallback_turns).
+        prefix_breaks: times a turn did not extend its conversation, so a new sequence started.
+        duplicate_turns: turns seen twice in one trajectory's histories (used once).
+        reward_mean / reward_std: over the scored trajectories of used groups.
+    """
+
+    groups: int = 0
+    groups_used: int = 0
+    groups_dropped: dict[str, int] = Field(default_factory=dict)
+    trajectories: int = 0
+    trajectories_unscored: int = 0
+    trajectories_without_turns: int = 0
+    sequences: int = 0
+    sequences_too_long: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    record_turns: int = 0
+    fallback_turns: int = 0
+    missing_records: int = 0
+    prefix_breaks: int = 0
+    duplicate_turns: int = 0
+    reward_mean: float | None = None
+    reward_std: float | None = None
+
+
+class BuildResult(BaseModel):
+    """The sequences to train on and the metrics of how they were built."""
+
+    sequences: list[TrainingSequence]
+    metrics: BuildMetrics
+
+    @property
+    def nothing_trainable_reason(self) -> str | None:
+        """Why there is nothing to train on, or ``None`` when there is."""
+        if self.sequences:
+            return None
+        m = self.metrics
+        if m.groups == 0:
+            return "no trajectory groups were given"
+        reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in sorted(m.groups_dropped.items()))
+        return (
+            f"nothing trainable: all {m.groups} group(s) were dropped ({reasons}); groups need at least two "
+            "scored trajectories with different rewards and an assistant turn that fits max_sequence_length"
+        )
+
+
+# --------------------------------------------------------------------------- one conversation
+
+
+class _Builder:
+    """Accumulates the sequences of one trajectory's conversations."""
+
+    def __init__(self, metrics: BuildMetrics) -> None:
+        self.metrics = metrics
+        self.done: list[tuple[list[int], list[int], list[float | None], int]] = []
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float | None] = []
+        self.turns = 0
+
+    def close(self) -> None:
+        if self.turns:
+            self.done.append((self.ids, self.mask, self.logprobs, self.turns))
+        self.ids, self.mask, self.logprobs, self.turns = [], [], [], 0
+
+    def add_turn(self, prompt: list[int], completion: list[int], logprobs: list[float | None]) -> None:
+        """Append one turn: the prompt must extend the sequence so far, else a new one starts."""
+        if self.turns and prompt[: len(self.ids)] != self.ids:
+            self.metrics.prefix_breaks += 1
+            self.close()
+        new_context = prompt[len(self.ids) :]
+        self.ids.extend(new_context)
+        self.mask.extend([0] * len(new_context))
+        self.logprobs.extend([None] * len(new_context))
+        start = len(self.ids)
+        self.ids.extend(completion)
+        self.mask.extend([1] * len(completion))
+        self.logprobs.extend(logprobs)
+        if start == 0 and completion:  # no context to predict the first token from
+            self.mask[0], self.logprobs[0] = 0, None
+        self.turns += 1
+
+
+def _record_turn(
+    message: Message, get_record: RecordLookup
+) -> tuple[list[int], list[int], list[float | None]] | None:
+    """``(prompt, completion, logprobs)`` from the message's record, or None when it has none."""
+    if message.completion_id is None:
+        return None
+    record = get_record(message.completion_id)
+    if record is None:
+        return None
+    data = record.model_dump() if isinstance(record, BaseModel) else record
+    choice = next((c for c in data.get("choices", []) if c.get("index", 0) == message.choice_index), None)
+    if choice is None:
+        return None
+    prompt = list(data["prompt_token_ids"])
+    completion = list(choice["completion_token_ids"])
+    logprobs = choice.get("logprobs")
+    if logprobs is None:
+        return prompt, completion, [None] * len(completion)
+    if len(logprobs) != len(completion):
+        raise ValueError(
+            f"record {message.completion_id!r} choice {message.choice_index}: {len(logprobs)} logprobs for "
+            f"{len(completion)} completion tokens; the record is corrupt (re-serve the turn or drop the trajectory)"
+        )
+    return prompt, completion, [float(x) for x in logprobs]
+
+
+def _fallback_turn(
+    history: Sequence[Message], index: int, tools: Sequence[ToolSchema] | None, render: Renderer
+) -> tuple[list[int], list[int], list[float | None]]:
+    """Re-tokenise turn ``index``: prompt = history with generation prompt; completion = what the turn adds."""
+    tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
+    before = [m.to_openai() for m in history[:index]]
+    prompt = list(render(before, tool_dicts, add_generation_prompt=True))
+    full = list(render([*before, history[index].to_openai()], tool_dicts, add_generation_prompt=False))
+    if full[: len(prompt)] != prompt:
+        raise ValueError(
+            "the chat template is not prefix-stable: rendering an assistant turn changed the tokens of the "
+            "history before it, so its completion tokens cannot be located; use a template that renders "
+            "turns independently (the server's ChatTemplate does)"
+        )
+    completion = full[len(prompt) :]
+    return prompt, completion, [None] * len(completion)
+
+
+def _trajectory_sequences(
+    trajectory: Trajectory, get_record: RecordLookup, render: Renderer | None, metrics: BuildMetrics
+) -> list[tuple[list[int], list[int], list[float | None], int]]:
+    builder = _Builder(metrics)
+    seen: set[tuple[str, int]] = set()
+    for history in trajectory.histories():
+        for index, message in enumerate(history.messages):
+            if message.role != "assistant":
+                continue
+            if message.completion_id is not None:
+                key = (message.completion_id, message.choice_index)
+                if key in seen:
+                    metrics.duplicate_turns += 1
+                    continue
+                seen.add(key)
+            turn = _record_turn(message, get_record)
+            if turn is None:
+                if message.completion_id is not None:
+                    metrics.missing_records += 1
+                if render is None:
+                    raise ValueError(
+                        f"trajectory {trajectory.id!r}: assistant turn {index} has no completion record and no "
+                        "render callable was given to re-tokenise it; pass render=<chat template encode>"
+                    )
+                turn = _fallback_turn(history.messages, index, history.tools, render)
+                metrics.fallback_turns += 1
+            else:
+                metrics.record_turns += 1
+            builder.add_turn(*turn)
+        builder.close()  # each history is its own conversation
+    return builder.done
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def build_sequences(
+    groups: Sequence[TrajectoryGroup],
+    get_record: RecordLookup,
+    render: Renderer | None = None,
+    *,
+    scale_rewards: bool = True,
+    max_sequence_length: int | None = None,
+) -> BuildResult:
+    """Turn scored trajectory groups into training sequences with advantages.
+
+    Args:
+        groups: the groups of one training step.
+        get_record: completion id -> the backend's exact-token record (dict with
+            ``prompt_token_ids`` and ``choices[{index, completion_token_ids, logprobs}]``), or None.
+        render: the chat template for turns without a record (see :class:`Renderer`); when
+            ``None``, such a turn is an error.
+        scale_rewards: divide advantages by the group's reward std (``TrainConfig.scale_rewards``).
+        max_sequence_length: drop (and count) longer sequences; ``None`` keeps all.
+
+    Returns:
+        The sequences, and metrics saying what was used and what was dropped and why. An empty
+        ``sequences`` list comes with :attr:`BuildResult.nothing_trainable_reason`.
+
+    Raises:
+        ValueError: a record is corrupt, a turn cannot be tokenised, or a reward is not finite.
+    """
+    metrics = BuildMetrics(groups=len(groups))
+    dropped: Counter[str] = Counter()
+    sequences: list[TrainingSequence] = []
+    used_rewards: list[float] = []
+    for group in groups:
+        scored = [t for t in group.trajectories if t.reward is not None]
+        metrics.trajectories_unscored += len(group.trajectories) - len(scored)
+        if len(scored) < 2:
+            dropped["too_few_scored"] += 1
+            continue
+        rewards = torch.tensor([float(t.reward) for t in scored], dtype=torch.float64)  # type: ignore[arg-type]
+        if not torch.isfinite(rewards).all():
+            raise ValueError(f"group {group.id!r} has a non-finite reward: {rewards.tolist()}")
+        if is_zero_variance(rewards):
+            dropped["zero_variance"] += 1
+            continue
+        advantages = group_advantages(rewards, scale=scale_rewards).tolist()
+        group_sequences: list[TrainingSequence] = []
+        used_trajectories = 0
+        for trajectory, advantage in zip(scored, advantages, strict=True):
+            built = _trajectory_sequences(trajectory, get_record, render, metrics)
+            if not built:
+                metrics.trajectories_without_turns += 1
+                continue
+            kept = 0
+            for ids, mask, logprobs, turns in built:
+                if max_sequence_length is not None and len(ids) > max_sequence_length:
+                    metrics.sequences_too_long += 1
+                    logger.warning(
+                        "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
+                        len(ids), trajectory.id, max_sequence_length,
+                    )  # fmt: skip
+                    continue
+                group_sequences.append(
+                    TrainingSequence(
+                        token_ids=ids, loss_mask=mask, old_logprobs=logprobs, advantage=advantage,
+                        group_id=group.id, trajectory_id=trajectory.id, turns=turns,
+                    )  # fmt: skip
+                )
+                kept += 1
+            used_trajectories += kept > 0
+        if not group_sequences:
+            dropped["no_sequences"] += 1
+            continue
+        metrics.groups_used += 1
+        metrics.trajectories += used_trajectories
+        used_rewards.extend(rewards.tolist())
+        sequences.extend(group_sequences)
+    metrics.groups_dropped = dict(dropped)
+    metrics.sequences = len(sequences)
+    metrics.tokens = sum(len(s.token_ids) for s in sequences)
+    metrics.loss_tokens = sum(s.loss_tokens for s in sequences)
+    if used_rewards:
+        mean = sum(used_rewards) / len(used_rewards)
+        metrics.reward_mean = mean
+        metrics.reward_std = math.sqrt(sum((r - mean) ** 2 for r in used_rewards) / len(used_rewards))
+    return BuildResult(sequences=sequences, metrics=metrics)

@@ -1,0 +1,229 @@
+"""Building training sequences from trajectories, on the bundled model's real token ids."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+
+from art_adapters import Message, Trajectory, TrajectoryGroup
+from art_adapters.trajectory import History
+from art_adapters_backend.training.data import build_sequences
+
+_ids = itertools.count()
+
+
+class Server:
+    """Plays the backend: renders prompts with the template and records 'sampled' completions.
+
+    A completion's tokens are what the template puts inside the assistant turn (the content,
+    without the end-of-turn tokens: the record excludes EOS), so later prompts extend them.
+    """
+
+    def __init__(self, render: Any) -> None:
+        self.render = render
+        self.records: dict[str, dict[str, Any]] = {}
+
+    def complete(self, history: list[dict[str, Any]], content: str, **prompt_override: Any) -> Message:
+        prompt = prompt_override.get("prompt") or self.render(history, None, add_generation_prompt=True)
+        full = self.render([*history, {"role": "assistant", "content": content}], None, add_generation_prompt=False)
+        completion = full[len(prompt) : len(full) - 2]  # drop "<|im_end|>", "\n"
+        cid = f"chatcmpl-{next(_ids)}"
+        logprobs = [-0.1 - 0.01 * i for i in range(len(completion))]
+        self.records[cid] = {
+            "prompt_token_ids": prompt,
+            "choices": [{"index": 0, "completion_token_ids": completion, "logprobs": logprobs}],
+        }
+        return Message(role="assistant", content=content, completion_id=cid)
+
+    def get(self, cid: str) -> dict[str, Any] | None:
+        return self.records.get(cid)
+
+
+def _masked(seq: Any) -> list[int]:
+    return [t for t, m in zip(seq.token_ids, seq.loss_mask, strict=True) if m]
+
+
+def _group(*trajectories: Trajectory) -> TrajectoryGroup:
+    return TrajectoryGroup(trajectories=list(trajectories))
+
+
+def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(render: Any, tokenizer: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "What is 2+2?"}
+    good = Trajectory(messages=[Message(**user), server.complete([user], "The answer is 4.")], reward=1.0)
+    bad = Trajectory(messages=[Message(**user), server.complete([user], "Five.")], reward=0.0)
+    result = build_sequences([_group(good, bad)], server.get, render)
+    assert result.nothing_trainable_reason is None
+    seq = result.sequences[0]
+    record = server.records[good.messages[1].completion_id]
+    completion = record["choices"][0]["completion_token_ids"]
+    assert seq.token_ids == record["prompt_token_ids"] + completion
+    assert seq.loss_mask == [0] * len(record["prompt_token_ids"]) + [1] * len(completion)
+    assert tokenizer.decode(_masked(seq)) == "The answer is 4."
+    assert [x for x in seq.old_logprobs if x is not None] == record["choices"][0]["logprobs"]
+    assert all(x is None for x, m in zip(seq.old_logprobs, seq.loss_mask, strict=True) if not m)
+    assert seq.advantage > 0 > result.sequences[1].advantage
+    m = result.metrics
+    assert (m.record_turns, m.fallback_turns, m.groups_used, m.trajectories, m.sequences) == (2, 0, 1, 2, 2)
+    assert m.loss_tokens == sum(s.loss_tokens for s in result.sequences)
+    assert m.reward_mean == 0.5
+
+
+def test_multi_turn_is_one_sequence_with_tool_output_masked_out(render: Any, tokenizer: Any) -> None:
+    server = Server(render)
+    h: list[dict[str, Any]] = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Add 2 and 3"}]
+    a1 = server.complete(h, "Calling add(2, 3).")
+    h2 = [*h, a1.to_openai(), {"role": "user", "content": "Tool result: 5"}]
+    a2 = server.complete(h2, "It is 5.")
+    msgs = [Message(**h[0]), Message(**h[1]), a1, Message(**h2[3]), a2]
+    result = build_sequences(
+        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:3], reward=0.0))], server.get, render
+    )
+    seq = result.sequences[0]
+    assert seq.turns == 2 and result.metrics.prefix_breaks == 0
+    assert seq.token_ids == server.records[a2.completion_id]["prompt_token_ids"] + server.records[a2.completion_id][
+        "choices"
+    ][0]["completion_token_ids"]
+    assert tokenizer.decode(_masked(seq)) == "Calling add(2, 3).It is 5."
+    # everything between the two completions (end of turn, the tool's output, headers) is masked out
+    unmasked = tokenizer.decode([t for t, m in zip(seq.token_ids, seq.loss_mask, strict=True) if not m])
+    assert "Tool result: 5" in unmasked and "Add 2 and 3" in unmasked
+    assert result.metrics.record_turns == 3
+
+
+def test_divergent_history_starts_a_new_sequence_and_truncates_nothing(render: Any, tokenizer: Any) -> None:
+    server = Server(render)
+    h = [{"role": "user", "content": "Summarise: cats are nice."}]
+    a1 = server.complete(h, "Cats are nice.")
+    # The agent's second call rewrote the history (a summariser with its own prompt).
+    h2 = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Cats are nice. Shorter?"}]
+    a2 = server.complete(h2, "Cats: nice.")
+    traj = Trajectory(messages=[Message(**h[0]), a1, Message(**h2[1]), a2], reward=1.0)
+    other = Trajectory(messages=[Message(**h[0]), server.complete(h, "No.")], reward=0.0)
+    result = build_sequences([_group(traj, other)], server.get, render)
+    first, second = result.sequences[0], result.sequences[1]
+    assert result.metrics.prefix_breaks == 1
+    assert first.token_ids == server.records[a1.completion_id]["prompt_token_ids"] + server.records[a1.completion_id][
+        "choices"
+    ][0]["completion_token_ids"]
+    assert second.token_ids[: len(server.records[a2.completion_id]["prompt_token_ids"])] == server.records[
+        a2.completion_id
+    ]["prompt_token_ids"]
+    assert tokenizer.decode(_masked(first)) == "Cats are nice." and tokenizer.decode(_masked(second)) == "Cats: nice."
+    assert first.advantage == second.advantage  # both belong to the same trajectory
+
+
+def test_turns_without_a_record_are_retokenised_and_counted(render: Any, tokenizer: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    served_elsewhere = Message(role="assistant", content="Hello there!")
+    lost = Message(role="assistant", content="Hey.", completion_id="chatcmpl-gone")
+    result = build_sequences(
+        [_group(Trajectory(messages=[Message(**user), served_elsewhere], reward=1.0),
+                Trajectory(messages=[Message(**user), lost], reward=0.2))],  # fmt: skip
+        server.get,
+        render,
+    )
+    m = result.metrics
+    assert (m.fallback_turns, m.missing_records, m.record_turns) == (2, 1, 0)
+    seq = result.sequences[0]
+    assert seq.token_ids == render([user, served_elsewhere.to_openai()], None, add_generation_prompt=False)
+    assert tokenizer.decode(_masked(seq)) == "Hello there!<|im_end|>\n"  # content + end of turn
+    assert all(x is None for x in seq.old_logprobs)
+
+
+def test_fallback_and_record_turns_share_one_sequence(render: Any, tokenizer: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Count"}
+    a1 = Message(role="assistant", content="One")  # no record
+    u2 = {"role": "user", "content": "More"}
+    a2 = server.complete([user, {"role": "assistant", "content": "One"}, u2], "Two")
+    result = build_sequences(
+        [_group(Trajectory(messages=[Message(**user), a1, Message(**u2), a2], reward=1.0),
+                Trajectory(messages=[Message(**user), a1], reward=0.0))],  # fmt: skip
+        server.get,
+        render,
+    )
+    seq = result.sequences[0]
+    assert seq.turns == 2 and result.metrics.prefix_breaks == 0
+    assert tokenizer.decode(_masked(seq)) == "One<|im_end|>\nTwo"
+    assert seq.old_logprobs[-1] is not None and seq.old_logprobs[-1] == pytest.approx(-0.1)
+
+
+def test_groups_without_signal_are_dropped_and_counted(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+
+    def traj(reward: float | None) -> Trajectory:
+        return Trajectory(messages=[Message(**user), server.complete([user], "Hello")], reward=reward)
+
+    groups = [
+        _group(traj(0.5), traj(0.5), traj(0.5)),  # zero variance
+        _group(traj(1.0), traj(None)),  # one scored
+        _group(traj(1.0), traj(0.0), traj(None)),  # used, one unscored
+        _group(Trajectory(messages=[Message(**user)], reward=1.0), Trajectory(messages=[Message(**user)], reward=0.0)),
+    ]
+    result = build_sequences(groups, server.get, render)
+    m = result.metrics
+    assert m.groups_dropped == {"zero_variance": 1, "too_few_scored": 1, "no_sequences": 1}
+    assert (m.groups_used, m.trajectories, m.trajectories_unscored, m.trajectories_without_turns) == (1, 2, 2, 2)
+    advantages = sorted(s.advantage for s in result.sequences)
+    assert advantages == pytest.approx([-1 / (math.sqrt(0.5) + 1e-4) / 2 * 1, 1 / (math.sqrt(0.5) + 1e-4) / 2])
+    unscaled = build_sequences(groups, server.get, render, scale_rewards=False)
+    assert sorted(s.advantage for s in unscaled.sequences) == [-0.5, 0.5]
+
+
+def test_all_groups_dropped_is_reported_as_nothing_trainable(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    same = [Trajectory(messages=[Message(**user), server.complete([user], "Yo")], reward=1.0) for _ in range(3)]
+    result = build_sequences([_group(*same), _group(*same)], server.get, render)
+    assert result.sequences == []
+    assert "nothing trainable" in result.nothing_trainable_reason and "2 zero variance" in result.nothing_trainable_reason
+    assert build_sequences([], server.get, render).nothing_trainable_reason == "no trajectory groups were given"
+
+
+def test_too_long_sequences_are_dropped_not_truncated(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    short = Trajectory(messages=[Message(**user), server.complete([user], "Ok")], reward=1.0)
+    long = Trajectory(messages=[Message(**user), server.complete([user], "word " * 200)], reward=0.0)
+    limit = len(server.records[short.messages[1].completion_id]["prompt_token_ids"]) + 20
+    result = build_sequences([_group(short, long)], server.get, render, max_sequence_length=limit)
+    assert result.metrics.sequences_too_long == 1 and len(result.sequences) == 1
+    assert all(len(s.token_ids) <= limit for s in result.sequences)
+
+
+def test_additional_histories_become_their_own_sequences_and_duplicates_count_once(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Plan"}
+    side = {"role": "user", "content": "Summarise the plan"}
+    a_main, a_side = server.complete([user], "Step 1"), server.complete([side], "A plan.")
+    traj = Trajectory(
+        messages=[Message(**user), a_main],
+        additional_histories=[History(messages=[Message(**side), a_side]), History(messages=[Message(**user), a_main])],
+        reward=1.0,
+    )
+    other = Trajectory(messages=[Message(**user), server.complete([user], "No")], reward=0.0)
+    result = build_sequences([_group(traj, other)], server.get, render)
+    assert [s.trajectory_id for s in result.sequences].count(traj.id) == 2
+    assert result.metrics.duplicate_turns == 1 and result.metrics.prefix_breaks == 0
+
+
+def test_bad_input_is_a_clear_error(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    no_record = Trajectory(messages=[Message(**user), Message(role="assistant", content="x")], reward=1.0)
+    pair = [_group(no_record, no_record.model_copy(update={"reward": 0.0}))]
+    with pytest.raises(ValueError, match="no completion record and no render callable"):
+        build_sequences(pair, server.get, None)
+    bad = server.complete([user], "Hello")
+    server.records[bad.completion_id]["choices"][0]["logprobs"].pop()
+    corrupt = [_group(Trajectory(messages=[Message(**user), bad], reward=1.0), no_record.model_copy(update={"reward": 0.0}))]
+    with pytest.raises(ValueError, match="logprobs for"):
+        build_sequences(corrupt, server.get, render)
+    with pytest.raises(ValueError, match="non-finite"):
+        build_sequences([_group(no_record.model_copy(update={"reward": float("inf")}), no_record)], server.get, render)
