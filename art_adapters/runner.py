@@ -116,7 +116,7 @@ def _jsonable(scenario: Any) -> Any:
     return scenario
 
 
-def _resolve_budget(max_exceptions: int | float, total: int) -> int:
+def _resolve_budget(max_exceptions: float, total: int) -> int:
     """``max_exceptions`` as a count: an int is a count, a float in [0, 1] a fraction of ``total``."""
     if isinstance(max_exceptions, bool) or not isinstance(max_exceptions, int | float):
         raise ConfigError(
@@ -213,7 +213,9 @@ async def _attempt(rollout: Rollout, slot: _Slot, timeout_s: float | None) -> Tr
             raise TimeoutError(f"rollout did not finish within timeout_s={timeout_s:g} s") from None
         raise
     if not isinstance(value, Trajectory):
-        raise TypeError(f"rollout(scenario) must return an art_adapters.Trajectory, got {type(value).__name__}")
+        raise TypeError(
+            f"rollout(scenario) must return an art_adapters.Trajectory, got {type(value).__name__}"
+        )
     return value
 
 
@@ -235,7 +237,7 @@ async def _run_slot(
                 trajectory = await _attempt(rollout, slot, timeout_s)
             except ConfigError:
                 raise
-            except Exception as exc:  # a failed rollout is data; BaseException (cancellation) propagates
+            except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
                 failures.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
                 if attempt < retries:
                     display.retried += 1
@@ -286,7 +288,7 @@ async def run_groups(
     *,
     max_concurrency: int = 8,
     timeout_s: float | None = None,
-    max_exceptions: int | float = 0.1,
+    max_exceptions: float = 0.1,
     retries: int = 0,
     progress: bool | Callable[[RunProgress], None] = True,
 ) -> list[TrajectoryGroup]:
@@ -332,12 +334,16 @@ async def run_groups(
     budget = _resolve_budget(max_exceptions, total)
 
     ids = [scenario_id(s) for s in scenarios]
-    slots = [_Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)]
+    slots = [
+        _Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)
+    ]
     semaphore = asyncio.Semaphore(max_concurrency)
     display = _Display(progress, total)
     tasks = [
         asyncio.create_task(
-            _run_slot(rollout, slot, semaphore=semaphore, timeout_s=timeout_s, retries=retries, display=display),
+            _run_slot(
+                rollout, slot, semaphore=semaphore, timeout_s=timeout_s, retries=retries, display=display
+            ),
             name=f"rollout:{slot.scenario_id}:{slot.index}",
         )
         for slot in slots
@@ -351,8 +357,12 @@ async def run_groups(
                 task.result()  # re-raises a ConfigError from a rollout; cancellation propagates
             failures = [s.exception for s in slots if s.exception is not None]
             if len(failures) > budget:
-                raise RolloutBudgetError(_budget_message(failures, budget, total, max_exceptions),
-                                         exceptions=failures, budget=budget, total=total)
+                raise RolloutBudgetError(
+                    _budget_message(failures, budget, total, max_exceptions),
+                    exceptions=failures,
+                    budget=budget,
+                    total=total,
+                )
     finally:
         for task in tasks:
             task.cancel()
@@ -379,18 +389,24 @@ async def run_groups(
     return groups
 
 
-def _budget_message(failures: list[RolloutException], budget: int, total: int, setting: int | float) -> str:
+def _budget_message(failures: list[RolloutException], budget: int, total: int, setting: float) -> str:
     lines = [
-        f"{len(failures)} of {total} rollouts failed, more than max_exceptions={setting!r} allows "
-        f"({budget}); the remaining rollouts were cancelled. Fix the rollout or raise max_exceptions. "
-        "First failures:"
+        (
+            f"{len(failures)} of {total} rollouts failed, more than max_exceptions={setting!r} allows "
+            f"({budget}); the remaining rollouts were cancelled. Fix the rollout or raise max_exceptions. "
+            "First failures:"
+        )
     ]
     for failure in failures[:3]:
-        lines.append(f"  scenario {failure.scenario_id} rollout {failure.rollout_index}: {failure.type}: {failure.message}")
+        lines.append(
+            f"  scenario {failure.scenario_id} rollout {failure.rollout_index}: {failure.type}: {failure.message}"
+        )
     return "\n".join(lines)
 
 
-def run_groups_sync(rollout: Rollout, scenarios: Sequence[Any], n: int = 4, **kwargs: Any) -> list[TrajectoryGroup]:
+def run_groups_sync(
+    rollout: Rollout, scenarios: Sequence[Any], n: int = 4, **kwargs: Any
+) -> list[TrajectoryGroup]:
     """Blocking :func:`run_groups`, for scripts and for sync code under a running event loop.
 
     Without a running loop it is ``asyncio.run(run_groups(...))``. Under one (a notebook

@@ -15,8 +15,8 @@ Not part of the test suite's pass/fail. Usage: ``./dev bench ruler [--group-size
 from __future__ import annotations
 
 import argparse
-import logging
 import asyncio
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -27,34 +27,49 @@ import art_adapters as aa
 from art_adapters.ruler import DEFAULT_RUBRIC, build_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "ruler"))
-from judge_server import JudgeServer, good_answer  # noqa: E402
+from judge_server import JudgeServer, good_answer
 
 TOOL_DOC = (
     "Tool `{name}`: {what}. Arguments: a JSON object with the fields listed below. Always check the "
     "result before answering; if the tool reports an error, explain it and try once more with fixed "
-    "arguments. Never invent results. Example: <tool_call>{{\"name\": \"{name}\", \"arguments\": "
-    "{{\"x\": 1}}}}</tool_call>\n"
+    'arguments. Never invent results. Example: <tool_call>{{"name": "{name}", "arguments": '
+    '{{"x": 1}}}}</tool_call>\n'
 )
-TOOLS = [("add", "adds two numbers"), ("multiply", "multiplies two numbers"), ("lookup", "finds a note by title"),
-         ("search", "searches the notes"), ("convert", "converts units"), ("calendar", "lists events")]
+TOOLS = [
+    ("add", "adds two numbers"),
+    ("multiply", "multiplies two numbers"),
+    ("lookup", "finds a note by title"),
+    ("search", "searches the notes"),
+    ("convert", "converts units"),
+    ("calendar", "lists events"),
+]
 
 
 def long_prefix_group(size: int, duplicates: int) -> aa.TrajectoryGroup:
     """``size`` trajectories sharing a ~1,500-token prefix; the last ``duplicates`` repeat the first."""
-    system = "You are an assistant with tools.\n" + "".join(TOOL_DOC.format(name=n, what=w) for n, w in TOOLS) * 3
+    system = (
+        "You are an assistant with tools.\n" + "".join(TOOL_DOC.format(name=n, what=w) for n, w in TOOLS) * 3
+    )
     user = "A customer asks: what is 17 multiplied by 23, and is there a note titled 'budget'? Answer both."
     trajectories = []
     for index in range(size):
         k = 0 if index >= size - duplicates else index
-        call = aa.ToolCall(id=f"c{k}", function={"name": "multiply", "arguments": f'{{"a": 17, "b": {23 + k % 3}}}'})
+        call = aa.ToolCall(
+            id=f"c{k}", function={"name": "multiply", "arguments": f'{{"a": 17, "b": {23 + k % 3}}}'}
+        )
         trajectories.append(
             aa.Trajectory(
                 messages=[
                     aa.Message(role="system", content=system),
                     aa.Message(role="user", content=user),
                     aa.Message(role="assistant", tool_calls=[call]),
-                    aa.Message(role="tool", tool_call_id=f"c{k}", name="multiply", content=str(17 * (23 + k % 3))),
-                    aa.Message(role="assistant", content=f"17 x 23 = {17 * (23 + k % 3)}; attempt {k} found no budget note."),
+                    aa.Message(
+                        role="tool", tool_call_id=f"c{k}", name="multiply", content=str(17 * (23 + k % 3))
+                    ),
+                    aa.Message(
+                        role="assistant",
+                        content=f"17 x 23 = {17 * (23 + k % 3)}; attempt {k} found no budget note.",
+                    ),
                 ]
             )
         )
@@ -90,7 +105,9 @@ async def judge_calls(groups: int, size: int) -> dict[str, float]:
         await aa.ruler_score_groups(batch, judge=judge, cache=cache)
         cached = len(server.requests) / groups
         # Every first attempt gets a malformed answer; the retry (which carries feedback) a good one.
-        server.reset(default=lambda body: good_answer(body) if len(body["messages"]) > 2 else {"content": "not json"})
+        server.reset(
+            default=lambda body: good_answer(body) if len(body["messages"]) > 2 else {"content": "not json"}
+        )
         await aa.ruler_score_groups(batch, judge=judge, cache=False)
         with_retry = len(server.requests) / groups
     return {"first": first, "cached": cached, "one_bad_answer": with_retry}
@@ -109,15 +126,21 @@ def main() -> None:
     deduped = build_request(group, DEFAULT_RUBRIC, dedup=True)
     full = build_request(group, DEFAULT_RUBRIC, dedup=False)
     with_dedup, without = count_tokens(deduped.messages), count_tokens(full.messages)
-    print(f"group: {args.group_size} trajectories, {args.duplicates} identical to another, "
-          f"{deduped.prefix_messages} shared prefix messages")
+    print(
+        f"group: {args.group_size} trajectories, {args.duplicates} identical to another, "
+        f"{deduped.prefix_messages} shared prefix messages"
+    )
     print(f"judge prompt tokens without dedup: {without}")
-    print(f"judge prompt tokens with dedup:    {with_dedup} ({len(deduped.labels)} distinct trajectories sent)")
+    print(
+        f"judge prompt tokens with dedup:    {with_dedup} ({len(deduped.labels)} distinct trajectories sent)"
+    )
     print(f"ratio without/with: {without / with_dedup:.2f}x")
 
     calls = asyncio.run(judge_calls(args.groups, args.group_size))
-    print(f"judge calls per group: first scoring {calls['first']:.2f}, "
-          f"with one malformed answer {calls['one_bad_answer']:.2f}, re-score (cache) {calls['cached']:.2f}")
+    print(
+        f"judge calls per group: first scoring {calls['first']:.2f}, "
+        f"with one malformed answer {calls['one_bad_answer']:.2f}, re-score (cache) {calls['cached']:.2f}"
+    )
 
 
 if __name__ == "__main__":

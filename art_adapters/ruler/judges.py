@@ -91,7 +91,9 @@ class LangChainJudge:
                     f"judge {self.model_id} does not support json_schema structured output ({exc}); "
                     "pass structured='auto' or 'none'"
                 ) from exc
-            logger.debug("judge %s: no json_schema structured output (%s); asking plainly", self.model_id, exc)
+            logger.debug(
+                "judge %s: no json_schema structured output (%s); asking plainly", self.model_id, exc
+            )
             return None
 
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
@@ -145,7 +147,10 @@ class LiteLLMJudge:
         """Ask the model through ``litellm.acompletion``; return the answer's text."""
         kwargs = dict(self.completion_kwargs)
         if self.structured != "none":
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": _SCHEMA_NAME, "schema": schema}}
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": _SCHEMA_NAME, "schema": schema},
+            }
         response = await self._litellm.acompletion(model=self.model, messages=messages, **kwargs)
         return _content_text(response.choices[0].message.content)
 

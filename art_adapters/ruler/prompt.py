@@ -77,8 +77,15 @@ class JudgeRequest:
         raise KeyError(index)
 
 
-def answer_schema(labels: list[str]) -> dict[str, Any]:
-    """The JSON schema of the judge's answer: one score per label, ids from ``labels`` only."""
+def answer_schema(labels: list[str], max_explanation_chars: int | None = None) -> dict[str, Any]:
+    """The JSON schema of the judge's answer: one score per label, ids from ``labels`` only.
+
+    ``max_explanation_chars`` bounds each explanation (``maxLength``), which keeps a
+    schema-constrained small judge from rambling until it runs out of tokens.
+    """
+    explanation: dict[str, Any] = {"type": "string"}
+    if max_explanation_chars is not None:
+        explanation["maxLength"] = max_explanation_chars
     return {
         "type": "object",
         "properties": {
@@ -88,7 +95,7 @@ def answer_schema(labels: list[str]) -> dict[str, Any]:
                     "type": "object",
                     "properties": {
                         "trajectory_id": {"type": "string", "enum": list(labels)},
-                        "explanation": {"type": "string"},
+                        "explanation": explanation,
                         "score": {"type": "number", "minimum": 0, "maximum": 1},
                     },
                     "required": ["trajectory_id", "explanation", "score"],
@@ -164,23 +171,31 @@ def _body(trajectory: Trajectory, rendered: list[str], start: int, *, tools: boo
     return "\n\n".join(parts)
 
 
-def build_request(group: TrajectoryGroup, rubric: str, *, dedup: bool = True) -> JudgeRequest:
+def build_request(
+    group: TrajectoryGroup, rubric: str, *, dedup: bool = True, max_explanation_chars: int | None = None
+) -> JudgeRequest:
     """Render ``group`` for the judge (see the module docstring).
 
     Args:
         group: the group to score; it must hold at least one trajectory.
         rubric: the scoring rubric, inserted into the system message.
         dedup: send the shared prefix once and identical trajectories once.
+        max_explanation_chars: bound on each explanation in the answer schema.
     """
     trajectories = group.trajectories
     if not trajectories:
         raise ValueError(f"group {group.id} has no trajectories to score")
     rendered = [[render_message(m) for m in t.messages] for t in trajectories]
     prefix = _common_prefix(rendered) if dedup else 0
-    tool_sets = {json.dumps([tool.model_dump(mode="json") for tool in t.tools or []], sort_keys=True) for t in trajectories}
+    tool_sets = {
+        json.dumps([tool.model_dump(mode="json") for tool in t.tools or []], sort_keys=True)
+        for t in trajectories
+    }
     shared_tools = dedup and len(tool_sets) == 1
 
-    bodies = [_body(t, r, prefix, tools=not shared_tools) for t, r in zip(trajectories, rendered, strict=True)]
+    bodies = [
+        _body(t, r, prefix, tools=not shared_tools) for t, r in zip(trajectories, rendered, strict=True)
+    ]
     members: dict[str, list[int]] = {}
     label_by_body: dict[str, str] = {}
     for index, body in enumerate(bodies):
@@ -213,5 +228,9 @@ def build_request(group: TrajectoryGroup, rubric: str, *, dedup: bool = True) ->
         {"role": "user", "content": "\n\n".join(sections)},
     ]
     return JudgeRequest(
-        messages=messages, schema=answer_schema(labels), labels=labels, members=members, prefix_messages=prefix
+        messages=messages,
+        schema=answer_schema(labels, max_explanation_chars),
+        labels=labels,
+        members=members,
+        prefix_messages=prefix,
     )

@@ -80,13 +80,14 @@ async def _ask(
             reason = f"no answer within judge_timeout_s={timeout_s:g} s"
         except ConfigError:
             raise
-        except Exception as exc:  # the judge endpoint failed (HTTP error, connection reset...): retried
+        except Exception as exc:  # noqa: BLE001 - the judge endpoint failed (HTTP error, connection reset...): retried
             reason = f"{type(exc).__name__}: {exc}"
         errors.append(f"attempt {attempt}: {reason}")
         logger.warning("RULER judge %s on %s, %s", judge.model_id, _describe(group), errors[-1])
     raise JudgeError(
         f"RULER judge {judge.model_id} gave no valid scores for {_describe(group)} after "
-        f"{max_retries + 1} attempt(s): " + "; ".join(errors)
+        f"{max_retries + 1} attempt(s): "
+        + "; ".join(errors)
         + ". Check the judge endpoint, give it a larger judge_timeout_s, or pass swallow_exceptions=True "
         "to keep the group unscored."
     )
@@ -114,6 +115,7 @@ async def ruler_score_group(
     structured: StructuredMode = "auto",
     swallow_exceptions: bool = False,
     reward_weights: Mapping[str, float] | None = None,
+    max_explanation_chars: int | None = 400,
 ) -> TrajectoryGroup:
     """Score the trajectories of ``group`` relative to each other with an LLM judge (RULER).
 
@@ -137,6 +139,8 @@ async def ruler_score_group(
         swallow_exceptions: on failure return the group unscored (``metadata["ruler"]``
             has ``status="unscored"`` and the reason) instead of raising.
         reward_weights: if given, the final reward is :func:`combine_rewards` of these metrics.
+        max_explanation_chars: longest explanation the answer schema allows (``maxLength``);
+            ``None`` for no bound.
 
     Returns:
         The scored copy (see the module docstring for where everything goes).
@@ -161,7 +165,13 @@ async def ruler_score_group(
         logger.warning("RULER: %s has %s", _describe(group), reason)
         return scored
 
-    request = build_request(scored, rubric)
+    if max_explanation_chars is not None and (
+        isinstance(max_explanation_chars, bool)
+        or not isinstance(max_explanation_chars, int)
+        or max_explanation_chars < 1
+    ):
+        raise ConfigError(f"max_explanation_chars must be an int >= 1 or None, got {max_explanation_chars!r}")
+    request = build_request(scored, rubric, max_explanation_chars=max_explanation_chars)
     key = RulerCache.key(adapter.model_id, request)
     try:
         cached = store.get(key, request.labels) if store is not None else None
@@ -244,9 +254,16 @@ def combine_rewards(group: TrajectoryGroup, weights: Mapping[str, float]) -> Tra
             had a reward before RULER scored it).
     """
     if not weights:
-        raise ConfigError("weights must name at least one metric, e.g. {'ruler_score': 0.8, 'independent_reward': 0.2}")
+        raise ConfigError(
+            "weights must name at least one metric, e.g. {'ruler_score': 0.8, 'independent_reward': 0.2}"
+        )
     for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight < 0:
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
             raise ConfigError(f"weight of {name!r} must be a finite number >= 0, got {weight!r}")
     total = float(sum(weights.values()))
     if total <= 0:

@@ -26,4 +26,6 @@ def server(judge_server: JudgeServer) -> JudgeServer:
 @pytest.fixture
 def judge(server: JudgeServer) -> ChatOpenAI:
     """A LangChain judge on the scripted server (the client's own retries off: ours are under test)."""
-    return ChatOpenAI(base_url=server.url, api_key="test", model="scripted-judge", max_retries=0, temperature=0)
+    return ChatOpenAI(
+        base_url=server.url, api_key="test", model="scripted-judge", max_retries=0, temperature=0
+    )

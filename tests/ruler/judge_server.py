@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 Entry = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -38,7 +38,9 @@ def request_ids(body: dict[str, Any]) -> list[str]:
 
 def scores(pairs: list[tuple[str, float]], explanation: str = "because") -> str:
     """A judge answer for ``(id, score)`` pairs, as JSON text."""
-    return json.dumps({"scores": [{"trajectory_id": i, "explanation": f"{explanation} {i}", "score": s} for i, s in pairs]})
+    return json.dumps(
+        {"scores": [{"trajectory_id": i, "explanation": f"{explanation} {i}", "score": s} for i, s in pairs]}
+    )
 
 
 def good_answer(body: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +85,7 @@ class JudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:
@@ -92,7 +94,9 @@ class JudgeServer:
                 time.sleep(entry.get("sleep", 0))
                 status = entry.get("status", 200)
                 if status != 200:
-                    payload: dict[str, Any] = {"error": {"message": "scripted failure", "type": "server_error"}}
+                    payload: dict[str, Any] = {
+                        "error": {"message": "scripted failure", "type": "server_error"}
+                    }
                 else:
                     payload = {
                         "id": f"chatcmpl-{len(server.requests)}",
@@ -130,7 +134,7 @@ class JudgeServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> JudgeServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

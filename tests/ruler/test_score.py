@@ -23,7 +23,10 @@ def answer(text: str, *, tool: bool = False) -> list[aa.Message]:
     turns: list[aa.Message] = []
     if tool:
         call = aa.ToolCall(id="c1", function={"name": "add", "arguments": '{"a": 2, "b": 3}'})
-        turns += [aa.Message(role="assistant", tool_calls=[call]), aa.Message(role="tool", tool_call_id="c1", name="add", content="5")]
+        turns += [
+            aa.Message(role="assistant", tool_calls=[call]),
+            aa.Message(role="tool", tool_call_id="c1", name="add", content="5"),
+        ]
     return [*turns, aa.Message(role="assistant", content=text)]
 
 
@@ -31,7 +34,9 @@ def make_group(*endings: list[aa.Message], rewards: list[float | None] | None = 
     prefix = [aa.Message(role="system", content=SYSTEM), aa.Message(role="user", content=USER)]
     rewards = rewards or [None] * len(endings)
     return aa.TrajectoryGroup(
-        trajectories=[aa.Trajectory(messages=[*prefix, *e], reward=r) for e, r in zip(endings, rewards, strict=True)],
+        trajectories=[
+            aa.Trajectory(messages=[*prefix, *e], reward=r) for e, r in zip(endings, rewards, strict=True)
+        ],
         metadata={"scenario_id": "add-2-3"},
     )
 
@@ -40,8 +45,15 @@ def user_text(body: dict[str, Any]) -> str:
     return "\n".join(str(m["content"]) for m in body["messages"])
 
 
-async def test_scores_applied_prefix_sent_once_identical_sent_once(server: JudgeServer, judge: ChatOpenAI, tmp_path: Path) -> None:
-    group = make_group(answer("The answer is 5.", tool=True), answer("It is 6."), answer("The answer is 5.", tool=True), rewards=[1.0, 0.0, 1.0])
+async def test_scores_applied_prefix_sent_once_identical_sent_once(
+    server: JudgeServer, judge: ChatOpenAI, tmp_path: Path
+) -> None:
+    group = make_group(
+        answer("The answer is 5.", tool=True),
+        answer("It is 6."),
+        answer("The answer is 5.", tool=True),
+        rewards=[1.0, 0.0, 1.0],
+    )
     server.reset([{"content": scores([("t1", 0.9), ("t2", 0.1)], "judged")}])
 
     scored = await aa.ruler_score_group(group, judge=judge, cache=tmp_path)
@@ -69,7 +81,9 @@ async def test_scores_applied_prefix_sent_once_identical_sent_once(server: Judge
     assert group.rewards == [1.0, 0.0, 1.0] and group.trajectories[0].metrics == {}  # input untouched
 
 
-async def test_every_bad_answer_is_retried_until_a_good_one(server: JudgeServer, judge: ChatOpenAI, tmp_path: Path) -> None:
+async def test_every_bad_answer_is_retried_until_a_good_one(
+    server: JudgeServer, judge: ChatOpenAI, tmp_path: Path
+) -> None:
     good = scores([("t1", 1.0), ("t2", 0.0)])
     server.reset(
         [
@@ -84,7 +98,9 @@ async def test_every_bad_answer_is_retried_until_a_good_one(server: JudgeServer,
         ]
     )
     group = make_group(answer("5"), answer("6"))
-    scored = await aa.ruler_score_group(group, judge=judge, judge_timeout_s=0.5, max_retries=7, cache=tmp_path)
+    scored = await aa.ruler_score_group(
+        group, judge=judge, judge_timeout_s=0.5, max_retries=7, cache=tmp_path
+    )
 
     assert len(server.requests) == 8
     assert scored.rewards == [1.0, 0.0]
@@ -123,17 +139,23 @@ async def test_retries_exhausted_raise_a_judge_error_naming_the_group(
     assert len(server.requests) == 2
 
 
-async def test_swallow_exceptions_returns_the_group_unscored(server: JudgeServer, judge: ChatOpenAI, tmp_path: Path) -> None:
+async def test_swallow_exceptions_returns_the_group_unscored(
+    server: JudgeServer, judge: ChatOpenAI, tmp_path: Path
+) -> None:
     server.reset(default={"content": "no"})
     group = make_group(answer("5"), answer("6"), rewards=[0.5, 0.25])
-    result = await aa.ruler_score_group(group, judge=judge, max_retries=0, swallow_exceptions=True, cache=tmp_path)
+    result = await aa.ruler_score_group(
+        group, judge=judge, max_retries=0, swallow_exceptions=True, cache=tmp_path
+    )
     assert result.metadata["ruler"]["status"] == "unscored"
     assert "not valid JSON" in result.metadata["ruler"]["reason"]
     assert result.rewards == [0.5, 0.25]  # untouched, not silently zeroed
     assert all("ruler_score" not in t.metrics for t in result.trajectories)
 
 
-async def test_rescoring_hits_the_cache_and_sends_nothing(server: JudgeServer, judge: ChatOpenAI, tmp_path: Path) -> None:
+async def test_rescoring_hits_the_cache_and_sends_nothing(
+    server: JudgeServer, judge: ChatOpenAI, tmp_path: Path
+) -> None:
     group = make_group(answer("5"), answer("6"))
     first = await aa.ruler_score_group(group, judge=judge, cache=tmp_path)
     assert len(server.requests) == 1 and first.metadata["ruler"]["cache_hit"] is False
@@ -160,7 +182,9 @@ async def test_rescoring_hits_the_cache_and_sends_nothing(server: JudgeServer, j
     assert len(server.requests) == 5
 
 
-async def test_score_groups_concurrently_in_order_failed_group_marked(server: JudgeServer, judge: ChatOpenAI, tmp_path: Path) -> None:
+async def test_score_groups_concurrently_in_order_failed_group_marked(
+    server: JudgeServer, judge: ChatOpenAI, tmp_path: Path
+) -> None:
     def by_content(body: dict[str, Any]) -> dict[str, Any]:
         if "BROKEN" in user_text(body):
             return {"content": "garbage"}
@@ -175,7 +199,9 @@ async def test_score_groups_concurrently_in_order_failed_group_marked(server: Ju
         make_group(answer("5"), answer("6"), answer("7")),
         aa.TrajectoryGroup(exceptions=[aa.RolloutException(type="ValueError", message="boom")]),
     ]
-    results = await aa.ruler_score_groups(groups, judge=judge, max_concurrency=2, max_retries=0, swallow_exceptions=True, cache=tmp_path)
+    results = await aa.ruler_score_groups(
+        groups, judge=judge, max_concurrency=2, max_retries=0, swallow_exceptions=True, cache=tmp_path
+    )
     assert [r.id for r in results] == [g.id for g in groups]
     assert [r.metadata["ruler"]["status"] for r in results] == ["scored", "unscored", "scored", "unscored"]
     assert results[0].rewards == [pytest.approx(0.2)] * 2
@@ -189,14 +215,18 @@ async def test_score_groups_concurrently_in_order_failed_group_marked(server: Ju
 
 async def test_plain_json_mode_parses_fenced_answers(server: JudgeServer, judge: ChatOpenAI) -> None:
     server.reset([{"content": "```json\n" + scores([("t1", 0.25), ("t2", 0.75)]) + "\n```"}])
-    scored = await aa.ruler_score_group(make_group(answer("5"), answer("6")), judge=judge, structured="none", cache=False)
+    scored = await aa.ruler_score_group(
+        make_group(answer("5"), answer("6")), judge=judge, structured="none", cache=False
+    )
     assert "response_format" not in server.requests[0]
-    assert 'exactly one entry for each of these trajectory ids: t1, t2' in user_text(server.requests[0])
+    assert "exactly one entry for each of these trajectory ids: t1, t2" in user_text(server.requests[0])
     assert scored.rewards == [0.25, 0.75]
 
 
 async def test_custom_rubric_reaches_the_judge(server: JudgeServer, judge: ChatOpenAI) -> None:
-    await aa.ruler_score_group(make_group(answer("5"), answer("6")), judge=judge, rubric="Prefer answers in French.", cache=False)
+    await aa.ruler_score_group(
+        make_group(answer("5"), answer("6")), judge=judge, rubric="Prefer answers in French.", cache=False
+    )
     system = server.requests[0]["messages"][0]
     assert system["role"] == "system" and "Prefer answers in French." in system["content"]
     assert "must score clearly higher" not in system["content"]  # the default rubric is replaced
@@ -205,7 +235,9 @@ async def test_custom_rubric_reaches_the_judge(server: JudgeServer, judge: ChatO
 async def test_combine_rewards(server: JudgeServer, judge: ChatOpenAI) -> None:
     server.reset([{"content": scores([("t1", 1.0), ("t2", 0.0)])}])
     group = make_group(answer("5"), answer("6"), rewards=[0.0, 1.0])
-    scored = await aa.ruler_score_group(group, judge=judge, reward_weights={"ruler_score": 3, "independent_reward": 1}, cache=False)
+    scored = await aa.ruler_score_group(
+        group, judge=judge, reward_weights={"ruler_score": 3, "independent_reward": 1}, cache=False
+    )
     assert scored.rewards == [0.75, 0.25]
     assert scored.metadata["reward_weights"] == {"ruler_score": 3, "independent_reward": 1}
 

@@ -51,7 +51,11 @@ async def test_groups_in_order_with_stable_ids_and_indexes() -> None:
     scenarios = [{"id": "first", "q": 1}, {"q": 2, "x": [1, 2]}, {"q": 3}]
     groups = await aa.run_groups(Recorder(), scenarios, n=3, progress=False)
 
-    assert [g.metadata["scenario_id"] for g in groups] == ["first", scenario_id(scenarios[1]), scenario_id(scenarios[2])]
+    assert [g.metadata["scenario_id"] for g in groups] == [
+        "first",
+        scenario_id(scenarios[1]),
+        scenario_id(scenarios[2]),
+    ]
     assert scenario_id({"x": [1, 2], "q": 2}) == scenario_id(scenarios[1])  # key order does not matter
     assert scenario_id({"q": 2, "x": [1, 3]}) != scenario_id(scenarios[1])
     assert scenario_id(scenarios[1]).startswith("scn-")
@@ -77,7 +81,9 @@ async def test_scenario_id_from_attribute_and_pydantic_hash() -> None:
 async def test_slow_rollouts_run_concurrently_up_to_the_limit() -> None:
     recorder = Recorder()
     start = time.monotonic()
-    groups = await aa.run_groups(recorder, [{"q": i, "sleep": 0.2} for i in range(4)], n=2, max_concurrency=4, progress=False)
+    groups = await aa.run_groups(
+        recorder, [{"q": i, "sleep": 0.2} for i in range(4)], n=2, max_concurrency=4, progress=False
+    )
     elapsed = time.monotonic() - start
     assert sum(len(g) for g in groups) == 8
     assert recorder.max_running == 4
@@ -97,14 +103,21 @@ async def test_failed_rollouts_are_kept_with_tracebacks() -> None:
     assert failure.scenario_id == bad.metadata["scenario_id"]
     assert sorted(e.rollout_index for e in bad.exceptions) == [0, 1]
     # JSON round trip keeps the failures.
-    assert aa.TrajectoryGroup.model_validate_json(bad.model_dump_json()).exceptions[0].message == failure.message
+    assert (
+        aa.TrajectoryGroup.model_validate_json(bad.model_dump_json()).exceptions[0].message == failure.message
+    )
 
 
 async def test_hanging_rollout_times_out_and_is_cancelled() -> None:
     recorder = Recorder()
     start = time.monotonic()
     groups = await aa.run_groups(
-        recorder, [{"q": "hang", "sleep": 3600}, {"q": "fast"}], n=2, timeout_s=0.3, max_exceptions=0.5, progress=False
+        recorder,
+        [{"q": "hang", "sleep": 3600}, {"q": "fast"}],
+        n=2,
+        timeout_s=0.3,
+        max_exceptions=0.5,
+        progress=False,
     )
     assert time.monotonic() - start < 2
     hang, fast = groups
@@ -129,7 +142,9 @@ async def test_budget_exceeded_raises_and_cancels_the_rest() -> None:
     assert recorder.cancelled == 6 and recorder.running == 0
 
 
-@pytest.mark.parametrize(("setting", "failures", "raises"), [(0, 1, True), (0.25, 2, False), (0.25, 3, True), (3, 3, False)])
+@pytest.mark.parametrize(
+    ("setting", "failures", "raises"), [(0, 1, True), (0.25, 2, False), (0.25, 3, True), (3, 3, False)]
+)
 async def test_budget_counts_and_fractions(setting: float, failures: int, raises: bool) -> None:
     scenarios = [{"q": f"s{i}", "fail": i < failures} for i in range(8)]
     if raises:
@@ -142,22 +157,30 @@ async def test_budget_counts_and_fractions(setting: float, failures: int, raises
 
 async def test_retries_recover_flaky_rollouts() -> None:
     recorder = Recorder()
-    groups = await aa.run_groups(recorder, [{"q": "f", "flaky": True}], n=1, retries=1, max_exceptions=0, progress=False)
+    groups = await aa.run_groups(
+        recorder, [{"q": "f", "flaky": True}], n=1, retries=1, max_exceptions=0, progress=False
+    )
     (trajectory,) = groups[0].trajectories
     assert trajectory.metadata["attempts"] == 2 and recorder.calls["f"] == 2
     assert any("ConnectionError" in line for line in trajectory.logs)
 
     with pytest.raises(aa.RolloutBudgetError, match="flaky tool server"):
-        await aa.run_groups(Recorder(), [{"q": "f", "flaky": True}], n=1, retries=0, max_exceptions=0, progress=False)
+        await aa.run_groups(
+            Recorder(), [{"q": "f", "flaky": True}], n=1, retries=0, max_exceptions=0, progress=False
+        )
 
-    groups = await aa.run_groups(Recorder(), [{"q": "b", "fail": True}], n=1, retries=2, max_exceptions=1, progress=False)
+    groups = await aa.run_groups(
+        Recorder(), [{"q": "b", "fail": True}], n=1, retries=2, max_exceptions=1, progress=False
+    )
     (failure,) = groups[0].exceptions
     assert failure.model_extra["attempts"] == 3 and len(failure.model_extra["previous_failures"]) == 2
 
 
 async def test_cancelling_the_caller_cancels_every_rollout() -> None:
     recorder = Recorder()
-    task = asyncio.create_task(aa.run_groups(recorder, [{"q": i, "sleep": 3600} for i in range(3)], n=2, progress=False))
+    task = asyncio.create_task(
+        aa.run_groups(recorder, [{"q": i, "sleep": 3600} for i in range(3)], n=2, progress=False)
+    )
     await asyncio.sleep(0.1)
     assert recorder.running == 6
     task.cancel()
@@ -166,7 +189,9 @@ async def test_cancelling_the_caller_cancels_every_rollout() -> None:
     assert recorder.cancelled == 6 and recorder.running == 0
 
 
-async def test_progress_callback_sees_done_total_reward_and_exceptions(capsys: pytest.CaptureFixture[str]) -> None:
+async def test_progress_callback_sees_done_total_reward_and_exceptions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     seen: list[RunProgress] = []
     scenarios = [{"q": "a", "reward": 0.2}, {"q": "b", "reward": 0.6}, {"q": "c", "fail": True}]
     await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, max_exceptions=2, progress=seen.append)
