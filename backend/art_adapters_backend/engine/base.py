@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "Constraint",
+    "ContextLengthError",
+    "EngineStats",
     "GeneratedSequence",
     "GenerationRequest",
     "InferenceEngine",
@@ -78,7 +80,9 @@ class GeneratedSequence:
         index: the choice's index within its request.
         token_ids: the sampled token ids (stop strings' tokens included, EOS excluded).
         logprobs: the log-probability of each sampled token under the distribution it was
-            sampled from (logits divided by the temperature; raw logits when greedy).
+            sampled from (logits divided by the temperature; raw logits when greedy), taken
+            before top-p truncation and constraint masking, so a plain forward pass of
+            prompt + completion reproduces it (what GRPO's importance ratio needs).
         top_logprobs: per token, the ``top_logprobs`` most likely ``(token_id, logprob)``.
         text: the decoded text, cut before any stop string.
         finish_reason: ``"stop"`` (EOS, stop string, constraint done) or ``"length"``.
@@ -102,6 +106,31 @@ class SequenceDelta:
     text: str
     finish_reason: FinishReason | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+class ContextLengthError(ValueError):
+    """The prompt plus ``max_tokens`` does not fit in the model's context length."""
+
+
+@dataclass
+class EngineStats:
+    """Counters an engine keeps since it started.
+
+    Attributes:
+        requests: requests accepted.
+        sequences: choices (rows) decoded.
+        tokens_generated: new tokens sampled, over all choices.
+        max_batch_size_seen: the most sequences decoded together in one step.
+        steps: batched forward passes (prefills and decode steps).
+        failed_requests: requests that ended with an error.
+    """
+
+    requests: int = 0
+    sequences: int = 0
+    tokens_generated: int = 0
+    max_batch_size_seen: int = 0
+    steps: int = 0
+    failed_requests: int = 0
 
 
 @runtime_checkable

@@ -1,0 +1,443 @@
+"""The PyTorch inference engine (CPU default, CUDA when asked) with dynamic batching.
+
+One worker thread owns the model and a :class:`~.batch.Batch`. Each loop it admits waiting
+choices (FIFO, up to ``max_batch_size`` rows; requests for different LoRA adapters share a
+batch through PEFT's ``adapter_names``), prefills the new ones, merges them into the running
+batch and runs one decode step for every row. The asyncio side never blocks: it queues a
+request and receives :class:`~.base.SequenceDelta` events through
+``loop.call_soon_threadsafe``. A failure in a forward pass fails the requests in that pass
+(their awaiters get the exception) and the loop goes on; a failure while sampling one row
+fails only that row's request.
+
+Usage::
+
+    engine = TorchEngine.load(resolve_model_path("smollm2-135m-instruct"))
+    await engine.start()
+    [choice] = await engine.generate(GenerationRequest(prompt_token_ids=ids))
+    await engine.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .base import (
+    ContextLengthError,
+    EngineStats,
+    GeneratedSequence,
+    GenerationRequest,
+    SequenceDelta,
+)
+from .batch import Batch, Job, Row
+from .constraint import ConstrainedDecoder, GrammarCache
+from .text import TextTracker
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["EngineClosedError", "TorchEngine"]
+
+logger = logging.getLogger(__name__)
+
+
+class EngineClosedError(RuntimeError):
+    """The engine was closed before (or while) serving the request."""
+
+
+class TorchEngine:
+    """Serves a Hugging Face causal LM (plus PEFT LoRA adapters) with batched decoding.
+
+    Build it with :meth:`load`, then ``await start()``. Implements
+    :class:`~.base.InferenceEngine`.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        device: str = "cpu",
+        max_batch_size: int = 8,
+    ) -> None:
+        """Wrap an already loaded model and tokenizer (see :meth:`load`)."""
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        config = model.config
+        self.context_length: int = int(getattr(config, "max_position_embeddings", 0) or tokenizer.model_max_length)
+        self.vocab_size: int = int(config.vocab_size)
+        self.eos_token_ids: set[int] = _eos_ids(model, tokenizer)
+        self._grammars = GrammarCache(tokenizer, self.vocab_size, sorted(self.eos_token_ids))
+        self._adapters: dict[str, Path] = {}
+        self._stats = EngineStats()
+        self._cond = threading.Condition()
+        self._pending: deque[Row] = deque()
+        self._batch = Batch(model=self.model, eos_token_ids=self.eos_token_ids)
+        self._pause_requests = 0
+        self._in_step = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def load(cls, model_path: Path, *, device: str = "cpu", max_batch_size: int = 8) -> TorchEngine:
+        """Load a Hugging Face model folder (e.g. from :func:`~..bundled.resolve_model_path`).
+
+        Blocking (a few seconds for the bundled model): call it before serving or in a thread.
+        """
+        from transformers import AutoModelForCausalLM
+
+        from ..bundled import load_tokenizer
+
+        started = time.monotonic()
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype, local_files_only=True)
+        model.to(device)
+        tokenizer = load_tokenizer(Path(model_path))
+        logger.info("loaded %s on %s in %.1f s", model_path, device, time.monotonic() - started)
+        return cls(model, tokenizer, device=device, max_batch_size=max_batch_size)
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the decode loop (idempotent)."""
+        if self._closed:
+            raise EngineClosedError("the engine is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
+            self._thread.start()
+
+    async def close(self) -> None:
+        """Stop the decode loop; waiting and running requests fail with :class:`EngineClosedError`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        error = EngineClosedError("the engine was closed")
+        for row in list(self._pending) + list(self._batch.rows):
+            row.job.fail(error)
+        self._pending.clear()
+        self._batch.clear()
+
+    @property
+    def stats(self) -> EngineStats:
+        """A copy of the engine's counters."""
+        with self._cond:
+            return replace(self._stats)
+
+    # ---- requests ----------------------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> list[GeneratedSequence]:
+        """Sample ``request.n`` choices together; raises ``ValueError`` for a bad request."""
+        n = request.n
+        token_ids: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
+        texts: list[list[str]] = [[] for _ in range(n)]
+        finish: list[Any] = [None] * n
+        async for delta in self.stream(request):
+            i = delta.index
+            token_ids[i] += delta.token_ids
+            logprobs[i] += delta.logprobs
+            texts[i].append(delta.text)
+            if delta.top_logprobs:
+                tops[i] += delta.top_logprobs
+            if delta.finish_reason is not None:
+                finish[i] = delta.finish_reason
+        return [
+            GeneratedSequence(
+                index=i,
+                token_ids=token_ids[i],
+                logprobs=logprobs[i],
+                text="".join(texts[i]),
+                finish_reason=finish[i],
+                top_logprobs=tops[i] if request.params.top_logprobs > 0 else None,
+            )
+            for i in range(n)
+        ]
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[SequenceDelta]:
+        """Yield the choices' output as it is decoded (deltas of all choices interleaved).
+
+        Each choice's text deltas concatenate to its final text; its last delta carries the
+        ``finish_reason``. Leaving the loop early cancels the request.
+        """
+        compiled = self._validate(request)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[SequenceDelta | BaseException | None] = asyncio.Queue()
+
+        def emit(event: SequenceDelta | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        job = Job(request=request, emit=emit, compiled_grammar=compiled, remaining=request.n)
+        self._submit(job)
+        try:
+            while True:
+                event = await queue.get()
+                if event is None:
+                    return
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            if not job.done:
+                job.cancelled = True
+
+    def _validate(self, request: GenerationRequest) -> Any:
+        """Check a request before it is queued; returns its compiled grammar (or None)."""
+        if self._closed:
+            raise EngineClosedError("the engine is closed")
+        if self._thread is None:
+            raise RuntimeError("the engine is not started: await engine.start() first")
+        params = request.params
+        if not request.prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        if any(not 0 <= t < self.vocab_size for t in request.prompt_token_ids):
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+        if request.n < 1:
+            raise ValueError(f"n must be at least 1, got {request.n}")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
+        if not params.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+        if not 0 < params.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+        if not 0 <= params.top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
+        needed = len(request.prompt_token_ids) + params.max_tokens
+        if needed > self.context_length:
+            raise ContextLengthError(
+                f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is {params.max_tokens}: "
+                f"{needed} tokens do not fit the model's context of {self.context_length}; "
+                "shorten the prompt or lower max_tokens"
+            )
+        if request.adapter is not None and request.adapter not in self._adapters:
+            raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(self._adapters)}")
+        if request.constraint is not None:
+            return self._grammars.compile(request.constraint)
+        return None
+
+    def _submit(self, job: Job) -> None:
+        """Queue a validated request's choices for the decode loop."""
+        request = job.request
+        seed = request.params.seed
+        rows = []
+        for index in range(request.n):
+            generator = None
+            if request.params.temperature > 0:
+                generator = torch.Generator().manual_seed(
+                    seed + index if seed is not None else random.getrandbits(63)
+                )
+            decoder = (
+                ConstrainedDecoder(job.compiled_grammar, self.vocab_size, self.tokenizer)
+                if job.compiled_grammar is not None
+                else None
+            )
+            tracker = TextTracker(self.tokenizer, () if decoder is not None else request.params.stop)
+            rows.append(Row(job=job, index=index, tracker=tracker, generator=generator, decoder=decoder))
+        with self._cond:
+            if self._closed:
+                raise EngineClosedError("the engine is closed")
+            self._pending.extend(rows)
+            self._stats.requests += 1
+            self._stats.sequences += len(rows)
+            self._cond.notify_all()
+
+    # ---- adapters ----------------------------------------------------------------------
+
+    @property
+    def adapters(self) -> set[str]:
+        """The names of the loaded LoRA adapters."""
+        return set(self._adapters)
+
+    async def load_adapter(self, name: str, path: Path) -> None:
+        """Load a PEFT LoRA adapter folder under ``name`` (replacing one of the same name)."""
+        path = Path(path)
+        if not name or name == "__base__":
+            raise ValueError(f"invalid adapter name {name!r}")
+        if not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a PEFT adapter folder: it has no adapter_config.json")
+        if name in self._adapters:
+            await self.unload_adapter(name)
+        async with self.paused():
+            await asyncio.to_thread(self._load_adapter_sync, name, path)
+        self._adapters[name] = path
+        logger.info("loaded adapter %s from %s", name, path)
+
+    def _load_adapter_sync(self, name: str, path: Path) -> None:
+        """Attach the adapter's LoRA weights to the model (decode loop paused)."""
+        from peft import PeftModel
+
+        if hasattr(self.model, "peft_config"):
+            self.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=False)
+        self.model.eval()
+        self._batch.model = self.model
+
+    async def unload_adapter(self, name: str) -> None:
+        """Unload an adapter once the requests already using it have finished."""
+        if name not in self._adapters:
+            raise ValueError(f"unknown adapter {name!r}; loaded: {sorted(self._adapters)}")
+        del self._adapters[name]  # new requests for it are refused from now on
+        while self._uses_adapter(name):
+            await asyncio.sleep(0.05)
+        async with self.paused():
+            await asyncio.to_thread(self._unload_adapter_sync, name)
+        logger.info("unloaded adapter %s", name)
+
+    def _uses_adapter(self, name: str) -> bool:
+        with self._cond:
+            rows = list(self._pending) + list(self._batch.rows)
+        return any(row.job.request.adapter == name and not row.job.done for row in rows)
+
+    def _unload_adapter_sync(self, name: str) -> None:
+        """Remove the adapter; with none left, give back the plain base model."""
+        remaining = [a for a in self.model.peft_config if a != name]
+        if remaining:
+            self.model.set_adapter(remaining[0])
+            self.model.delete_adapter(name)
+        else:
+            self.model = self.model.unload()
+        self.model.eval()
+        self._batch.model = self.model
+
+    # ---- pausing -----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold decoding: waits for the running step to end, then no step starts until exit.
+
+        Requests keep queueing meanwhile and resume afterwards (training uses this to have
+        the CPU to itself).
+        """
+        with self._cond:
+            self._pause_requests += 1
+        try:
+            await asyncio.to_thread(self._wait_idle)
+            yield
+        finally:
+            with self._cond:
+                self._pause_requests -= 1
+                self._cond.notify_all()
+
+    def _wait_idle(self) -> None:
+        with self._cond:
+            while self._in_step:
+                self._cond.wait()
+
+    # ---- the decode loop (worker thread) -----------------------------------------------
+
+    def _run(self) -> None:
+        """Admit, prefill, decode, report; until closed."""
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._closed and (
+                        self._pause_requests > 0 or (not self._pending and not self._batch.rows)
+                    ):
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    self._in_step = True
+                    new_rows = self._admit()
+                try:
+                    self._step(new_rows)
+                except Exception:  # never let the loop die
+                    logger.exception("the decode loop hit an unexpected error")
+                finally:
+                    with self._cond:
+                        self._in_step = False
+                        self._stats.max_batch_size_seen = max(
+                            self._stats.max_batch_size_seen, len(self._batch.rows)
+                        )
+                        self._cond.notify_all()
+
+    def _admit(self) -> list[Row]:
+        """Take waiting rows (FIFO) while the batch has room; skip cancelled ones. Holds the lock."""
+        new_rows: list[Row] = []
+        room = self.max_batch_size - len(self._batch.rows)
+        while self._pending and len(new_rows) < room:
+            row = self._pending.popleft()
+            if row.job.done or row.job.cancelled:
+                continue
+            new_rows.append(row)
+        return new_rows
+
+    def _step(self, new_rows: list[Row]) -> None:
+        """Prefill the admitted rows, then one decode step for the whole batch."""
+        batch = self._batch
+        gone = [row for row in batch.rows if row.job.done or row.job.cancelled]
+        batch.drop(gone)
+        if new_rows:
+            try:
+                finished = batch.prefill(new_rows)
+            except Exception as exc:
+                logger.exception("prefill failed")
+                self._fail_rows(new_rows, exc)
+                batch.drop([row for row in batch.rows if row.job.done])
+                return
+            self._count(new_rows)
+            batch.drop(finished)
+        if not batch.rows:
+            return
+        rows = list(batch.rows)
+        try:
+            finished = batch.decode()
+        except Exception as exc:
+            logger.exception("a decode step failed")
+            self._fail_rows(rows, exc)
+            batch.clear()
+            return
+        self._count(rows)
+        batch.drop(finished)
+
+    def _count(self, rows: list[Row]) -> None:
+        """Update the stats after a prefill or decode over ``rows``."""
+        with self._cond:
+            self._stats.steps += 1
+            self._stats.tokens_generated += len(rows)
+            self._stats.max_batch_size_seen = max(self._stats.max_batch_size_seen, len(self._batch.rows))
+
+    def _fail_rows(self, rows: list[Row], exc: Exception) -> None:
+        """Fail the requests of ``rows`` (and drop their other choices still waiting)."""
+        jobs = {id(row.job): row.job for row in rows}
+        with self._cond:
+            for job in jobs.values():
+                if not job.done:
+                    self._stats.failed_requests += 1
+                job.fail(exc)
+            self._pending = deque(row for row in self._pending if not row.job.done)
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every token id that ends a sequence: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation_config = getattr(model, "generation_config", None)
+    configured = getattr(generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if not ids:
+        raise ValueError("the model defines no EOS token")
+    return ids
