@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -56,6 +57,10 @@ async def _announce_when_serving(server: uvicorn.Server, config: ServeConfig, po
         _write_port_file(config.port_file, port)
 
 
+def _absorb_signal(signum: int, frame: object) -> None:
+    logger.info("received %s; shutting down", signal.Signals(signum).name)
+
+
 async def serve(config: ServeConfig) -> None:
     """Serve until SIGTERM/SIGINT, then close the engine and the stores."""
     sock = _bind(config.host, config.port)
@@ -71,10 +76,15 @@ async def serve(config: ServeConfig) -> None:
         )
         server = uvicorn.Server(uv_config)
         announcer = asyncio.create_task(_announce_when_serving(server, config, port))
+        # uvicorn handles SIGTERM/SIGINT while serving, then re-raises them once it has stopped;
+        # these handlers absorb that re-raise so the engine and the stores are closed below.
+        previous = {sig: signal.signal(sig, _absorb_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             await server.serve(sockets=[sock])
         finally:
             announcer.cancel()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         sock.close()
         await state.close()

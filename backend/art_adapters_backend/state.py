@@ -7,6 +7,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .chat_template import ChatTemplate
@@ -90,7 +91,7 @@ class ServerState:
         lock = self._adapter_locks.setdefault(key, asyncio.Lock())
         async with lock:
             if key not in self._loaded_adapters:
-                result: Any = self.engine.load_adapter(key, served.adapter_path)  # type: ignore[attr-defined]
+                result: Any = self.engine.load_adapter(key, Path(served.adapter_path))  # type: ignore[attr-defined]
                 if inspect.isawaitable(result):
                     await result
                 self._loaded_adapters.add(key)
