@@ -47,6 +47,7 @@ __all__ = [
     "open_stdio",
     "open_streamable_http",
     "run_stdio_server",
+    "session_key",
     "streamable_http_app",
     "to_wire",
 ]
@@ -152,6 +153,19 @@ def streamable_http_app(server: Any, *, host: str) -> Any:
         return server.streamable_http_app(host=host)
     server.settings.host = host  # pragma: no cover - 1.x reads host (DNS-rebinding protection) from settings
     return server.streamable_http_app()  # pragma: no cover
+
+
+def session_key(ctx: Any) -> str:
+    """A key that is the same for every request of one MCP session, on the server side.
+
+    Over HTTP it is the ``mcp-session-id`` header. Over stdio one process serves one
+    session, so the key is constant. (``ctx.session`` is connection-scoped in 1.x but
+    a fresh per-request object in 2.x, so it cannot serve as the key.)
+    """
+    request = getattr(ctx.request_context, "request", None)
+    headers = getattr(request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return f"http:{session_id}" if session_id else "stdio"
 
 
 async def run_stdio_server(server: Any) -> None:

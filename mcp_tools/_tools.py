@@ -86,7 +86,12 @@ def _sync_unsupported(*_args: Any, **_kwargs: Any) -> Any:
     raise ConfigError("MCP tools are async only: call them with ainvoke / astream (e.g. graph.ainvoke)")
 
 
-async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None) -> None:
+async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None, callbacks: Any) -> None:
+    # `callbacks` is the tool run's child manager: dispatched through it, the event names the tool run as
+    # its parent, so the handler puts the record in place of that run's own (the config's managers are the
+    # tool node's, shared by parallel calls).
+    if callbacks is not None:
+        config = {**(config or {}), "callbacks": callbacks}
     try:
         await adispatch_custom_event(TOOL_RECORD_EVENT, record.model_dump(mode="json"), config=config)
     except RuntimeError:  # called outside any LangChain run: nobody to tell
@@ -96,7 +101,7 @@ async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None
 def _make_call(
     server: str, mcp_name: str, resolve: SessionResolver, config: McpClientConfig, tracer_provider: TracerProvider | None
 ) -> Callable[..., Awaitable[str]]:
-    async def call(config_: RunnableConfig, **kwargs: Any) -> str:
+    async def call(config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
         call_id = kwargs.pop(_CALL_ID_KWARG, None)
         arguments = kwargs
         started_at = datetime.now(UTC)
@@ -135,7 +140,7 @@ def _make_call(
                 source="mcp",
                 started_at=started_at,
             )
-            await _dispatch_record(record, config_)
+            await _dispatch_record(record, config_, callbacks)
             raise
         record = ToolCallRecord(
             name=mcp_name,
@@ -149,7 +154,7 @@ def _make_call(
             source="mcp",
             started_at=started_at,
         )
-        await _dispatch_record(record, config_)
+        await _dispatch_record(record, config_, callbacks)
         if is_error:
             raise ToolException(text)
         return text

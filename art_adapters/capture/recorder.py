@@ -11,9 +11,10 @@ own. Its rules:
 * Every other run belongs to its parent's root, so concurrent roots sharing one
   recorder never mix, and nested runs (subgraphs, nodes, tools) land in their root.
 * Model calls and tool executions are kept in the order they started.
-* An MCP record (from ``mcp_tools``) reported inside a tool run replaces that tool
-  run's own record, keeping its ``tool_call_id``: it knows the server, the session and
-  ``isError``. Reported outside any tool run, it is appended.
+* An MCP record (from ``mcp_tools``) reported inside a tool run (or from elsewhere in
+  the root, carrying that run's ``tool_call_id``) replaces the tool run's own record,
+  keeping its ``tool_call_id``: it knows the server, the session and ``isError``.
+  Otherwise it is appended.
 
 All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
 raise on unknown or repeated run ids: capture must never break the captured run.
@@ -223,15 +224,22 @@ class TrajectoryRecorder:
             if root is None:
                 logger.debug("tool record %r outside any known run; dropped", record.name)
                 return
+            replaced_id: RunId | None = run_id
             tool_run = root.tool_runs.get(run_id)
-            if tool_run is None or run_id in root.mcp_replaced:
+            if tool_run is None and record.call_id:  # reported from the tool's parent: match by tool_call_id
+                replaced_id, tool_run = next(
+                    ((rid, t) for rid, t in root.tool_runs.items()
+                     if t.record.call_id == record.call_id and rid not in root.mcp_replaced),
+                    (None, None),
+                )
+            if tool_run is None or replaced_id in root.mcp_replaced:
                 root.tool_records.append(record)
                 return
             if record.call_id is None:
                 record = record.model_copy(update={"call_id": tool_run.record.call_id})
             index = next(i for i, r in enumerate(root.tool_records) if r is tool_run.record)
             root.tool_records[index] = record
-            root.mcp_replaced.add(run_id)
+            root.mcp_replaced.add(replaced_id)
 
     # -- internals (called with the lock held) --
 

@@ -161,3 +161,17 @@ def test_divergent_histories_are_kept_and_the_longest_is_messages() -> None:
     assert len(trajectory.messages) == 5 and trajectory.messages[2].completion_id == "chatcmpl-1"
     assert [h.messages[-1].content for h in trajectory.additional_histories] == ["a summary"]
     assert trajectory.metrics["model_calls"] == 4
+
+
+def test_an_mcp_record_from_the_tool_node_is_matched_by_tool_call_id() -> None:
+    recorder = TrajectoryRecorder()
+    recorder.start_run("r", None)
+    recorder.start_run("tools", "r")
+    recorder.start_tool("t1", "tools", name="add", arguments={"a": 1}, call_id="c1")
+    recorder.start_tool("t2", "tools", name="add", arguments={"a": 2}, call_id="c2")
+    recorder.add_tool_record("tools", ToolCallRecord(name="add", call_id="c2", result="2", source="mcp"))
+    recorder.end_tool("t1", result="1")
+    recorder.end_tool("t2", result="2")
+    recorder.end_run("tools")
+    recorder.end_run("r")
+    assert [(r.call_id, r.source) for r in recorder.trajectory.tool_records] == [("c1", "langchain"), ("c2", "mcp")]
