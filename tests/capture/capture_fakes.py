@@ -105,7 +105,7 @@ def calculator_policy(messages: list[BaseMessage]) -> AIMessage:
                 {"name": "multiply", "args": {"a": b, "b": c}, "id": f"call_mul_{tag}", "type": "tool_call"},
             ],
         )
-    results = [str(m.content) for m in messages if m.type == "tool"]
+    results = [m.text for m in messages if m.type == "tool"]
     return AIMessage(content=f"The results are {' and '.join(results[-2:])}.")
 
 

@@ -1,0 +1,82 @@
+"""Users of langchain-mcp-adapters (which pins ``mcp<2``) are captured too, and mcp_tools works on mcp 1.x.
+
+mcp 1.x cannot share ``.venv`` with mcp 2.x, so this test builds (once; it is cached)
+a second venv, ``.venv-compat``, with ``pip install -e . langchain-mcp-adapters``, and
+runs ``compat_script.py`` there. The venv is rebuilt when its probe import fails (e.g.
+after a dependency was added). Building it needs the package index; when that fails
+the test is skipped with pip's own message, never silently passed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-compat"
+PYTHON = VENV / "bin" / "python"
+PROBE = "import langchain_mcp_adapters, mcp, art_adapters, mcp_tools, langgraph.prebuilt; assert mcp.__name__"
+BUILD_TIMEOUT_S = 300
+
+
+def _probe() -> bool:
+    if not PYTHON.exists():
+        return False
+    done = subprocess.run([str(PYTHON), "-c", PROBE], capture_output=True, timeout=120, cwd=ROOT)
+    return done.returncode == 0
+
+
+def _build() -> None:
+    base = getattr(sys, "_base_executable", sys.executable)
+    steps = [
+        [base, "-m", "venv", "--clear", str(VENV)],
+        [str(PYTHON), "-m", "pip", "install", "--quiet", "-e", str(ROOT), "langchain-mcp-adapters"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=ROOT)
+        if done.returncode != 0:
+            pytest.skip(f"could not build {VENV.name} ({' '.join(step[:4])} ...): {done.stderr.strip()[-800:]}")
+
+
+@pytest.fixture(scope="module")
+def compat_python() -> Path:
+    """The interpreter of ``.venv-compat`` (mcp 1.x + langchain-mcp-adapters), built on first use."""
+    with open(Path(tempfile.gettempdir()) / "art-adapters-venv-compat.lock", "w") as lock:  # two test runs must not build it at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _probe():
+            _build()
+            if not _probe():
+                pytest.skip(f"{VENV.name} was built but cannot import {PROBE!r}")
+    return PYTHON
+
+
+def test_langchain_mcp_adapters_tools_and_mcp_tools_on_mcp_1x(compat_python: Path) -> None:
+    done = subprocess.run(
+        [str(compat_python), str(Path(__file__).with_name("compat_script.py"))],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["mcp_version"].startswith("1.")
+
+    adapters = result["adapters"]
+    tool_messages = [m for m in adapters["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_add_2_3_4", "5"), ("call_mul_2_3_4", "12")]
+    records = sorted((r["name"], r["call_id"], r["arguments"], r["result"], r["is_error"]) for r in adapters["tool_records"])
+    assert records == [
+        ("add", "call_add_2_3_4", {"a": 2, "b": 3}, "5", False),
+        ("multiply", "call_mul_2_3_4", {"a": 3, "b": 4}, "12", False),
+    ]
+    assert adapters["messages"][-1]["content"] == "The results are 5 and 12."
+
+    ours = result["ours"]
+    create, search = ours["tool_records"]
+    assert (create["source"], create["server"], create["result"]) == ("mcp", "notes", "created note #13")
+    assert create["session_id"] == search["session_id"] and "#13 compat" in search["result"]
+    assert result["http_isolated"] is True
