@@ -147,6 +147,8 @@ class Batch:
         assert self.mask is not None
         input_ids = torch.tensor([[row.last_token] for row in self.rows], dtype=torch.long)
         positions = torch.tensor([[row.position] for row in self.rows], dtype=torch.long)
+        for row in self.rows:
+            row.position += 1
         self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
         logits = self._forward(
             self.rows,
@@ -192,7 +194,6 @@ class Batch:
             forced=forced,
         )
         token = sampled.token_id
-        row.position += 1
         row.last_token = token
         row.n_tokens += 1
         if token in self.eos_token_ids:
