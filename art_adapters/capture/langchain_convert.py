@@ -193,5 +193,6 @@ def tool_output(output: Any) -> tuple[str | None, bool, str | None]:
 
 
 def error_text(error: BaseException) -> str:
-    """``"Type: message"`` for a recorded failure."""
-    return f"{type(error).__name__}: {error}"
+    """``"Type: message"`` for a recorded failure (``"Type"`` when the message is empty)."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

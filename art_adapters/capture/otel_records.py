@@ -287,14 +287,15 @@ def message_from_openai(data: Any) -> Message | None:
 
 
 def span_error(span: Any) -> str | None:
-    """``"Type: message"`` of a failed span (its ``exception`` event or status), else ``None``."""
+    """``"Type: message"`` (``"Type"`` when the message is empty) of a failed span, else ``None``."""
     status = getattr(span, "status", None)
     failed = status is not None and getattr(status.status_code, "name", "") == "ERROR"
     for event in getattr(span, "events", ()) or ():
         if event.name == "exception":
             attributes = event.attributes or {}
             kind = attributes.get("exception.type", "Exception")
-            return f"{kind}: {attributes.get('exception.message', '')}"
+            message = attributes.get("exception.message", "")
+            return f"{kind}: {message}" if message else str(kind)
     if failed:
         return status.description or "error"
     return None

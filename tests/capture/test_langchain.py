@@ -284,3 +284,24 @@ def test_on_trajectory_callback_and_recorder_options(agent) -> None:
     assert handler.pop_trajectories() == seen[1:] and handler.trajectory is None
     with pytest.raises(aa.ConfigError):
         TrajectoryCallbackHandler(recorder=handler.recorder, max_finished=3)
+
+
+async def test_a_stream_abandoned_midway_or_a_cancelled_run_still_yields_its_trajectory(agent) -> None:
+    handler = TrajectoryCallbackHandler()
+    stream = agent.astream(QUESTION, config=config(handler))
+    async for _ in stream:
+        break  # the consumer stops after the first step
+    await stream.aclose()
+    trajectory = handler.trajectory
+    assert trajectory is not None and trajectory.error == "GeneratorExit"
+    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant"]
+
+    cancelled = TrajectoryCallbackHandler()
+    task = asyncio.create_task(agent.ainvoke(QUESTION, config=config(cancelled)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.trajectory is not None and cancelled.trajectory.error == "CancelledError"
+    assert cancelled.recorder.active_runs == 0 and handler.recorder.active_runs == 0
