@@ -135,13 +135,19 @@ def _resolve_budget(max_exceptions: float, total: int) -> int:
     return math.floor(max_exceptions * total + 1e-9)
 
 
+def _interactive() -> bool:
+    """Whether a progress bar has somewhere to go: a terminal, or a Jupyter kernel."""
+    stream = sys.stderr
+    return bool(stream is not None and stream.isatty()) or "ipykernel" in sys.modules
+
+
 class _Display:
     """The optional progress display: a tqdm bar, a user callback, or nothing."""
 
     def __init__(self, progress: bool | Callable[[RunProgress], None], total: int) -> None:
         self._callback = progress if callable(progress) else None
         self._bar: Any = None
-        if progress is True and total and sys.stderr.isatty():
+        if progress is True and total and _interactive():
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, desc="rollouts", unit="rollout", leave=True)
@@ -307,7 +313,7 @@ async def run_groups(
             ``0`` stops on the first failure.
         retries: extra attempts for a rollout that raised or timed out (0 = none).
         progress: ``True`` shows a progress bar (done/total, mean reward, exceptions) when
-            stderr is a terminal; ``False`` shows nothing; a callable receives a
+            stderr is a terminal or in a notebook; ``False`` shows nothing; a callable receives a
             :class:`RunProgress` after every finished rollout instead.
 
     Returns:

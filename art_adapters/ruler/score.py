@@ -101,6 +101,7 @@ def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, Judg
         trajectory.metrics["ruler_score"] = verdict.score
         trajectory.reward = verdict.score
         trajectory.metadata["ruler_explanation"] = verdict.explanation
+        trajectory.metadata["ruler_label"] = verdict.trajectory_id
         trajectory.logs.append(f"RULER score {verdict.score:.3f}: {verdict.explanation}")
 
 

@@ -72,7 +72,7 @@ async def test_scores_applied_prefix_sent_once_identical_sent_once(
     assert scored.rewards == [0.9, 0.1, 0.9]  # identical trajectories share the score
     first = scored.trajectories[0]
     assert first.metrics == {"independent_reward": 1.0, "ruler_score": 0.9}
-    assert first.metadata["ruler_explanation"] == "judged t1"
+    assert first.metadata["ruler_explanation"] == "judged t1" and first.metadata["ruler_label"] == "t1"
     assert any("judged t1" in line for line in first.logs)
     assert scored.metadata["ruler"]["status"] == "scored"
     assert scored.metadata["ruler"]["distinct_trajectories"] == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import time
 from typing import Any
 
@@ -263,3 +265,23 @@ def test_run_groups_sync_in_a_plain_script() -> None:
         asyncio.get_running_loop()
     groups = aa.run_groups_sync(Recorder(), [{"q": 1}], n=3, progress=False)
     assert [t.metadata["rollout_index"] for t in groups[0].trajectories] == [0, 1, 2]
+
+
+async def test_progress_bar_on_a_terminal_shows_done_total_reward_exceptions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    scenarios = [{"q": "a", "reward": 0.2}, {"q": "b", "reward": 0.6}, {"q": "c", "fail": True}]
+    await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, max_exceptions=2, progress=True)
+    final = terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert "rollouts" in final and "6/6" in final
+    assert "reward=0.400" in final and "exceptions=2" in final
+
+
+async def test_no_scenarios_no_groups() -> None:
+    assert await aa.run_groups(Recorder(), [], n=4, progress=True) == []
