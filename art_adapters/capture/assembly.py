@@ -57,18 +57,29 @@ class ModelCall:
     error: str | None = None
 
 
-def _key(message: Message) -> dict[str, Any]:
-    return message.to_openai()
+def _key(message: Message) -> tuple[Any, ...]:
+    """What makes two messages the same turn (everything the model sees; not our completion link)."""
+    calls = message.tool_calls
+    return (
+        message.role,
+        message.content if not isinstance(message.content, list) else repr(message.content),
+        message.name,
+        message.tool_call_id,
+        tuple((c.id, c.function.name, c.function.arguments) for c in calls) if calls else None,
+    )
 
 
 def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
-    """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add."""
+    """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add.
+
+    Message objects are placed, not copied: each call's messages end up in at most one history.
+    """
     histories: list[History] = []
-    keys_of: list[list[dict[str, Any]]] = []
+    keys_of: list[list[tuple[Any, ...]]] = []
     for call in calls:
-        conversation = [m.model_copy() for m in call.messages]
+        conversation = list(call.messages)
         if call.output is not None:
-            conversation.append(call.output.model_copy())
+            conversation.append(call.output)
         keys = [_key(m) for m in conversation]
         for index, history in enumerate(histories):
             known = keys_of[index]
@@ -82,7 +93,7 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
                 _copy_completion_ids(conversation, history.messages)
                 break
         else:
-            histories.append(History(messages=conversation, tools=call.tools))
+            histories.append(History.model_construct(messages=conversation, tools=call.tools))
             keys_of.append(keys)
     return histories
 

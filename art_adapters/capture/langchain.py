@@ -14,6 +14,8 @@ worker thread, ``ainvoke`` inline on the event loop — no executor hop, so even
 their order). It only translates events into calls on a
 :class:`~art_adapters.capture.recorder.TrajectoryRecorder`, keyed by ``run_id`` /
 ``parent_run_id``; the recorder does the bookkeeping (thread-safe) and the assembly.
+Message conversion and assembly are deferred until a trajectory is read, so the
+captured run only pays for bookkeeping (see ``bench/capture.py``).
 
 What is recorded: every chat-model call's input messages (OpenAI format) and the tools
 bound to it, its output (content, tool calls, the provider's completion id, token
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -33,11 +36,12 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from art_adapters.capture.events import TOOL_RECORD_EVENT
 from art_adapters.capture.langchain_convert import (
+    convert_messages,
     error_text,
-    message_from_langchain,
     output_message,
+    output_usage,
+    ToolsCache,
     tool_output,
-    tools_from_invocation,
 )
 from art_adapters.capture.recorder import TrajectoryRecorder
 from art_adapters.errors import ConfigError
@@ -93,6 +97,7 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         if recorder is not None and (on_trajectory is not None or max_finished is not None):
             raise ConfigError("pass on_trajectory / max_finished to the recorder, not beside recorder=")
         self.recorder = recorder or TrajectoryRecorder(on_trajectory=on_trajectory, max_finished=max_finished)
+        self._tools = ToolsCache()  # called at assembly time, under the recorder's lock
 
     # -- results --
 
@@ -161,13 +166,13 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """A chat model was called: record its input messages and bound tools."""
-        prompt = messages[0] if messages else []
-        converted = [m for m in map(message_from_langchain, prompt) if m is not None]
+        # Converted when the trajectory is assembled, off the run's hot path (the list is copied now).
+        prompt = list(messages[0]) if messages else []
         self.recorder.start_model_call(
             run_id,
             parent_run_id,
-            converted,
-            tools=tools_from_invocation(kwargs.get("invocation_params")),
+            partial(convert_messages, prompt),
+            tools=partial(self._tools, kwargs.get("invocation_params")),
             name=_name(serialized, kwargs),
         )
 
@@ -183,13 +188,12 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         """A completion (non-chat) model was called: its prompt is recorded as one user message."""
         messages = [Message(role="user", content=prompts[0])] if prompts else []
         self.recorder.start_model_call(
-            run_id, parent_run_id, messages, tools=tools_from_invocation(kwargs.get("invocation_params"))
+            run_id, parent_run_id, messages, tools=partial(self._tools, kwargs.get("invocation_params"))
         )
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """A model call returned (streamed calls too: LangChain hands over the merged message)."""
-        output, usage = output_message(response)
-        self.recorder.end_model_call(run_id, output, usage=usage)
+        self.recorder.end_model_call(run_id, partial(output_message, response), usage=partial(output_usage, response))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """A model call raised."""

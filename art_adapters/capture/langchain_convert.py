@@ -3,7 +3,8 @@
 Pure functions used by the callback handler. They read LangChain messages by their
 public attributes (``type``, ``content``, ``tool_calls``, ``tool_call_id``, ``name``,
 ``response_metadata``, ``usage_metadata``), so this module imports nothing from
-LangChain at run time.
+LangChain at run time. Records are built with ``model_construct`` from values already
+checked here (LangChain validated the messages), which keeps conversion cheap.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ if TYPE_CHECKING:
 __all__ = [
     "completion_id",
     "content_of",
+    "convert_messages",
     "error_text",
     "message_from_langchain",
     "output_message",
+    "output_usage",
+    "ToolsCache",
     "tool_output",
     "tools_from_invocation",
     "usage_of",
@@ -65,6 +69,12 @@ def content_of(content: Any) -> str | list[dict[str, Any]] | None:
     return parts
 
 
+def _call(call_id: Any, name: str, arguments: str) -> ToolCall:
+    return ToolCall.model_construct(
+        id=str(call_id or ""), type="function", function=FunctionCall.model_construct(name=name, arguments=arguments)
+    )
+
+
 def _tool_calls(message: Any) -> list[ToolCall] | None:
     calls: list[ToolCall] = []
     for call in getattr(message, "tool_calls", None) or []:
@@ -72,21 +82,22 @@ def _tool_calls(message: Any) -> list[ToolCall] | None:
         if not name:
             continue
         arguments = call.get("args")
-        calls.append(
-            ToolCall(
-                id=str(call.get("id") or ""),
-                function=FunctionCall(
-                    name=name,
-                    arguments=arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False),
-                ),
-            )
-        )
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
+        calls.append(_call(call.get("id"), str(name), text))
     for call in getattr(message, "invalid_tool_calls", None) or []:  # malformed JSON from the model: keep it verbatim
         if call.get("name"):
-            calls.append(
-                ToolCall(id=str(call.get("id") or ""), function=FunctionCall(name=call["name"], arguments=call.get("args") or ""))
-            )
+            calls.append(_call(call.get("id"), str(call["name"]), str(call.get("args") or "")))
     return calls or None
+
+
+def _message(role: str, content: Any, *, name: Any = None, tool_calls: Any = None, tool_call_id: Any = None) -> Message:
+    return Message.model_construct(
+        role=role,
+        content=content,
+        name=name if isinstance(name, str) and name else None,
+        tool_calls=tool_calls,
+        tool_call_id=str(tool_call_id) if tool_call_id else None,
+    )
 
 
 def message_from_langchain(message: BaseMessage | Any) -> Message | None:
@@ -104,16 +115,12 @@ def message_from_langchain(message: BaseMessage | Any) -> Message | None:
     content = content_of(getattr(message, "content", None))
     name = getattr(message, "name", None)
     if role == "assistant":
-        tool_calls = _tool_calls(message)
-        if content is None:
-            content = ""
-        return Message(role="assistant", content=content, name=name or None, tool_calls=tool_calls)
+        return _message("assistant", "" if content is None else content, name=name, tool_calls=_tool_calls(message))
     if role == "tool":
         if isinstance(content, list):
             content = as_text(content)
-        call_id = getattr(message, "tool_call_id", None)
-        return Message(role="tool", content=content, name=name or None, tool_call_id=str(call_id) if call_id else None)
-    return Message(role=role, content=content, name=name or None)  # type: ignore[arg-type]
+        return _message("tool", content, name=name, tool_call_id=getattr(message, "tool_call_id", None))
+    return _message(role, content, name=name)
 
 
 def completion_id(message: Any, llm_output: Mapping[str, Any] | None = None) -> str | None:
@@ -149,21 +156,35 @@ def usage_of(message: Any, llm_output: Mapping[str, Any] | None = None) -> dict[
     return {}
 
 
-def output_message(response: LLMResult) -> tuple[Message | None, dict[str, int]]:
-    """The assistant message of a model call's result (its first generation), with its usage."""
+def _first_generation(response: LLMResult) -> Any:
     generations = response.generations[0] if response.generations else []
-    if not generations:
-        return None, {}
-    generation = generations[0]
-    llm_output = response.llm_output or {}
+    return generations[0] if generations else None
+
+
+def output_message(response: LLMResult) -> Message | None:
+    """The assistant message of a model call's result (its first generation), with its completion id."""
+    generation = _first_generation(response)
+    if generation is None:
+        return None
     message = getattr(generation, "message", None)
     if message is None:  # a completion (non-chat) model
-        return Message(role="assistant", content=generation.text), usage_of(None, llm_output)
+        return Message(role="assistant", content=generation.text)
     converted = message_from_langchain(message)
     if converted is None or converted.role != "assistant":
         converted = Message(role="assistant", content=content_of(getattr(message, "content", "")) or "")
-    converted.completion_id = completion_id(message, llm_output)
-    return converted, usage_of(message, llm_output)
+    converted.completion_id = completion_id(message, response.llm_output)
+    return converted
+
+
+def output_usage(response: LLMResult) -> dict[str, int]:
+    """Token usage of a model call's result."""
+    generation = _first_generation(response)
+    return usage_of(getattr(generation, "message", None), response.llm_output)
+
+
+def convert_messages(messages: list[Any]) -> list[Message]:
+    """LangChain messages as OpenAI-format messages (unknown kinds skipped)."""
+    return [m for m in map(message_from_langchain, messages) if m is not None]
 
 
 def tools_from_invocation(invocation_params: Mapping[str, Any] | None) -> list[ToolSchema] | None:
@@ -173,6 +194,33 @@ def tools_from_invocation(invocation_params: Mapping[str, Any] | None) -> list[T
         return None
     tools = [t for t in map(tool_schema_from_definition, raw) if t is not None]
     return tools or None
+
+
+class ToolsCache:
+    """:func:`tools_from_invocation` remembered per bound tool list.
+
+    A model bound with ``bind_tools`` hands the same list object to every call, so a
+    run's calls (and concurrent runs of one graph) convert their tools once. Keyed by
+    the list's identity while holding a reference to it, so an id is never reused.
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._max_entries = max_entries
+        self._entries: dict[int, tuple[Any, list[ToolSchema] | None]] = {}
+
+    def __call__(self, invocation_params: Mapping[str, Any] | None) -> list[ToolSchema] | None:
+        """The tools of one call's invocation params (converted on first sight of their list)."""
+        raw = (invocation_params or {}).get("tools")
+        if not isinstance(raw, list | tuple):
+            return None
+        entry = self._entries.get(id(raw))
+        if entry is not None and entry[0] is raw:
+            return entry[1]
+        tools = tools_from_invocation(invocation_params)
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        self._entries[id(raw)] = (raw, tools)
+        return tools
 
 
 def tool_output(output: Any) -> tuple[str | None, bool, str | None]:

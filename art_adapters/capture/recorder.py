@@ -18,6 +18,12 @@ own. Its rules:
 
 All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
 raise on unknown or repeated run ids: capture must never break the captured run.
+
+Cheap on the run's hot path: a model call's ``messages``, ``tools``, ``output`` and
+``usage`` may each be given as a zero-argument callable producing the value; it is
+called when the trajectory is assembled, and assembly itself happens when a trajectory
+is first read (or at once when ``on_trajectory`` is set). So a run pays for a few dict
+operations per event, and converting and assembling happen off its critical path.
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, Union
 
 from art_adapters.capture.assembly import ModelCall, assemble
 from art_adapters.errors import ConfigError
@@ -39,6 +45,32 @@ __all__ = ["TrajectoryRecorder"]
 logger = logging.getLogger(__name__)
 
 RunId = Hashable
+T = TypeVar("T")
+#: A value, or a zero-argument callable that produces it when the trajectory is assembled.
+Deferred = Union[T, Callable[[], T]]  # noqa: UP007 - a generic alias needs Union
+
+
+def _value(value: Any) -> Any:
+    return value() if callable(value) else value
+
+
+@dataclass
+class _PendingCall:
+    messages: Deferred[Sequence[Message]]
+    tools: Deferred[list[ToolSchema] | None]
+    output: Deferred[Message | None] = None
+    usage: Deferred[dict[str, int] | None] = None
+    error: str | None = None
+    ended: bool = False
+
+    def resolve(self) -> ModelCall:
+        return ModelCall(
+            messages=list(_value(self.messages)),
+            tools=_value(self.tools),
+            output=_value(self.output),
+            usage=dict(_value(self.usage) or {}),
+            error=self.error,
+        )
 
 
 @dataclass
@@ -54,10 +86,12 @@ class _Root:
     started_at: datetime
     metadata: dict[str, Any]
     runs: set[RunId] = field(default_factory=set)
-    model_calls: dict[RunId, ModelCall] = field(default_factory=dict)  # insertion order = start order
+    model_calls: dict[RunId, _PendingCall] = field(default_factory=dict)  # insertion order = start order
     tool_records: list[ToolCallRecord] = field(default_factory=list)
     tool_runs: dict[RunId, _ToolRun] = field(default_factory=dict)
     mcp_replaced: set[RunId] = field(default_factory=set)
+    error: str | None = None
+    finished_at: datetime | None = None
 
 
 class TrajectoryRecorder:
@@ -88,7 +122,7 @@ class TrajectoryRecorder:
         self._lock = threading.RLock()
         self._root_of: dict[RunId, RunId] = {}
         self._roots: dict[RunId, _Root] = {}
-        self._finished: list[Trajectory] = []
+        self._finished: list[Trajectory | _Root] = []  # a _Root is assembled when first read
 
     # -- results --
 
@@ -96,13 +130,13 @@ class TrajectoryRecorder:
     def trajectories(self) -> list[Trajectory]:
         """Finished trajectories, in the order their root runs ended."""
         with self._lock:
-            return list(self._finished)
+            return [self._built(i) for i in range(len(self._finished))]
 
     @property
     def trajectory(self) -> Trajectory | None:
         """The trajectory of the root run that ended last, or ``None``."""
         with self._lock:
-            return self._finished[-1] if self._finished else None
+            return self._built(len(self._finished) - 1) if self._finished else None
 
     @property
     def active_runs(self) -> int:
@@ -113,7 +147,8 @@ class TrajectoryRecorder:
     def pop_trajectories(self) -> list[Trajectory]:
         """Return the finished trajectories and forget them."""
         with self._lock:
-            taken, self._finished = self._finished, []
+            taken = [self._built(i) for i in range(len(self._finished))]
+            self._finished = []
         return taken
 
     # -- events --
@@ -126,19 +161,20 @@ class TrajectoryRecorder:
             self._attach(run_id, parent_run_id, name=name, metadata=metadata)
 
     def end_run(self, run_id: RunId, *, error: str | None = None) -> None:
-        """A run ended; when it is a root, its trajectory is assembled (``error``: how it failed)."""
+        """A run ended; when it is a root, its trajectory is complete (``error``: how it failed)."""
         with self._lock:
-            root = self._roots.get(run_id)
+            root = self._roots.pop(run_id, None)
             if root is None:
                 return
-            del self._roots[run_id]
             for child in root.runs:
                 self._root_of.pop(child, None)
-            trajectory = self._build(root, error)
-            self._finished.append(trajectory)
+            root.error = error
+            root.finished_at = datetime.now(UTC)
+            self._finished.append(root)
             if self._max_finished is not None and len(self._finished) > self._max_finished:
                 del self._finished[0]
-        if self._on_trajectory is not None:
+            trajectory = self._built(len(self._finished) - 1) if self._on_trajectory is not None else None
+        if trajectory is not None and self._on_trajectory is not None:
             try:
                 self._on_trajectory(trajectory)
             except Exception:
@@ -148,32 +184,33 @@ class TrajectoryRecorder:
         self,
         run_id: RunId,
         parent_run_id: RunId | None,
-        messages: list[Message],
+        messages: Deferred[Sequence[Message]],
         *,
-        tools: list[ToolSchema] | None = None,
+        tools: Deferred[list[ToolSchema] | None] = None,
         name: str | None = None,
     ) -> None:
-        """A chat-model call started with these input messages and tools."""
+        """A chat-model call started with these input messages and tools (each may be deferred)."""
         with self._lock:
             root = self._attach(run_id, parent_run_id, name=name)
-            root.model_calls[run_id] = ModelCall(messages=list(messages), tools=tools)
+            root.model_calls[run_id] = _PendingCall(messages=messages, tools=tools)
 
     def end_model_call(
         self,
         run_id: RunId,
-        output: Message | None,
+        output: Deferred[Message | None],
         *,
-        usage: dict[str, int] | None = None,
+        usage: Deferred[dict[str, int] | None] = None,
         error: str | None = None,
     ) -> None:
-        """A chat-model call ended with ``output`` (or failed with ``error``)."""
+        """A chat-model call ended with ``output`` (or failed with ``error``); output and usage may be deferred."""
         with self._lock:
             root = self._root(run_id)
             call = root.model_calls.get(run_id) if root is not None else None
             if call is not None:
                 call.output = output
-                call.usage = dict(usage or {})
+                call.usage = usage
                 call.error = error
+                call.ended = True
         self._end_if_root(run_id, error)
 
     def start_tool(
@@ -267,22 +304,31 @@ class TrajectoryRecorder:
         if run_id in self._roots:
             self.end_run(run_id, error=error)
 
-    def _build(self, root: _Root, error: str | None) -> Trajectory:
+    def _built(self, index: int) -> Trajectory:
+        item = self._finished[index]
+        if isinstance(item, _Root):
+            item = self._finished[index] = self._build(item)
+        return item
+
+    def _build(self, root: _Root) -> Trajectory:
         metadata: dict[str, Any] = {"capture": "langchain", "run_id": str(root.run_id)}
         if root.name:
             metadata["root_run"] = root.name
         # the root's config metadata (scenario ids and the like); only JSON scalars are kept
         metadata.update({k: v for k, v in root.metadata.items() if isinstance(v, str | int | float | bool)})
-        calls = list(root.model_calls.values())
+        pending = list(root.model_calls.values())
+        calls = []
+        for call in pending:
+            try:
+                calls.append(call.resolve())
+            except Exception as exc:  # a converter failed on odd input: keep the rest of the run
+                logger.warning("TrajectoryRecorder: could not convert a model call; skipped", exc_info=True)
+                calls.append(ModelCall(messages=[], error=f"capture could not convert this call: {exc!r}"))
         trajectory = assemble(
-            calls,
-            root.tool_records,
-            metadata=metadata,
-            started_at=root.started_at,
-            finished_at=datetime.now(UTC),
-            error=error,
+            calls, root.tool_records, metadata=metadata, started_at=root.started_at,
+            finished_at=root.finished_at, error=root.error,
         )
-        running = [c for c in calls if c.output is None and c.error is None]
+        running = sum(1 for call in pending if not call.ended)
         if running:
-            trajectory.logs.append(f"{len(running)} model call(s) had not finished when the run ended")
+            trajectory.logs.append(f"{running} model call(s) had not finished when the run ended")
         return trajectory
