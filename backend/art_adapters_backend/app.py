@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 from fastapi import FastAPI, Request
@@ -49,6 +50,10 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(health_router)
     app.include_router(openai_router)
     app.include_router(art_router)
+    if importlib.util.find_spec(f"{__package__}.routes_train") is not None:
+        from .routes_train import router as train_router  # the training API, when installed
+
+        app.include_router(train_router)
     api_key = state.config.api_key_value
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)

@@ -101,3 +101,26 @@ def test_validation_errors_become_one_readable_message() -> None:
     message, _ = validation_message([{"type": "json_invalid", "loc": ("body", 12), "msg": "JSON decode error",
                                       "ctx": {"error": "Expecting value"}}])  # fmt: skip
     assert message.startswith("invalid JSON body: Expecting value (at character 12)")
+
+
+def test_unexpected_errors_are_a_json_500_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from art_adapters_backend.errors import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise KeyError("secret internals")
+
+    with TestClient(app, raise_server_exceptions=False) as client, caplog.at_level("ERROR"):
+        response = client.get("/boom")
+        assert client.get("/missing").status_code == 404
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and "KeyError" in error["message"]
+    assert "secret internals" not in response.text and "Traceback" not in response.text
+    assert any("secret internals" in (r.exc_text or "") or r.exc_info for r in caplog.records)
