@@ -40,7 +40,7 @@ def build_graph(answer: str) -> Any:
 def judge_by_correctness(body: dict[str, Any]) -> dict[str, Any]:
     text = body["messages"][1]["content"]
     a, b = map(int, re.search(r"What is (\d+) \+ (\d+)\?", text).groups())
-    blocks = re.findall(r'<trajectory id="(t\d+)">(.*?)</trajectory>', text, re.S)
+    blocks = re.findall(r'<trajectory id="(t\d+)">(.*?)</trajectory>', text, re.DOTALL)
     return {
         "content": scores(
             [(label, 1.0 if f"The sum is {a + b}." in block else 0.0) for label, block in blocks]
