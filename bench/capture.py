@@ -32,6 +32,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
@@ -39,7 +40,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from art_adapters import TrajectoryCallbackHandler, TrajectorySpanProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "capture"))
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent  # noqa: E402
+from capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 
@@ -80,7 +81,7 @@ class Setup:
     def config(self) -> dict:
         return {"callbacks": [self.handler]} if self.handler else {}
 
-    def __enter__(self) -> Setup:
+    def __enter__(self) -> Self:
         if self.openinference:
             from openinference.instrumentation.langchain import LangChainInstrumentor
 
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         agent = react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply])
 
     if args.mode == "sync":
+
         def run(config: dict) -> object:
             return agent.invoke(QUESTION, config=config)
     else:
@@ -161,11 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     best = {name: min(values) for name, values in samples.items()}
     median = {name: statistics.median(values) for name, values in samples.items()}
     bare = best["bare"]
-    print(f"ReAct agent, instant fake model, {args.mode}: {args.rounds} rounds x {args.runs} runs per configuration")
+    print(
+        f"ReAct agent, instant fake model, {args.mode}: {args.rounds} rounds x {args.runs} runs per configuration"
+    )
     print(f"{'configuration':<26}{'min us/run':>12}{'overhead us':>13}{'ratio':>8}{'median us/run':>15}")
     for name in samples:
         value = best[name]
-        print(f"{name:<26}{value * 1e6:>12.0f}{(value - bare) * 1e6:>13.0f}{value / bare:>8.3f}{median[name] * 1e6:>15.0f}")
+        print(
+            f"{name:<26}{value * 1e6:>12.0f}{(value - bare) * 1e6:>13.0f}{value / bare:>8.3f}{median[name] * 1e6:>15.0f}"
+        )
     handler_overhead = best["handler"] - bare
     assembly = best["handler+assembly"] - best["handler"]
     oi_overhead = best["openinference"] - bare

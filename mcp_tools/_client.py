@@ -48,7 +48,9 @@ class _Toolset:
         self.servers = servers
         self.config = config
         self.tracer_provider = tracer_provider
-        self._defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, McpSession] = weakref.WeakKeyDictionary()
+        self._defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, McpSession] = (
+            weakref.WeakKeyDictionary()
+        )
         self._default_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )

@@ -114,7 +114,9 @@ def _spec_from_mapping(data: Mapping[str, Any], where: str) -> StdioServer | Htt
     data = dict(data)
     transport = str(data.pop("transport", "stdio" if "command" in data else "streamable_http"))
     if transport in _UNSUPPORTED_TRANSPORTS:
-        raise ConfigError(f"{where}: transport {transport!r} is not supported; use 'stdio' or 'streamable_http'")
+        raise ConfigError(
+            f"{where}: transport {transport!r} is not supported; use 'stdio' or 'streamable_http'"
+        )
     if transport in _HTTP_TRANSPORTS:
         transport = "streamable_http"
     elif transport != "stdio":
@@ -141,7 +143,9 @@ def _single(server: Any, name: str | None) -> tuple[str, StdioServer | HttpServe
             spec = StdioServer(command=parts[0], args=parts[1:])
     elif isinstance(server, list | tuple):
         if not server or not all(isinstance(p, str) and p for p in server):
-            raise ConfigError(f"a stdio command must be a non-empty list of non-empty strings, got {server!r}")
+            raise ConfigError(
+                f"a stdio command must be a non-empty list of non-empty strings, got {server!r}"
+            )
         spec = StdioServer(command=server[0], args=list(server[1:]))
     elif isinstance(server, Mapping):
         spec = _spec_from_mapping(server, "server")
@@ -151,7 +155,11 @@ def _single(server: Any, name: str | None) -> tuple[str, StdioServer | HttpServe
             "an http(s) URL, or a config dict"
         )
     if name is None:
-        name = _name_from_command(spec.command, spec.args) if isinstance(spec, StdioServer) else _name_from_url(spec.url)
+        name = (
+            _name_from_command(spec.command, spec.args)
+            if isinstance(spec, StdioServer)
+            else _name_from_url(spec.url)
+        )
     return name, spec
 
 

@@ -47,7 +47,9 @@ class ServerConnection:
         self._runner: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, name: str, spec: StdioServer | HttpServer, config: McpClientConfig) -> ServerConnection:
+    async def open(
+        cls, name: str, spec: StdioServer | HttpServer, config: McpClientConfig
+    ) -> ServerConnection:
         """Start the server (or connect to it) and finish the MCP handshake.
 
         Raises:
@@ -98,7 +100,11 @@ class ServerConnection:
                 if isinstance(self.spec, StdioServer):
                     read, write = await stack.enter_async_context(
                         _compat.open_stdio(
-                            self.spec.command, self.spec.args, env=self.spec.env, cwd=self.spec.cwd, errlog=self._stderr
+                            self.spec.command,
+                            self.spec.args,
+                            env=self.spec.env,
+                            cwd=self.spec.cwd,
+                            errlog=self._stderr,
                         )
                     )
                     get_session_id = None
@@ -112,10 +118,12 @@ class ServerConnection:
                 await session.initialize()
                 self._session = session
                 # stdio has no protocol session id; a local one still tells sessions apart in traces.
-                self.session_id = (get_session_id() if get_session_id else None) or f"local-{uuid.uuid4().hex}"
+                self.session_id = (
+                    get_session_id() if get_session_id else None
+                ) or f"local-{uuid.uuid4().hex}"
                 self._ready.set()
                 await self._stop.wait()
-        except Exception as exc:  # the transport or handshake failed: report to whoever waits
+        except Exception as exc:  # noqa: BLE001 - the transport or handshake failed: report to whoever waits
             self._failure = exc
             if self._ready.is_set():
                 logger.warning("MCP session with %r ended: %s: %s", self.name, type(exc).__name__, exc)
@@ -156,7 +164,9 @@ class ServerConnection:
         call = asyncio.ensure_future(make_call(session))
         ended = asyncio.ensure_future(self._done.wait())
         try:
-            finished, _ = await asyncio.wait({call, ended}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            finished, _ = await asyncio.wait(
+                {call, ended}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             ended.cancel()
         if call in finished:
@@ -165,11 +175,15 @@ class ServerConnection:
             except _compat.McpProtocolError as exc:
                 if _compat.error_code(exc) == _compat.CONNECTION_CLOSED:
                     self._broken = "the server closed the connection"
-                    raise self._error(tool, "the server closed the connection mid-call (it crashed or exited)") from exc
+                    raise self._error(
+                        tool, "the server closed the connection mid-call (it crashed or exited)"
+                    ) from exc
                 raise self._error(tool, f"the server refused the call: {exc}") from exc
             except (OSError, EOFError) as exc:
                 self._broken = f"{type(exc).__name__}: {exc}"
-                raise self._error(tool, f"the connection failed mid-call: {type(exc).__name__}: {exc}") from exc
+                raise self._error(
+                    tool, f"the connection failed mid-call: {type(exc).__name__}: {exc}"
+                ) from exc
         call.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await call
@@ -182,7 +196,9 @@ class ServerConnection:
             "raise call_timeout_s if the tool is slow on purpose",
         )
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """Send ``tools/call``; returns the result's wire form (``content``, ``isError``, ...).
 
         Raises:
@@ -203,7 +219,9 @@ class ServerConnection:
             cursor: str | None = None
             while True:
                 params = _compat.list_params(cursor)
-                page = await (session.list_tools(params=params) if params is not None else session.list_tools())
+                page = await (
+                    session.list_tools(params=params) if params is not None else session.list_tools()
+                )
                 wire = _compat.to_wire(page)
                 tools.extend(wire.get("tools", []))
                 cursor = wire.get("nextCursor")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from art_adapters.errors import ConfigError
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer, client_config, parse_servers
@@ -83,7 +83,7 @@ class McpSession:
         connections, self._connections = list(self._connections.values()), {}
         await asyncio.gather(*(c.aclose() for c in connections))
 
-    async def __aenter__(self) -> McpSession:
+    async def __aenter__(self) -> Self:
         return await self.open()
 
     async def __aexit__(
@@ -121,7 +121,9 @@ class McpSession:
             self._listing = dict(zip(names, pages, strict=True))
         return self._listing
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, *, server: str | None = None) -> dict[str, Any]:
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any] | None = None, *, server: str | None = None
+    ) -> dict[str, Any]:
         """Call an MCP tool directly (no LangChain, no capture); returns the result's wire form.
 
         Args:
@@ -146,4 +148,6 @@ class McpSession:
         async def resolve() -> McpSession:
             return self
 
-        return build_tools(await self.list_tools(), resolve=resolve, config=self.config, tracer_provider=self.tracer_provider)
+        return build_tools(
+            await self.list_tools(), resolve=resolve, config=self.config, tracer_provider=self.tracer_provider
+        )

@@ -75,7 +75,9 @@ class McpTool(StructuredTool):
     Async only: MCP I/O is async, so ``invoke`` raises a :class:`ConfigError`.
     """
 
-    def _to_args_and_kwargs(self, tool_input: str | dict[str, Any], tool_call_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         # The model's tool_call_id is not passed to tools with a JSON-schema args_schema; keep it for the span.
         args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
         kwargs[_CALL_ID_KWARG] = tool_call_id
@@ -99,7 +101,11 @@ async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None
 
 
 def _make_call(
-    server: str, mcp_name: str, resolve: SessionResolver, config: McpClientConfig, tracer_provider: TracerProvider | None
+    server: str,
+    mcp_name: str,
+    resolve: SessionResolver,
+    config: McpClientConfig,
+    tracer_provider: TracerProvider | None,
 ) -> Callable[..., Awaitable[str]]:
     async def call(config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
         call_id = kwargs.pop(_CALL_ID_KWARG, None)

@@ -36,11 +36,11 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from art_adapters.capture.events import TOOL_RECORD_EVENT
 from art_adapters.capture.langchain_convert import (
+    ToolsCache,
     convert_messages,
     error_text,
     output_message,
     output_usage,
-    ToolsCache,
     tool_output,
 )
 from art_adapters.capture.recorder import TrajectoryRecorder
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["TOOL_RECORD_EVENT", "TrajectoryCallbackHandler"]
 
 logger = logging.getLogger(__name__)
+
 
 def _name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str | None:
     name = kwargs.get("name")
@@ -129,7 +130,10 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
     ) -> None:
         """A chain, graph or node started."""
         self.recorder.start_run(
-            run_id, parent_run_id, name=_name(serialized, kwargs), metadata=metadata if parent_run_id is None else None
+            run_id,
+            parent_run_id,
+            name=_name(serialized, kwargs),
+            metadata=metadata if parent_run_id is None else None,
         )
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -141,7 +145,13 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         self.recorder.end_run(run_id, error=error_text(error))
 
     def on_retriever_start(
-        self, serialized: dict[str, Any], query: str, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
     ) -> None:
         """A retriever started (tracked for the run tree only)."""
         self.recorder.start_run(run_id, parent_run_id, name=_name(serialized, kwargs))
@@ -193,7 +203,9 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """A model call returned (streamed calls too: LangChain hands over the merged message)."""
-        self.recorder.end_model_call(run_id, partial(output_message, response), usage=partial(output_usage, response))
+        self.recorder.end_model_call(
+            run_id, partial(output_message, response), usage=partial(output_usage, response)
+        )
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """A model call raised."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
 
 __all__ = [
+    "ToolsCache",
     "completion_id",
     "content_of",
     "convert_messages",
@@ -29,7 +30,6 @@ __all__ = [
     "message_from_langchain",
     "output_message",
     "output_usage",
-    "ToolsCache",
     "tool_output",
     "tools_from_invocation",
     "usage_of",
@@ -71,7 +71,9 @@ def content_of(content: Any) -> str | list[dict[str, Any]] | None:
 
 def _call(call_id: Any, name: str, arguments: str) -> ToolCall:
     return ToolCall.model_construct(
-        id=str(call_id or ""), type="function", function=FunctionCall.model_construct(name=name, arguments=arguments)
+        id=str(call_id or ""),
+        type="function",
+        function=FunctionCall.model_construct(name=name, arguments=arguments),
     )
 
 
@@ -84,13 +86,17 @@ def _tool_calls(message: Any) -> list[ToolCall] | None:
         arguments = call.get("args")
         text = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
         calls.append(_call(call.get("id"), str(name), text))
-    for call in getattr(message, "invalid_tool_calls", None) or []:  # malformed JSON from the model: keep it verbatim
+    for call in (
+        getattr(message, "invalid_tool_calls", None) or []
+    ):  # malformed JSON from the model: keep it verbatim
         if call.get("name"):
             calls.append(_call(call.get("id"), str(call["name"]), str(call.get("args") or "")))
     return calls or None
 
 
-def _message(role: str, content: Any, *, name: Any = None, tool_calls: Any = None, tool_call_id: Any = None) -> Message:
+def _message(
+    role: str, content: Any, *, name: Any = None, tool_calls: Any = None, tool_call_id: Any = None
+) -> Message:
     return Message.model_construct(
         role=role,
         content=content,
@@ -108,14 +114,19 @@ def message_from_langchain(message: BaseMessage | Any) -> Message | None:
         role = {"human": "user", "ai": "assistant"}.get(role, role)
     else:
         role = _ROLES.get(str(kind))
-    if role == "system" and (getattr(message, "additional_kwargs", None) or {}).get("__openai_role__") == "developer":
+    if (
+        role == "system"
+        and (getattr(message, "additional_kwargs", None) or {}).get("__openai_role__") == "developer"
+    ):
         role = "developer"
     if role not in ("system", "developer", "user", "assistant", "tool"):
         return None
     content = content_of(getattr(message, "content", None))
     name = getattr(message, "name", None)
     if role == "assistant":
-        return _message("assistant", "" if content is None else content, name=name, tool_calls=_tool_calls(message))
+        return _message(
+            "assistant", "" if content is None else content, name=name, tool_calls=_tool_calls(message)
+        )
     if role == "tool":
         if isinstance(content, list):
             content = as_text(content)

@@ -175,7 +175,8 @@ class TrajectorySpanProcessor(SpanProcessor):
             self._worker.join(self._shutdown_timeout_s)
             if self._worker.is_alive():
                 logger.warning(
-                    "TrajectorySpanProcessor: worker still busy after %.1fs at shutdown", self._shutdown_timeout_s
+                    "TrajectorySpanProcessor: worker still busy after %.1fs at shutdown",
+                    self._shutdown_timeout_s,
                 )
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

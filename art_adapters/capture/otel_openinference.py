@@ -160,7 +160,11 @@ def _tools(root: dict[str, Any]) -> list[ToolSchema] | None:
         schema = tool_schema_from_definition(tool.get("json_schema"))
         if schema is None and isinstance(tool.get("name"), str):
             schema = tool_schema_from_definition(
-                {"name": tool["name"], "description": tool.get("description"), "parameters": tool.get("parameters")}
+                {
+                    "name": tool["name"],
+                    "description": tool.get("description"),
+                    "parameters": tool.get("parameters"),
+                }
             )
         if schema is not None:
             tools.append(schema)
@@ -190,7 +194,11 @@ def _completion_id(output_value: Any) -> str | None:
 
 def _usage(attributes: Mapping[str, Any]) -> dict[str, int]:
     usage: dict[str, int] = {}
-    for key, name in (("prompt", "prompt_tokens"), ("completion", "completion_tokens"), ("total", "total_tokens")):
+    for key, name in (
+        ("prompt", "prompt_tokens"),
+        ("completion", "completion_tokens"),
+        ("total", "total_tokens"),
+    ):
         value = as_int(attributes.get(f"llm.token_count.{key}"))
         if value is not None:
             usage[name] = value

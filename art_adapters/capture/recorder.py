@@ -115,7 +115,9 @@ class TrajectoryRecorder:
     ) -> None:
         if on_trajectory is not None and not callable(on_trajectory):
             raise ConfigError(f"on_trajectory must be callable, got {type(on_trajectory).__name__}")
-        if max_finished is not None and (isinstance(max_finished, bool) or not isinstance(max_finished, int) or max_finished <= 0):
+        if max_finished is not None and (
+            isinstance(max_finished, bool) or not isinstance(max_finished, int) or max_finished <= 0
+        ):
             raise ConfigError(f"max_finished must be a positive int or None, got {max_finished!r}")
         self._on_trajectory = on_trajectory
         self._max_finished = max_finished
@@ -154,7 +156,12 @@ class TrajectoryRecorder:
     # -- events --
 
     def start_run(
-        self, run_id: RunId, parent_run_id: RunId | None, *, name: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        run_id: RunId,
+        parent_run_id: RunId | None,
+        *,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """A run (chain, graph, node, retriever...) started."""
         with self._lock:
@@ -226,7 +233,11 @@ class TrajectoryRecorder:
         with self._lock:
             root = self._attach(run_id, parent_run_id, name=name)
             record = ToolCallRecord(
-                name=name, call_id=call_id, arguments=arguments, source="langchain", started_at=datetime.now(UTC)
+                name=name,
+                call_id=call_id,
+                arguments=arguments,
+                source="langchain",
+                started_at=datetime.now(UTC),
             )
             root.tool_runs[run_id] = _ToolRun(record=record, started=time.perf_counter())
             root.tool_records.append(record)
@@ -265,8 +276,11 @@ class TrajectoryRecorder:
             tool_run = root.tool_runs.get(run_id)
             if tool_run is None and record.call_id:  # reported from the tool's parent: match by tool_call_id
                 replaced_id, tool_run = next(
-                    ((rid, t) for rid, t in root.tool_runs.items()
-                     if t.record.call_id == record.call_id and rid not in root.mcp_replaced),
+                    (
+                        (rid, t)
+                        for rid, t in root.tool_runs.items()
+                        if t.record.call_id == record.call_id and rid not in root.mcp_replaced
+                    ),
                     (None, None),
                 )
             if tool_run is None or replaced_id in root.mcp_replaced:
@@ -285,7 +299,12 @@ class TrajectoryRecorder:
         return self._roots.get(root_id) if root_id is not None else None
 
     def _attach(
-        self, run_id: RunId, parent_run_id: RunId | None, *, name: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        run_id: RunId,
+        parent_run_id: RunId | None,
+        *,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> _Root:
         known = self._root(run_id)
         if known is not None:
@@ -293,8 +312,12 @@ class TrajectoryRecorder:
         parent_root = self._root(parent_run_id) if parent_run_id is not None else None
         if parent_root is None:
             if parent_run_id is not None:
-                logger.debug("run %s has an unknown parent %s; recording it as a root run", run_id, parent_run_id)
-            parent_root = _Root(run_id=run_id, name=name, started_at=datetime.now(UTC), metadata=dict(metadata or {}))
+                logger.debug(
+                    "run %s has an unknown parent %s; recording it as a root run", run_id, parent_run_id
+                )
+            parent_root = _Root(
+                run_id=run_id, name=name, started_at=datetime.now(UTC), metadata=dict(metadata or {})
+            )
             self._roots[run_id] = parent_root
         parent_root.runs.add(run_id)
         self._root_of[run_id] = parent_root.run_id
@@ -325,8 +348,12 @@ class TrajectoryRecorder:
                 logger.warning("TrajectoryRecorder: could not convert a model call; skipped", exc_info=True)
                 calls.append(ModelCall(messages=[], error=f"capture could not convert this call: {exc!r}"))
         trajectory = assemble(
-            calls, root.tool_records, metadata=metadata, started_at=root.started_at,
-            finished_at=root.finished_at, error=root.error,
+            calls,
+            root.tool_records,
+            metadata=metadata,
+            started_at=root.started_at,
+            finished_at=root.finished_at,
+            error=root.error,
         )
         running = sum(1 for call in pending if not call.ended)
         if running:

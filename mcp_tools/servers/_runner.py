@@ -37,7 +37,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port; 0 picks a free one (default 8000)")
-    parser.add_argument("--port-file", type=Path, help="write the bound HTTP port to this file once listening")
+    parser.add_argument(
+        "--port-file", type=Path, help="write the bound HTTP port to this file once listening"
+    )
     parser.add_argument(
         "--debug-tools",
         action="store_true",
@@ -94,7 +96,9 @@ async def _serve_http(server: Any, host: str, port: int, port_file: Path | None)
         announcer.cancel()
 
 
-def serve(build: Callable[[argparse.Namespace], Any], parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+def serve(
+    build: Callable[[argparse.Namespace], Any], parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> int:
     """Parse *argv*, build the server with *build(args)*, and serve it until stopped; returns the exit status."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)

@@ -69,7 +69,9 @@ def build_server() -> Any:
     async def sqrt(x: float) -> str:
         """Square root of x (x must be >= 0)."""
         if x < 0:
-            raise _compat.ServerToolError(f"cannot take the square root of the negative number {format_number(x)}")
+            raise _compat.ServerToolError(
+                f"cannot take the square root of the negative number {format_number(x)}"
+            )
         return format_number(math.sqrt(x))
 
     return server

@@ -55,13 +55,15 @@ def _now() -> str:
 def load_seed(path: Path | None = None) -> list[dict[str, Any]]:
     """The seed notes: *path* (JSON ``{"notes": [...]}``) or the bundled ``data/notes_seed.json``."""
     if path is None:
-        text = resources.files("mcp_tools.servers").joinpath("data/notes_seed.json").read_text(encoding="utf-8")
+        text = (
+            resources.files("mcp_tools.servers").joinpath("data/notes_seed.json").read_text(encoding="utf-8")
+        )
     else:
         text = Path(path).read_text(encoding="utf-8")
     data = json.loads(text)
     notes = data.get("notes") if isinstance(data, dict) else None
     if not isinstance(notes, list):
-        raise ValueError(f"seed file {path or 'notes_seed.json'} must hold {{'notes': [...]}}")
+        raise ValueError(f"seed file {path or 'notes_seed.json'} must hold {{'notes': [...]}}")  # noqa: TRY004 - bad file content
     return notes
 
 
@@ -117,7 +119,9 @@ class NotesStore:
     def _get(self, note_id: int) -> sqlite3.Row:
         row = self.db.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
         if row is None:
-            raise NoteError(f"there is no note with id {note_id}; use list_notes or search_notes to find note ids")
+            raise NoteError(
+                f"there is no note with id {note_id}; use list_notes or search_notes to find note ids"
+            )
         return row
 
     @staticmethod
@@ -207,7 +211,9 @@ class StoreRegistry:
         if store is None:
             store = self._fresh()
             self._per_session[session_key] = store
-            if len(self._per_session) > MAX_SESSIONS:  # ended HTTP sessions are not announced: drop the oldest
+            if (
+                len(self._per_session) > MAX_SESSIONS
+            ):  # ended HTTP sessions are not announced: drop the oldest
                 self._per_session.popitem(last=False)[1].db.close()
         else:
             self._per_session.move_to_end(session_key)
@@ -244,7 +250,9 @@ def build_server(registry: StoreRegistry) -> Any:
         return run(ctx, lambda s: s.read(note_id))
 
     @server.tool()
-    async def create_note(title: str, body: str, ctx: _compat.ServerContext, tags: list[str] | None = None) -> str:
+    async def create_note(
+        title: str, body: str, ctx: _compat.ServerContext, tags: list[str] | None = None
+    ) -> str:
         """Create a note with a title, a body and optional tags. Returns the new note's id."""
         return run(ctx, lambda s: s.create(title, body, tags))
 
@@ -268,11 +276,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--seed-copy", action="store_true", help="with --db: give every session its own copy of that file"
     )
-    parser.add_argument("--seed", type=Path, help="seed notes JSON (default: the bundled data/notes_seed.json)")
+    parser.add_argument(
+        "--seed", type=Path, help="seed notes JSON (default: the bundled data/notes_seed.json)"
+    )
 
     def build(args: Any) -> Any:
         if args.seed_copy and args.db is None:
-            parser.error("--seed-copy needs --db PATH (without --db every session already gets a fresh seed copy)")
+            parser.error(
+                "--seed-copy needs --db PATH (without --db every session already gets a fresh seed copy)"
+            )
         return build_server(StoreRegistry(db=args.db, seed_copy=args.seed_copy, seed=load_seed(args.seed)))
 
     return serve(build, parser, argv)

@@ -54,10 +54,14 @@ class PolicyChatModel(BaseChatModel):
         completion = len(str(reply.content).split()) + 3 * len(reply.tool_calls)
         return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         reply = self._reply(messages)
         reply = reply.model_copy(update={"usage_metadata": self._usage(messages, reply)})
-        return ChatResult(generations=[ChatGeneration(message=reply)], llm_output={"id": completion_id_for(messages)})
+        return ChatResult(
+            generations=[ChatGeneration(message=reply)], llm_output={"id": completion_id_for(messages)}
+        )
 
     def _chunks(self, messages: list[BaseMessage]) -> Iterator[ChatGenerationChunk]:
         self.streamed_calls += 1
@@ -70,13 +74,22 @@ class PolicyChatModel(BaseChatModel):
                 message=AIMessageChunk(
                     content="",
                     tool_call_chunks=[
-                        {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": index}
+                        {
+                            "name": call["name"],
+                            "args": json.dumps(call["args"]),
+                            "id": call["id"],
+                            "index": index,
+                        }
                     ],
                 )
             )
-        yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=self._usage(messages, reply)))
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(content="", usage_metadata=self._usage(messages, reply))
+        )
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Iterator[ChatGenerationChunk]:
         for chunk in self._chunks(messages):
             if run_manager:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)

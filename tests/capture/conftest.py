@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from langchain_core.tools import BaseTool, tool
-
 from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from langchain_core.tools import BaseTool, tool
 
 
 @tool

@@ -59,7 +59,12 @@ async def test_react_agent_on_the_backend_calls_the_mcp_calculator(local_backend
 
     (record,) = trajectory.tool_records
     expected = format_number(float(arguments["a"]) + float(arguments["b"]))
-    assert (record.source, record.server, record.name, record.call_id) == ("mcp", "calculator", "add", call.id)
+    assert (record.source, record.server, record.name, record.call_id) == (
+        "mcp",
+        "calculator",
+        "add",
+        call.id,
+    )
     assert record.result == expected == tool_turn.content
     assert [t.name for t in trajectory.tools] == ["add", "subtract", "multiply", "divide", "power", "sqrt"]
     assert trajectory.metrics["prompt_tokens"] > 0 and trajectory.metrics["completion_tokens"] > 0
@@ -72,7 +77,9 @@ async def test_react_agent_on_the_backend_calls_the_mcp_calculator(local_backend
         token_record = await local_backend.get_token_record(turn.completion_id)
         assert token_record["id"] == turn.completion_id and token_record["trained_model"] == "e2e-capture"
         choice = token_record["choices"][0]
-        assert choice["completion_token_ids"] and len(choice["logprobs"]) == len(choice["completion_token_ids"])
+        assert choice["completion_token_ids"] and len(choice["logprobs"]) == len(
+            choice["completion_token_ids"]
+        )
         decoded = tokenizer.decode(choice["completion_token_ids"], skip_special_tokens=True)
         assert "What is 2 + 3?" in tokenizer.decode(token_record["prompt_token_ids"])
         if turn is call_turn:

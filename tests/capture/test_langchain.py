@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, TypedDict
 
 import pytest
+from capture_fakes import PolicyChatModel, completion_id_for, react_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, StateGraph
@@ -16,7 +17,6 @@ from langgraph.prebuilt import ToolNode
 import art_adapters as aa
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.trajectory import Trajectory
-from capture_fakes import PolicyChatModel, calculator_policy, completion_id_for, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 
@@ -27,8 +27,16 @@ EXPECTED = [
         "role": "assistant",
         "content": "Let me compute.",
         "tool_calls": [
-            {"id": "call_add_2_3_4", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}},
-            {"id": "call_mul_2_3_4", "type": "function", "function": {"name": "multiply", "arguments": '{"a": 3, "b": 4}'}},
+            {
+                "id": "call_add_2_3_4",
+                "type": "function",
+                "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+            },
+            {
+                "id": "call_mul_2_3_4",
+                "type": "function",
+                "function": {"name": "multiply", "arguments": '{"a": 3, "b": 4}'},
+            },
         ],
     },
     {"role": "tool", "content": "5", "name": "add", "tool_call_id": "call_add_2_3_4"},
@@ -82,14 +90,18 @@ async def test_ainvoke(agent) -> None:
 
 async def test_astream_with_a_streaming_model(agent, model) -> None:
     handler = TrajectoryCallbackHandler()
-    chunks = [chunk async for chunk in agent.astream(QUESTION, config=config(handler), stream_mode="messages")]
+    chunks = [
+        chunk async for chunk in agent.astream(QUESTION, config=config(handler), stream_mode="messages")
+    ]
     assert model.streamed_calls == 2 and chunks  # the model really streamed, token by token
     assert_calculator_run(handler.trajectory, ids=False)  # streamed chat completions carry no response id
 
 
 async def test_astream_events(agent, model) -> None:
     handler = TrajectoryCallbackHandler()
-    kinds = {event["event"] async for event in agent.astream_events(QUESTION, config=config(handler), version="v2")}
+    kinds = {
+        event["event"] async for event in agent.astream_events(QUESTION, config=config(handler), version="v2")
+    }
     assert {"on_chat_model_stream", "on_tool_end"} <= kinds and model.streamed_calls == 2
     assert_calculator_run(handler.trajectory, ids=False)
 
@@ -97,12 +109,19 @@ async def test_astream_events(agent, model) -> None:
 def test_sync_stream_updates(agent) -> None:
     handler = TrajectoryCallbackHandler()
     steps = list(agent.stream(QUESTION, config=config(handler), stream_mode="updates"))
-    assert [next(iter(step)) for step in steps] == ["agent", "tools", "tools", "agent"]  # one update per tool call
+    assert [next(iter(step)) for step in steps] == [
+        "agent",
+        "tools",
+        "tools",
+        "agent",
+    ]  # one update per tool call
     assert_calculator_run(handler.trajectory)
 
 
 def test_langchain_v1_create_agent(model, calc_tools) -> None:
-    agents = pytest.importorskip("langchain.agents", reason="the `langchain` package (v1 create_agent) is not installed")
+    agents = pytest.importorskip(
+        "langchain.agents", reason="the `langchain` package (v1 create_agent) is not installed"
+    )
     agent = agents.create_agent(model, calc_tools, system_prompt="You are a calculator.")
     handler = TrajectoryCallbackHandler()
     agent.invoke(QUESTION, config=config(handler))
@@ -161,10 +180,16 @@ async def test_subgraph_and_several_model_nodes_keep_every_history(agent) -> Non
     assert trajectory.metrics["model_calls"] == 4
     others = [[m.to_openai() for m in h.messages] for h in trajectory.additional_histories]
     assert others == [
-        [{"role": "system", "content": "plan the work"}, {"role": "user", "content": "what is 2 + 3 times 4"},
-         {"role": "assistant", "content": "summary of 1 messages"}],
-        [{"role": "system", "content": "summarise"}, *EXPECTED[2:],
-         {"role": "assistant", "content": "summary of 4 messages"}],
+        [
+            {"role": "system", "content": "plan the work"},
+            {"role": "user", "content": "what is 2 + 3 times 4"},
+            {"role": "assistant", "content": "summary of 1 messages"},
+        ],
+        [
+            {"role": "system", "content": "summarise"},
+            *EXPECTED[2:],
+            {"role": "assistant", "content": "summary of 4 messages"},
+        ],
     ]
     assert all(h.messages[-1].completion_id for h in trajectory.additional_histories)
 
@@ -212,10 +237,13 @@ def explode(a: int, b: int) -> int:
 async def test_tool_errors_are_recorded() -> None:
     def policy(messages):
         if messages[-1].type == "human":
-            return AIMessage(content="", tool_calls=[
-                {"name": "divide", "args": {"a": 1, "b": 0}, "id": "d1", "type": "tool_call"},
-                {"name": "explode", "args": {"a": 1, "b": 2}, "id": "e1", "type": "tool_call"},
-            ])
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": "divide", "args": {"a": 1, "b": 0}, "id": "d1", "type": "tool_call"},
+                    {"name": "explode", "args": {"a": 1, "b": 2}, "id": "e1", "type": "tool_call"},
+                ],
+            )
         return AIMessage(content="both failed")
 
     divide.handle_tool_error = True
@@ -223,7 +251,11 @@ async def test_tool_errors_are_recorded() -> None:
     handler = TrajectoryCallbackHandler()
     await agent.ainvoke(QUESTION, config=config(handler))
     records = {r.call_id: r for r in handler.trajectory.tool_records}
-    assert records["d1"].is_error and records["d1"].result == "cannot divide by zero" and records["d1"].error is None
+    assert (
+        records["d1"].is_error
+        and records["d1"].result == "cannot divide by zero"
+        and records["d1"].error is None
+    )
     assert records["e1"].is_error and records["e1"].error == "RuntimeError: tool bug"
     tool_messages = [m for m in handler.trajectory.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["d1", "e1"]  # the model saw both errors
@@ -232,7 +264,9 @@ async def test_tool_errors_are_recorded() -> None:
 async def test_concurrent_runs_sharing_one_handler_get_their_own_trajectories(agent) -> None:
     handler = TrajectoryCallbackHandler()
     questions = [f"what is {i} + {i + 1} times {i + 2}" for i in range(12)]
-    await asyncio.gather(*(agent.ainvoke({"messages": [("user", q)]}, config=config(handler)) for q in questions))
+    await asyncio.gather(
+        *(agent.ainvoke({"messages": [("user", q)]}, config=config(handler)) for q in questions)
+    )
     trajectories = handler.trajectories
     assert len(trajectories) == 12
     by_question = {t.messages[1].content: t for t in trajectories}
@@ -241,7 +275,9 @@ async def test_concurrent_runs_sharing_one_handler_get_their_own_trajectories(ag
         trajectory = by_question[question]
         assert len(trajectory.messages) == 6
         assert sorted((r.name, r.result) for r in trajectory.tool_records) == [
-            ("add", str(2 * i + 1)), ("multiply", str((i + 1) * (i + 2)))]
+            ("add", str(2 * i + 1)),
+            ("multiply", str((i + 1) * (i + 2))),
+        ]
         assert trajectory.messages[-1].content == f"The results are {2 * i + 1} and {(i + 1) * (i + 2)}."
         assert trajectory.messages[2].completion_id == completion_id_for(
             [SystemMessage("You are a calculator."), HumanMessage(question)]
@@ -250,20 +286,13 @@ async def test_concurrent_runs_sharing_one_handler_get_their_own_trajectories(ag
 
 def test_concurrent_sync_runs_on_threads(agent) -> None:
     handler = TrajectoryCallbackHandler()
-    errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        try:
-            agent.invoke({"messages": [("user", f"what is {i} + 1 times 2")]}, config=config(handler))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        agent.invoke({"messages": [("user", f"what is {i} + 1 times 2")]}, config=config(handler))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(run, i) for i in range(8)]:
+            future.result()  # re-raises a run's failure here
     results = sorted(next(r.result for r in t.tool_records if r.name == "add") for t in handler.trajectories)
     assert results == sorted(str(i + 1) for i in range(8))
 

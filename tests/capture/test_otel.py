@@ -21,7 +21,10 @@ from art_adapters.trajectory import Trajectory
 
 SYSTEM = [{"type": "text", "content": "You are a calculator."}]
 USER = {"role": "user", "parts": [{"type": "text", "content": "add 1 and 2"}]}
-CALL = {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}}]}
+CALL = {
+    "role": "assistant",
+    "parts": [{"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}}],
+}
 RESULT = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "3"}]}
 FINAL = {"role": "assistant", "parts": [{"type": "text", "content": "1 + 2 = 3"}], "finish_reason": "stop"}
 TOOLS = [{"type": "function", "name": "add", "description": "Add.", "parameters": {"type": "object"}}]
@@ -90,7 +93,10 @@ def test_one_trajectory_per_trace_with_messages_tools_and_completion_ids(provide
         {"role": "tool", "content": "3", "tool_call_id": "c1"},
         {"role": "assistant", "content": "1 + 2 = 3"},
     ]
-    assert [m.completion_id for m in trajectory.messages if m.role == "assistant"] == ["chatcmpl-a", "chatcmpl-b"]
+    assert [m.completion_id for m in trajectory.messages if m.role == "assistant"] == [
+        "chatcmpl-a",
+        "chatcmpl-b",
+    ]
     assert trajectory.tools is not None and [t.name for t in trajectory.tools] == ["add"]
     assert trajectory.tools[0].function["parameters"] == {"type": "object"}
     assert trajectory.additional_histories == []
@@ -146,7 +152,9 @@ def test_sibling_batch_exporter_still_receives_every_span(provider: TracerProvid
     assert len(names) == 5 * (4 + 1)  # root, chat, tool, chat per run, plus the unrelated span
     assert names.count("execute_tool add") == 5
     # unrelated traces (no model or tool call) give no trajectory
-    assert [t.metadata["root_span"] for t in capture.trajectories] == [f"invoke_agent calc{i}" for i in range(5)]
+    assert [t.metadata["root_span"] for t in capture.trajectories] == [
+        f"invoke_agent calc{i}" for i in range(5)
+    ]
 
 
 def test_garbage_attributes_are_skipped_and_break_nothing(provider: TracerProvider) -> None:
@@ -156,12 +164,24 @@ def test_garbage_attributes_are_skipped_and_break_nothing(provider: TracerProvid
     provider.add_span_processor(capture)
     tracer = provider.get_tracer("test")
     garbage = [
-        {"gen_ai.operation.name": "chat", "gen_ai.input.messages": "{not json", "gen_ai.output.messages": "[1, 2]"},
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": "{not json",
+            "gen_ai.output.messages": "[1, 2]",
+        },
         {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"role": 7, "parts": "x"}])},
         {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps({"role": "user"})},
-        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": 12, "gen_ai.tool.call.result": b"\xff".hex()},
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": 12,
+            "gen_ai.tool.call.result": b"\xff".hex(),
+        },
         {"gen_ai.operation.name": "execute_tool"},
-        {"openinference.span.kind": "LLM", "llm.input_messages.x.message.role": "user", "llm.tools.0.tool": "no"},
+        {
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.x.message.role": "user",
+            "llm.tools.0.tool": "no",
+        },
         {"openinference.span.kind": "LLM", "llm.input_messages.0.message.role": ["user", "x"]},
         {"openinference.span.kind": "TOOL", "input.value": "[[[", "output.value": json.dumps({"lc": 1})},
         {"mcp.method.name": "tools/call", "gen_ai.tool.call.arguments": "nope", "mcp.session.id": 3},

@@ -12,16 +12,17 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from capture_fakes import PolicyChatModel
 from opentelemetry.sdk.trace import TracerProvider
+from test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
 
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
 from art_adapters.trajectory import Trajectory
-from capture_fakes import PolicyChatModel
-from test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
 
 instrumentation = pytest.importorskip(
-    "openinference.instrumentation.langchain", reason="openinference-instrumentation-langchain is not installed"
+    "openinference.instrumentation.langchain",
+    reason="openinference-instrumentation-langchain is not installed",
 )
 
 
@@ -45,7 +46,9 @@ def comparable(trajectory: Trajectory) -> dict:
     return {
         "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
         "tools": trajectory.tools,
-        "histories": [[m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories],
+        "histories": [
+            [m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories
+        ],
         "tool_records": sorted(
             (r.call_id, r.name, str(r.arguments), r.result, r.is_error) for r in trajectory.tool_records
         ),
@@ -86,7 +89,9 @@ def test_a_node_that_raises(capture, agent) -> None:
 async def test_concurrent_runs(capture, agent) -> None:
     handler = TrajectoryCallbackHandler()
     questions = [f"what is {i} + 2 times 3" for i in range(6)]
-    await asyncio.gather(*(agent.ainvoke({"messages": [("user", q)]}, config={"callbacks": [handler]}) for q in questions))
+    await asyncio.gather(
+        *(agent.ainvoke({"messages": [("user", q)]}, config={"callbacks": [handler]}) for q in questions)
+    )
     by_question_otel = {t.messages[1].content: comparable(t) for t in capture.trajectories}
     by_question_handler = {t.messages[1].content: comparable(t) for t in handler.trajectories}
     assert set(by_question_otel) == set(questions)

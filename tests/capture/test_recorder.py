@@ -13,7 +13,11 @@ from art_adapters.trajectory import FunctionCall, Message, ToolCall, ToolCallRec
 
 SYSTEM = Message(role="system", content="be brief")
 USER = Message(role="user", content="add 1 and 2")
-CALL = Message(role="assistant", content="", tool_calls=[ToolCall(id="c1", function=FunctionCall(name="add", arguments='{"a": 1, "b": 2}'))])
+CALL = Message(
+    role="assistant",
+    content="",
+    tool_calls=[ToolCall(id="c1", function=FunctionCall(name="add", arguments='{"a": 1, "b": 2}'))],
+)
 RESULT = Message(role="tool", content="3", tool_call_id="c1")
 FINAL = Message(role="assistant", content="3")
 
@@ -27,7 +31,9 @@ def one_run(recorder: TrajectoryRecorder, root: str, *, fail: bool = False) -> N
     recorder.start_run(root, None, name="graph", metadata={"scenario": root, "obj": object()})
     recorder.start_run(f"{root}/agent", root)
     recorder.start_model_call(f"{root}/m1", f"{root}/agent", [SYSTEM, USER])
-    recorder.end_model_call(f"{root}/m1", answered(CALL, f"chatcmpl-{root}1"), usage={"prompt_tokens": 5, "completion_tokens": 2})
+    recorder.end_model_call(
+        f"{root}/m1", answered(CALL, f"chatcmpl-{root}1"), usage={"prompt_tokens": 5, "completion_tokens": 2}
+    )
     recorder.end_run(f"{root}/agent")
     recorder.start_tool(f"{root}/t1", root, name="add", arguments={"a": 1, "b": 2}, call_id="c1")
     recorder.end_tool(f"{root}/t1", result="3")
@@ -36,7 +42,9 @@ def one_run(recorder: TrajectoryRecorder, root: str, *, fail: bool = False) -> N
         recorder.end_model_call(f"{root}/m2", None, error="RuntimeError: model down")
         recorder.end_run(root, error="RuntimeError: model down")
         return
-    recorder.end_model_call(f"{root}/m2", answered(FINAL, f"chatcmpl-{root}2"), usage={"prompt_tokens": 9, "completion_tokens": 1})
+    recorder.end_model_call(
+        f"{root}/m2", answered(FINAL, f"chatcmpl-{root}2"), usage={"prompt_tokens": 9, "completion_tokens": 1}
+    )
     recorder.end_run(root)
 
 
@@ -47,10 +55,19 @@ def test_a_root_run_becomes_one_trajectory_with_ids_usage_and_records() -> None:
     assert trajectory is not None and recorder.active_runs == 0
     assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert [m.completion_id for m in trajectory.messages] == [None, None, "chatcmpl-r1", None, "chatcmpl-r2"]
-    assert trajectory.metrics == {"prompt_tokens": 14, "completion_tokens": 3, "model_calls": 2, "tool_calls": 1}
-    assert [(r.name, r.call_id, r.result, r.is_error) for r in trajectory.tool_records] == [("add", "c1", "3", False)]
+    assert trajectory.metrics == {
+        "prompt_tokens": 14,
+        "completion_tokens": 3,
+        "model_calls": 2,
+        "tool_calls": 1,
+    }
+    assert [(r.name, r.call_id, r.result, r.is_error) for r in trajectory.tool_records] == [
+        ("add", "c1", "3", False)
+    ]
     assert trajectory.tool_records[0].duration_s is not None
-    assert trajectory.metadata["scenario"] == "r" and "obj" not in trajectory.metadata  # only JSON scalars kept
+    assert (
+        trajectory.metadata["scenario"] == "r" and "obj" not in trajectory.metadata
+    )  # only JSON scalars kept
     assert trajectory.additional_histories == [] and trajectory.error is None
 
 
@@ -90,7 +107,10 @@ def test_threads_recording_many_roots_at_once() -> None:
     assert len(trajectories) == 16
     for trajectory in trajectories:
         root = trajectory.metadata["run_id"]
-        assert [m.completion_id for m in trajectory.messages][2::2] == [f"chatcmpl-{root}1", f"chatcmpl-{root}2"]
+        assert [m.completion_id for m in trajectory.messages][2::2] == [
+            f"chatcmpl-{root}1",
+            f"chatcmpl-{root}2",
+        ]
 
 
 def test_an_mcp_record_replaces_its_tool_runs_record_and_keeps_the_call_id() -> None:
@@ -98,7 +118,9 @@ def test_an_mcp_record_replaces_its_tool_runs_record_and_keeps_the_call_id() -> 
     recorder.start_run("r", None)
     recorder.start_tool("t1", "r", name="add", arguments={"a": 1}, call_id="c1")
     recorder.start_tool("t2", "r", name="lookup", arguments="x", call_id="c2")
-    mcp = ToolCallRecord(name="add", arguments={"a": 1}, result="1", server="calc", session_id="s1", source="mcp")
+    mcp = ToolCallRecord(
+        name="add", arguments={"a": 1}, result="1", server="calc", session_id="s1", source="mcp"
+    )
     recorder.add_tool_record("t1", mcp)
     recorder.end_tool("t1", result="1")  # LangChain's own end must not overwrite the MCP record
     recorder.end_tool("t2", error="KeyError: 'x'")
@@ -148,7 +170,10 @@ def test_bad_options_are_config_errors(bad: dict) -> None:
 
 
 def test_divergent_histories_are_kept_and_the_longest_is_messages() -> None:
-    summary_prompt = [Message(role="system", content="summarise"), Message(role="user", content="the chat so far")]
+    summary_prompt = [
+        Message(role="system", content="summarise"),
+        Message(role="user", content="the chat so far"),
+    ]
     calls = [
         ModelCall(messages=[SYSTEM, USER], output=answered(CALL, "chatcmpl-1")),
         ModelCall(messages=summary_prompt, output=Message(role="assistant", content="a summary")),
@@ -174,4 +199,7 @@ def test_an_mcp_record_from_the_tool_node_is_matched_by_tool_call_id() -> None:
     recorder.end_tool("t2", result="2")
     recorder.end_run("tools")
     recorder.end_run("r")
-    assert [(r.call_id, r.source) for r in recorder.trajectory.tool_records] == [("c1", "langchain"), ("c2", "mcp")]
+    assert [(r.call_id, r.source) for r in recorder.trajectory.tool_records] == [
+        ("c1", "langchain"),
+        ("c2", "mcp"),
+    ]

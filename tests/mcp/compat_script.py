@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
 
-from langchain_core.messages import AIMessage  # noqa: E402
+from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from langchain_core.messages import AIMessage
 
-import mcp_tools  # noqa: E402
-from art_adapters import TrajectoryCallbackHandler  # noqa: E402
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent  # noqa: E402
-from mcp_tools.servers import server_command  # noqa: E402
+import mcp_tools
+from art_adapters import TrajectoryCallbackHandler
+from mcp_tools.servers import server_command
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 
@@ -37,20 +37,37 @@ async def adapters_run() -> dict:
     from langchain_mcp_adapters.client import MultiServerMCPClient
 
     command = server_command("calculator")
-    client = MultiServerMCPClient({"calc": {"command": command[0], "args": command[1:], "transport": "stdio"}})
+    client = MultiServerMCPClient(
+        {"calc": {"command": command[0], "args": command[1:], "transport": "stdio"}}
+    )
     tools = await client.get_tools()
     handler = TrajectoryCallbackHandler()
-    await react_agent(PolicyChatModel(policy=calculator_policy), tools).ainvoke(QUESTION, config={"callbacks": [handler]})
+    await react_agent(PolicyChatModel(policy=calculator_policy), tools).ainvoke(
+        QUESTION, config={"callbacks": [handler]}
+    )
     return handler.trajectory.model_dump(mode="json")
 
 
 def notes_policy(messages):
     done = sum(1 for m in messages if m.type == "ai")
     turns = [
-        AIMessage(content="", tool_calls=[{"name": "create_note", "args": {"title": "compat", "body": "mcp one"},
-                                           "id": "c1", "type": "tool_call"}]),
-        AIMessage(content="", tool_calls=[{"name": "search_notes", "args": {"query": "mcp one"}, "id": "s1",
-                                           "type": "tool_call"}]),
+        AIMessage(
+            content="",
+            tool_calls=[
+                {
+                    "name": "create_note",
+                    "args": {"title": "compat", "body": "mcp one"},
+                    "id": "c1",
+                    "type": "tool_call",
+                }
+            ],
+        ),
+        AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "search_notes", "args": {"query": "mcp one"}, "id": "s1", "type": "tool_call"}
+            ],
+        ),
         AIMessage(content="done"),
     ]
     return turns[min(done, 2)]
@@ -60,12 +77,14 @@ async def ours_run() -> dict:
     tools = await mcp_tools.load_tools(server_command("notes"))
     handler = TrajectoryCallbackHandler()
     async with mcp_tools.rollout():
-        await react_agent(PolicyChatModel(policy=notes_policy), tools).ainvoke(QUESTION, config={"callbacks": [handler]})
+        await react_agent(PolicyChatModel(policy=notes_policy), tools).ainvoke(
+            QUESTION, config={"callbacks": [handler]}
+        )
     return handler.trajectory.model_dump(mode="json")
 
 
 async def http_isolated() -> bool:
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # noqa: ASYNC220 - a test script; the server must outlive this call
         server_command("notes", "--transport", "http", "--port", "0"), stdout=subprocess.PIPE, text=True
     )
     try:
@@ -75,7 +94,7 @@ async def http_isolated() -> bool:
             await first.call_tool("create_note", {"title": "only-first", "body": "x"})
             mine = await first.call_tool("search_notes", {"query": "only-first"})
             theirs = await second.call_tool("search_notes", {"query": "only-first"})
-        text = lambda result: result["content"][0]["text"]  # noqa: E731
+        text = lambda result: result["content"][0]["text"]
         return "only-first" in text(mine) and text(theirs).startswith("no notes")
     finally:
         process.terminate()

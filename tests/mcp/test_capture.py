@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from capture_fakes import PolicyChatModel, calculator_policy, react_agent
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,7 +21,6 @@ import mcp_tools
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
 from art_adapters.errors import ConfigError, ToolServerError
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
 from mcp_tools.servers import server_command
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
@@ -72,7 +72,9 @@ async def test_react_agent_over_stdio_records_every_mcp_call_in_the_trajectory_a
     assert all(r.duration_s and r.duration_s > 0 for r in records)
     assert [t.name for t in trajectory.tools] == ["add", "subtract", "multiply", "divide", "power", "sqrt"]
 
-    spans = sorted((s for s in exporter.get_finished_spans() if s.name.startswith("tools/call")), key=lambda s: s.name)
+    spans = sorted(
+        (s for s in exporter.get_finished_spans() if s.name.startswith("tools/call")), key=lambda s: s.name
+    )
     assert [s.name for s in spans] == ["tools/call add", "tools/call multiply"]
     attributes = dict(spans[0].attributes)
     assert attributes["mcp.method.name"] == "tools/call" and attributes["mcp.session.id"] == session_id
@@ -94,7 +96,9 @@ async def test_mcp_tool_errors_reach_the_model_and_the_record(calc_url: str) -> 
     )
     handler = TrajectoryCallbackHandler()
     async with mcp_tools.rollout():
-        await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(QUESTION, config={"callbacks": [handler]})
+        await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(
+            QUESTION, config={"callbacks": [handler]}
+        )
     trajectory = handler.trajectory
     (record,) = trajectory.tool_records
     assert record.is_error and record.source == "mcp" and record.server == "calc" and record.call_id == "d1"
@@ -105,7 +109,9 @@ async def test_mcp_tool_errors_reach_the_model_and_the_record(calc_url: str) -> 
 
 def notes_policy(title: str):
     return scripted(
-        AIMessage(content="", tool_calls=[call("create_note", {"title": title, "body": "private"}, f"c-{title}")]),
+        AIMessage(
+            content="", tool_calls=[call("create_note", {"title": title, "body": "private"}, f"c-{title}")]
+        ),
         AIMessage(content="", tool_calls=[call("search_notes", {"query": "private"}, f"s-{title}")]),
         AIMessage(content="done"),
     )
@@ -146,7 +152,9 @@ async def test_a_server_that_crashes_mid_call_ends_the_rollout_with_the_trajecto
     started = time.monotonic()
     with pytest.raises(ToolServerError, match=r"crash.*(crashed|exited|ended)") as info:
         async with mcp_tools.rollout():
-            await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(QUESTION, config={"callbacks": [handler]})
+            await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(
+                QUESTION, config={"callbacks": [handler]}
+            )
     assert time.monotonic() - started < 20
     assert "crash tool called" in str(info.value)  # the server's stderr tail is in the message
     trajectory = handler.trajectory
@@ -159,13 +167,19 @@ async def test_a_server_that_crashes_mid_call_ends_the_rollout_with_the_trajecto
 
 
 async def test_a_server_that_hangs_fails_within_the_call_timeout() -> None:
-    tools = await mcp_tools.load_tools(server_command("calculator", "--debug-tools"), name="calc", call_timeout_s=1)
-    policy = scripted(AIMessage(content="", tool_calls=[call("sleep", {"seconds": 60}, "s1")]), AIMessage(content="x"))
+    tools = await mcp_tools.load_tools(
+        server_command("calculator", "--debug-tools"), name="calc", call_timeout_s=1
+    )
+    policy = scripted(
+        AIMessage(content="", tool_calls=[call("sleep", {"seconds": 60}, "s1")]), AIMessage(content="x")
+    )
     handler = TrajectoryCallbackHandler()
     started = time.monotonic()
     with pytest.raises(ToolServerError, match="no answer within 1s"):
         async with mcp_tools.rollout():
-            await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(QUESTION, config={"callbacks": [handler]})
+            await react_agent(PolicyChatModel(policy=policy), tools).ainvoke(
+                QUESTION, config={"callbacks": [handler]}
+            )
     assert time.monotonic() - started < 15
     (record,) = handler.trajectory.tool_records
     assert record.is_error and "no answer within 1s" in record.error

@@ -28,7 +28,7 @@ BUILD_TIMEOUT_S = 300
 def _probe() -> bool:
     if not PYTHON.exists():
         return False
-    done = subprocess.run([str(PYTHON), "-c", PROBE], capture_output=True, timeout=120, cwd=ROOT)
+    done = subprocess.run([str(PYTHON), "-c", PROBE], capture_output=True, timeout=120, cwd=ROOT, check=False)
     return done.returncode == 0
 
 
@@ -39,15 +39,21 @@ def _build() -> None:
         [str(PYTHON), "-m", "pip", "install", "--quiet", "-e", str(ROOT), "langchain-mcp-adapters"],
     ]
     for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=ROOT)
+        done = subprocess.run(
+            step, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=ROOT, check=False
+        )
         if done.returncode != 0:
-            pytest.skip(f"could not build {VENV.name} ({' '.join(step[:4])} ...): {done.stderr.strip()[-800:]}")
+            pytest.skip(
+                f"could not build {VENV.name} ({' '.join(step[:4])} ...): {done.stderr.strip()[-800:]}"
+            )
 
 
 @pytest.fixture(scope="module")
 def compat_python() -> Path:
     """The interpreter of ``.venv-compat`` (mcp 1.x + langchain-mcp-adapters), built on first use."""
-    with open(Path(tempfile.gettempdir()) / "art-adapters-venv-compat.lock", "w") as lock:  # two test runs must not build it at once
+    with open(
+        Path(tempfile.gettempdir()) / "art-adapters-venv-compat.lock", "w"
+    ) as lock:  # two test runs must not build it at once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _probe():
             _build()
@@ -59,7 +65,11 @@ def compat_python() -> Path:
 def test_langchain_mcp_adapters_tools_and_mcp_tools_on_mcp_1x(compat_python: Path) -> None:
     done = subprocess.run(
         [str(compat_python), str(Path(__file__).with_name("compat_script.py"))],
-        capture_output=True, text=True, timeout=180, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -67,8 +77,14 @@ def test_langchain_mcp_adapters_tools_and_mcp_tools_on_mcp_1x(compat_python: Pat
 
     adapters = result["adapters"]
     tool_messages = [m for m in adapters["messages"] if m["role"] == "tool"]
-    assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_add_2_3_4", "5"), ("call_mul_2_3_4", "12")]
-    records = sorted((r["name"], r["call_id"], r["arguments"], r["result"], r["is_error"]) for r in adapters["tool_records"])
+    assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [
+        ("call_add_2_3_4", "5"),
+        ("call_mul_2_3_4", "12"),
+    ]
+    records = sorted(
+        (r["name"], r["call_id"], r["arguments"], r["result"], r["is_error"])
+        for r in adapters["tool_records"]
+    )
     assert records == [
         ("add", "call_add_2_3_4", {"a": 2, "b": 3}, "5", False),
         ("multiply", "call_mul_2_3_4", {"a": 3, "b": 4}, "12", False),

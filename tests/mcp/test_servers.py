@@ -35,15 +35,25 @@ async def test_calculator_stdio_arithmetic_and_tool_errors() -> None:
         overflow = await session.call_tool("power", {"base": 10, "exponent": 1000})
         assert overflow["isError"] is True and "finite" in _text(overflow)
         tools = {t["name"] for t in (await session.list_tools())["calculator"]}
-        assert tools == {"add", "subtract", "multiply", "divide", "power", "sqrt"}  # no debug tools by default
+        assert tools == {
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "power",
+            "sqrt",
+        }  # no debug tools by default
 
 
 async def test_debug_tools_by_flag_and_by_env() -> None:
     async with McpSession(server_command("calculator", "--debug-tools")) as session:
         assert {"crash", "sleep"} <= {t["name"] for t in (await session.list_tools())["calculator"]}
         assert _text(await session.call_tool("sleep", {"seconds": 0.01})) == "slept 0.01s"
-    env_server = {"command": server_command("calculator")[0], "args": server_command("calculator")[1:],
-                  "env": {"MCP_TOOLS_DEBUG_TOOLS": "1"}}
+    env_server = {
+        "command": server_command("calculator")[0],
+        "args": server_command("calculator")[1:],
+        "env": {"MCP_TOOLS_DEBUG_TOOLS": "1"},
+    }
     async with McpSession(env_server, name="calc") as session:
         assert "crash" in {t["name"] for t in (await session.list_tools())["calc"]}
 
@@ -57,7 +67,11 @@ async def test_notes_stdio_seed_and_crud() -> None:
         found = _text(await session.call_tool("search_notes", {"query": "lisbon hotel"}))
         assert found.startswith("#3 Lisbon trip")
         assert "LX-88412" in _text(await session.call_tool("read_note", {"note_id": 3}))
-        created = _text(await session.call_tool("create_note", {"title": "Call plumber", "body": "Leaky tap", "tags": ["home"]}))
+        created = _text(
+            await session.call_tool(
+                "create_note", {"title": "Call plumber", "body": "Leaky tap", "tags": ["home"]}
+            )
+        )
         assert created == "created note #13"
         await session.call_tool("append_to_note", {"note_id": 13, "text": "Tuesday 9am works"})
         note = _text(await session.call_tool("read_note", {"note_id": 13}))
@@ -85,7 +99,9 @@ def test_load_seed_rejects_a_malformed_file(tmp_path: Path) -> None:
         load_seed(bad)
 
 
-async def test_notes_http_sessions_are_isolated_and_port_file_written(tmp_path: Path, start_http_server) -> None:
+async def test_notes_http_sessions_are_isolated_and_port_file_written(
+    tmp_path: Path, start_http_server
+) -> None:
     port_file = tmp_path / "port"
     with start_http_server("notes", port_file=port_file) as url:
         assert url.endswith(f":{port_file.read_text()}/mcp")
@@ -93,7 +109,9 @@ async def test_notes_http_sessions_are_isolated_and_port_file_written(tmp_path: 
             assert first.session_ids != second.session_ids
             await first.call_tool("create_note", {"title": "only in first", "body": "x"})
             assert "only in first" in _text(await first.call_tool("search_notes", {"query": "only in first"}))
-            assert _text(await second.call_tool("search_notes", {"query": "only in first"})).startswith("no notes")
+            assert _text(await second.call_tool("search_notes", {"query": "only in first"})).startswith(
+                "no notes"
+            )
 
 
 async def test_notes_db_is_shared_and_persistent(tmp_path: Path, start_http_server) -> None:
@@ -110,12 +128,22 @@ async def test_notes_seed_copy_leaves_the_template_untouched(tmp_path: Path) -> 
     db = tmp_path / "template.sqlite"
     for _ in range(2):  # each process/session starts from the template
         async with McpSession(server_command("notes", "--db", str(db), "--seed-copy")) as session:
-            assert _text(await session.call_tool("create_note", {"title": "scratch", "body": "x"})) == "created note #13"
+            assert (
+                _text(await session.call_tool("create_note", {"title": "scratch", "body": "x"}))
+                == "created note #13"
+            )
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM notes").fetchone()[0] == 12
 
 
 def test_seed_copy_without_db_is_a_usage_error() -> None:
-    done = subprocess.run(server_command("notes", "--seed-copy"), capture_output=True, text=True, timeout=60,
-                          env={**os.environ}, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        server_command("notes", "--seed-copy"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ},
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2
     assert "--seed-copy needs --db" in done.stderr
