@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from langchain_openai import ChatOpenAI
 
 import art_adapters as aa
 from art_adapters.errors import ConfigError
-from art_adapters.ruler import RulerCache
+from art_adapters.ruler import LiteLLMJudge, RulerCache
 
 SYSTEM = "You are a calculator agent. Use the add tool. Marker SYS-7f3a."
 USER = "What is 2 + 3? Marker USR-91c2."
@@ -271,3 +272,30 @@ def test_ruler_cache_key_depends_on_judge_rubric_and_content() -> None:
     assert base != RulerCache.key("judge-b", build_request(group, "rubric"))
     assert base != RulerCache.key("judge-a", build_request(group, "other rubric"))
     assert base != RulerCache.key("judge-a", build_request(make_group(answer("5"), answer("7")), "rubric"))
+
+
+async def test_litellm_model_string_calls_acompletion_with_the_schema(
+    server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # litellm itself downgrades openai, so it is not installed here: a stand-in module with
+    # litellm's acompletion signature forwards to the scripted server over real HTTP.
+    import types
+
+    from openai import AsyncOpenAI
+
+    received: list[dict[str, Any]] = []
+
+    async def acompletion(*, model: str, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+        received.append({"model": model, **kwargs})
+        client = AsyncOpenAI(base_url=kwargs["api_base"], api_key="test")
+        return await client.chat.completions.create(
+            model=model, messages=messages, response_format=kwargs["response_format"]
+        )
+
+    monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(acompletion=acompletion))
+    judge = LiteLLMJudge("hosted_vllm/judge", api_base=server.url)
+    scored = await aa.ruler_score_group(make_group(answer("5"), answer("6")), judge=judge, cache=False)
+    assert scored.rewards == [1.0, 0.5]
+    assert scored.metadata["ruler"]["judge"] == f"litellm:hosted_vllm/judge@{server.url}"
+    assert received[0]["response_format"]["json_schema"]["name"] == "ruler_scores"
+    assert server.requests[0]["response_format"]["type"] == "json_schema"
