@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ class RulerCache:
         record: dict[str, Any] = {"judge": judge_id, "scores": [s.model_dump() for s in scores.values()]}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
             tmp.write_text(json.dumps(record), encoding="utf-8")
             tmp.replace(path)
         except OSError as exc:
