@@ -9,6 +9,9 @@ request and receives :class:`~.base.SequenceDelta` events through
 (their awaiters get the exception) and the loop goes on; a failure while sampling one row
 fails only that row's request.
 
+A constrained request (:class:`~.base.Constraint`) ends when its grammar is complete; its
+stop strings are not applied, since they could cut the JSON.
+
 Usage::
 
     engine = TorchEngine.load(resolve_model_path("smollm2-135m-instruct"))
@@ -94,15 +97,29 @@ class TorchEngine:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def load(cls, model_path: Path, *, device: str = "cpu", max_batch_size: int = 8) -> TorchEngine:
+    def load(
+        cls, model_path: Path, *, device: str = "cpu", max_batch_size: int = 8, num_threads: int | None = None
+    ) -> TorchEngine:
         """Load a Hugging Face model folder (e.g. from :func:`~..bundled.resolve_model_path`).
 
         Blocking (a few seconds for the bundled model): call it before serving or in a thread.
+
+        Args:
+            model_path: the model folder.
+            device: ``"cpu"`` (fp32) or a CUDA device (bf16).
+            max_batch_size: the most sequences decoded together.
+            num_threads: torch's intra-op threads for this process (``None`` keeps torch's
+                default, one per core). On a CPU shared with other busy processes, 1 can be
+                several times faster: spinning worker threads then wait on each other.
         """
         from transformers import AutoModelForCausalLM
 
         from ..bundled import load_tokenizer
 
+        if num_threads is not None:
+            if num_threads < 1:
+                raise ValueError(f"num_threads must be at least 1, got {num_threads}")
+            torch.set_num_threads(num_threads)
         started = time.monotonic()
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype, local_files_only=True)
@@ -242,9 +259,9 @@ class TorchEngine:
         for index in range(request.n):
             generator = None
             if request.params.temperature > 0:
-                generator = torch.Generator().manual_seed(
-                    seed + index if seed is not None else random.getrandbits(63)
-                )
+                # Choice i of seed s gets its own stream, unrelated to choice 0 of seed s + 1.
+                stream_seed = (seed * 1_000_003 + index) % 2**63 if seed is not None else random.getrandbits(63)
+                generator = torch.Generator().manual_seed(stream_seed)
             decoder = (
                 ConstrainedDecoder(job.compiled_grammar, self.vocab_size, self.tokenizer)
                 if job.compiled_grammar is not None

@@ -1,0 +1,292 @@
+"""TorchEngine on the real bundled model: sampling, batching, constraints, adapters, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from art_adapters_backend.bundled import BUNDLED_MODEL, resolve_model_path
+from art_adapters_backend.engine.base import (
+    Constraint,
+    ContextLengthError,
+    GenerationRequest,
+    InferenceEngine,
+    SamplingParams,
+)
+from art_adapters_backend.engine.constraint import ConstraintError
+from art_adapters_backend.engine.text import TextTracker
+from art_adapters_backend.engine.torch_engine import TorchEngine
+
+ADD_CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "add"},
+        "arguments": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+    "required": ["name", "arguments"],
+}
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    return resolve_model_path(BUNDLED_MODEL)
+
+
+@pytest.fixture(scope="module")
+async def engine(model_path: Path) -> AsyncIterator[TorchEngine]:
+    engine = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=8)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+def chat(engine: TorchEngine, text: str, system: str | None = None) -> list[int]:
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    rendered = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return engine.tokenizer(rendered, add_special_tokens=False).input_ids
+
+
+def greedy(max_tokens: int = 12, **kwargs: object) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kwargs)  # type: ignore[arg-type]
+
+
+def forward_logprobs(model: torch.nn.Module, prompt: list[int], completion: list[int], temperature: float) -> list[float]:
+    """Log-probabilities of ``completion`` after ``prompt`` from one plain forward pass."""
+    ids = torch.tensor([prompt + completion])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0].float()
+    logits = logits[len(prompt) - 1 : -1] / temperature
+    lp = torch.log_softmax(logits, dim=-1)
+    return lp.gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
+
+
+async def test_engine_implements_the_protocol(engine: TorchEngine) -> None:
+    assert isinstance(engine, InferenceEngine)
+    assert engine.context_length == 8192
+    assert engine.eos_token_ids == {engine.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+
+
+async def test_greedy_is_deterministic_and_stops_at_eos(engine: TorchEngine) -> None:
+    prompt = chat(engine, "What is the capital of France?")
+    [first] = await engine.generate(GenerationRequest(prompt, greedy(24)))
+    [second] = await engine.generate(GenerationRequest(prompt, greedy(24)))
+    assert first.token_ids == second.token_ids and first.text == second.text
+    assert "Paris" in first.text
+    assert first.finish_reason == "stop"  # EOS, which is not part of the tokens
+    assert engine.tokenizer.eos_token_id not in first.token_ids
+    assert engine.tokenizer.decode(first.token_ids) == first.text
+    assert len(first.logprobs) == len(first.token_ids) and first.top_logprobs is None
+
+
+async def test_seed_reproduces_and_choices_differ(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Write a short poem about the sea.")
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=1234)
+    a = await engine.generate(GenerationRequest(prompt, params, n=3))
+    b = await engine.generate(GenerationRequest(prompt, params, n=3))
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+    assert [s.index for s in a] == [0, 1, 2]
+    assert len({tuple(s.token_ids) for s in a}) > 1, "the n choices of one request must be sampled independently"
+    c = await engine.generate(GenerationRequest(prompt, SamplingParams(temperature=1.0, max_tokens=8, seed=99), n=3))
+    assert [s.token_ids for s in c] != [s.token_ids for s in a]
+
+
+async def test_stop_string_cuts_text_and_length_finish(engine: TorchEngine) -> None:
+    prompt = chat(engine, "What is the capital of France?")
+    [full] = await engine.generate(GenerationRequest(prompt, greedy(24)))
+    assert " Paris" in full.text
+    [cut] = await engine.generate(GenerationRequest(prompt, greedy(24, stop=("xyz-never", " Paris"))))
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(" Paris")]
+    assert engine.tokenizer.decode(cut.token_ids).startswith(cut.text + " Paris")  # stop tokens kept
+    assert len(cut.token_ids) < len(full.token_ids)
+    [short] = await engine.generate(GenerationRequest(prompt, greedy(3)))
+    assert short.finish_reason == "length" and short.token_ids == full.token_ids[:3]
+
+
+async def test_logprobs_match_a_fresh_forward_pass(engine: TorchEngine) -> None:
+    """Sampled at temperature 1 in a batch with prompts of other lengths (so with left padding)."""
+    prompts = [
+        chat(engine, "Name a fruit."),
+        chat(engine, "Tell me about the history of the Roman empire in a few words.", system="Be brief."),
+    ]
+    results = await asyncio.gather(
+        *(
+            engine.generate(GenerationRequest(p, SamplingParams(temperature=1.0, max_tokens=10, seed=5), n=2))
+            for p in prompts
+        )
+    )
+    for prompt, choices in zip(prompts, results, strict=True):
+        for choice in choices:
+            expected = forward_logprobs(engine.model, prompt, choice.token_ids, temperature=1.0)
+            assert max(abs(x - y) for x, y in zip(choice.logprobs, expected, strict=True)) < 1e-4
+    # Temperature scales the reported distribution.
+    prompt = prompts[0]
+    [hot] = await engine.generate(GenerationRequest(prompt, SamplingParams(temperature=0.7, max_tokens=6, seed=3)))
+    expected = forward_logprobs(engine.model, prompt, hot.token_ids, temperature=0.7)
+    assert max(abs(x - y) for x, y in zip(hot.logprobs, expected, strict=True)) < 1e-4
+
+
+async def test_top_logprobs(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Count from one to five.")
+    [choice] = await engine.generate(GenerationRequest(prompt, greedy(6, top_logprobs=3)))
+    assert choice.top_logprobs is not None and len(choice.top_logprobs) == len(choice.token_ids)
+    for token, logprob, top in zip(choice.token_ids, choice.logprobs, choice.top_logprobs, strict=True):
+        assert len(top) == 3
+        assert [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
+        assert top[0] == (token, pytest.approx(logprob))  # greedy picks the most likely token
+
+
+async def test_constrained_tool_call_is_valid_json(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Add 2 and 3 with the add tool.")
+    constraint = Constraint(ADD_CALL_SCHEMA, prefix="<tool_call>\n", suffix="\n</tool_call>")
+    choices = await engine.generate(
+        GenerationRequest(prompt, SamplingParams(temperature=1.0, max_tokens=40, seed=11), n=3, constraint=constraint)
+    )
+    finished = [c for c in choices if c.finish_reason == "stop"]
+    assert finished, "at least one constrained choice should complete within 40 tokens"
+    for choice in finished:
+        assert choice.text.startswith("<tool_call>\n") and choice.text.endswith("\n</tool_call>")
+        call = json.loads(choice.text[len("<tool_call>\n") : -len("\n</tool_call>")])
+        assert call["name"] == "add" and set(call["arguments"]) == {"a", "b"}
+        assert all(isinstance(v, int) for v in call["arguments"].values())
+    # The forced prefix is fed as the tokenizer's own tokens.
+    prefix_ids = engine.tokenizer("<tool_call>\n", add_special_tokens=False).input_ids
+    assert choices[0].token_ids[: len(prefix_ids)] == prefix_ids
+    with pytest.raises(ConstraintError, match="schema"):
+        await engine.generate(GenerationRequest(prompt, greedy(4), constraint=Constraint({"type": "objectx"})))
+
+
+async def test_concurrent_requests_are_batched_and_a_bad_one_fails_alone(engine: TorchEngine) -> None:
+    before = engine.stats
+    prompts = [chat(engine, f"Say a word that starts with the letter {c}.") for c in "ABCDEFGH"]
+    too_long = GenerationRequest(prompts[0], SamplingParams(max_tokens=engine.context_length))
+    requests = [engine.generate(GenerationRequest(p, SamplingParams(temperature=1.0, max_tokens=8, seed=i)))
+                for i, p in enumerate(prompts)]
+    results = await asyncio.gather(*requests[:4], engine.generate(too_long), *requests[4:], return_exceptions=True)
+    assert isinstance(results[4], ContextLengthError) and "context" in str(results[4])
+    good = results[:4] + results[5:]
+    assert all(isinstance(r, list) and len(r[0].token_ids) > 0 for r in good), good
+    after = engine.stats
+    assert after.max_batch_size_seen > 1
+    assert len(good) == 8 and after.requests - before.requests == 8
+    # One decode step serves several sequences: far fewer steps than tokens.
+    assert after.steps - before.steps < (after.tokens_generated - before.tokens_generated) / 2
+
+
+async def test_invalid_requests_are_clear_errors(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Hi")
+    cases = [
+        (GenerationRequest([], greedy()), "empty"),
+        (GenerationRequest(prompt, greedy(), n=0), "n must"),
+        (GenerationRequest(prompt, SamplingParams(top_p=0.0)), "top_p"),
+        (GenerationRequest(prompt, SamplingParams(temperature=-1.0)), "temperature"),
+        (GenerationRequest(prompt, greedy(), adapter="nope"), "unknown adapter"),
+        (GenerationRequest([10**9], greedy()), "token ids"),
+    ]
+    for request, message in cases:
+        with pytest.raises(ValueError, match=message):
+            await engine.generate(request)
+
+
+async def test_lora_adapter_changes_output_and_unload_restores(
+    engine: TorchEngine, model_path: Path, tmp_path: Path
+) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = await asyncio.to_thread(AutoModelForCausalLM.from_pretrained, str(model_path), dtype=torch.float32)
+    torch.manual_seed(0)
+    lora = get_peft_model(
+        base, LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).eval()
+    lora.save_pretrained(str(tmp_path / "lora"))
+
+    prompt = chat(engine, "What is the capital of France?")
+    [before] = await engine.generate(GenerationRequest(prompt, greedy(8)))
+    await engine.load_adapter("random", tmp_path / "lora")
+    assert engine.adapters == {"random"}
+    # Base and adapter requests decoded in the same batch.
+    [with_lora], [base_again] = await asyncio.gather(
+        engine.generate(GenerationRequest(prompt, greedy(8), adapter="random")),
+        engine.generate(GenerationRequest(prompt, greedy(8))),
+    )
+    assert with_lora.token_ids != before.token_ids
+    assert base_again.token_ids == before.token_ids
+    expected = forward_logprobs(lora, prompt, with_lora.token_ids, temperature=1.0)
+    assert max(abs(x - y) for x, y in zip(with_lora.logprobs, expected, strict=True)) < 1e-4
+    await engine.unload_adapter("random")
+    assert engine.adapters == set()
+    [after] = await engine.generate(GenerationRequest(prompt, greedy(8)))
+    assert after.token_ids == before.token_ids
+    assert after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        await engine.load_adapter("broken", tmp_path)
+
+
+async def test_stream_deltas_concatenate_to_generate(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Tell me a fun fact.")
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=42, stop=("\n\n",))
+    generated = await engine.generate(GenerationRequest(prompt, params, n=2))
+    texts, tokens, finishes = ["", ""], [[], []], [None, None]
+    n_deltas = 0
+    async for delta in engine.stream(GenerationRequest(prompt, params, n=2)):
+        assert finishes[delta.index] is None, "nothing may follow a choice's finishing delta"
+        texts[delta.index] += delta.text
+        tokens[delta.index] += delta.token_ids
+        finishes[delta.index] = delta.finish_reason
+        n_deltas += 1
+    assert n_deltas > 4
+    for choice in generated:
+        assert texts[choice.index] == choice.text
+        assert tokens[choice.index] == choice.token_ids
+        assert finishes[choice.index] == choice.finish_reason
+
+
+async def test_paused_holds_decoding_then_releases(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Hi")
+    async with engine.paused():
+        steps = engine.stats.steps
+        task = asyncio.create_task(engine.generate(GenerationRequest(prompt, greedy(4))))
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        assert engine.stats.steps == steps
+    [choice] = await asyncio.wait_for(task, timeout=60)
+    assert len(choice.token_ids) > 0
+
+
+async def test_abandoned_stream_is_cancelled(engine: TorchEngine) -> None:
+    prompt = chat(engine, "Write a long story.")
+    stream = engine.stream(GenerationRequest(prompt, SamplingParams(temperature=1.0, max_tokens=200, seed=1)))
+    async for _ in stream:
+        break
+    await stream.aclose()
+    [choice] = await asyncio.wait_for(engine.generate(GenerationRequest(prompt, greedy(2))), timeout=60)
+    assert len(choice.token_ids) == 2
+
+
+def test_text_tracker_holds_back_stop_prefixes(model_path: Path) -> None:
+    from art_adapters_backend.bundled import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    tracker = TextTracker(tokenizer, ("</end>",))
+    out = []
+    for token in tokenizer("Hello world </en", add_special_tokens=False).input_ids:
+        tracker.add(token)
+        out.append(tracker.delta(final=False))
+    assert "".join(out) == "Hello world "  # " </en" might start the stop string
+    for token in tokenizer("d> more", add_special_tokens=False).input_ids:
+        tracker.add(token)
+    assert tracker.stopped and tracker.text == "Hello world "
+    out.append(tracker.delta(final=True))
+    assert "".join(out) == tracker.text
