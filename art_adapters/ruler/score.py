@@ -64,8 +64,9 @@ async def _ask(
     messages = list(request.messages)
     errors: list[str] = []
     for attempt in range(1, max_retries + 2):
+        deadline = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with deadline:
                 text = await judge.complete(messages, request.schema)
             return parse_answer(text, request.labels), attempt
         except InvalidAnswer as exc:
@@ -76,8 +77,11 @@ async def _ask(
                 {"role": "assistant", "content": text[:2000]},
                 {"role": "user", "content": _FEEDBACK.format(reason=reason, ids=", ".join(request.labels))},
             ]
-        except TimeoutError:
-            reason = f"no answer within judge_timeout_s={timeout_s:g} s"
+        except TimeoutError as exc:
+            expired = deadline.expired() and timeout_s is not None
+            reason = (
+                f"no answer within judge_timeout_s={timeout_s:g} s" if expired else f"TimeoutError: {exc}"
+            )
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - the judge endpoint failed (HTTP error, connection reset...): retried

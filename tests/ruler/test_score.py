@@ -299,3 +299,25 @@ async def test_litellm_model_string_calls_acompletion_with_the_schema(
     assert scored.metadata["ruler"]["judge"] == f"litellm:hosted_vllm/judge@{server.url}"
     assert received[0]["response_format"]["json_schema"]["name"] == "ruler_scores"
     assert server.requests[0]["response_format"]["type"] == "json_schema"
+
+
+async def test_judge_raising_its_own_timeout_without_a_deadline_is_retried_then_reported() -> None:
+    from langchain_core.language_models import BaseChatModel
+
+    class Stalling(BaseChatModel):
+        calls: int = 0
+
+        @property
+        def _llm_type(self) -> str:
+            return "stalling"
+
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            raise TimeoutError("upstream gave up")
+
+    judge = Stalling()
+    with pytest.raises(aa.JudgeError, match="TimeoutError: upstream gave up"):
+        await aa.ruler_score_group(
+            make_group(answer("5")), judge=judge, judge_timeout_s=None, max_retries=1, cache=False
+        )
+    assert judge.calls == 2
