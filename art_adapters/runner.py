@@ -340,6 +340,11 @@ async def run_groups(
     budget = _resolve_budget(max_exceptions, total)
 
     ids = [scenario_id(s) for s in scenarios]
+    if len(set(ids)) < len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        logger.warning(
+            "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
+        )
     slots = [
         _Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)
     ]
