@@ -6,7 +6,8 @@ run's chat-model calls in start order (each with its input messages, the tools i
 offered, its output message, token usage and error) and its tool executions. This
 module assembles that material, so both paths build trajectories the same way:
 
-* each model call's conversation is its input messages plus its output;
+* each model call's conversation is its input messages plus its output (tool results
+  without a ``name`` get the name of the function call they answer);
 * a conversation that extends an earlier one replaces it; one already contained in an
   earlier one is dropped (its completion ids copied over); one that diverges is kept
   as an additional history, so no history is ever lost;
@@ -80,6 +81,7 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
         conversation = list(call.messages)
         if call.output is not None:
             conversation.append(call.output)
+        _name_tool_results(conversation)
         keys = [_key(m) for m in conversation]
         for index, history in enumerate(histories):
             known = keys_of[index]
@@ -96,6 +98,20 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
             histories.append(History.model_construct(messages=conversation, tools=call.tools))
             keys_of.append(keys)
     return histories
+
+
+def _name_tool_results(conversation: list[Message]) -> None:
+    """Give tool results without a ``name`` the name of the function they answer.
+
+    Conventions differ (LangChain's ``ToolMessage`` has the name, GenAI ``tool_call_response``
+    parts do not), so both capture paths agree on the same run.
+    """
+    names: dict[str, str] = {}
+    for message in conversation:
+        if message.tool_calls:
+            names.update((call.id, call.function.name) for call in message.tool_calls if call.id)
+        elif message.role == "tool" and message.name is None and message.tool_call_id in names:
+            message.name = names[message.tool_call_id]
 
 
 def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:

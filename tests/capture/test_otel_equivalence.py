@@ -1,8 +1,9 @@
 """The span processor and the callback handler agree on the same run of a real LangGraph graph.
 
-OpenInference's LangChain instrumentation (third-party, instrumented with its documented
-``instrument(tracer_provider=...)``) turns the run into spans; TrajectorySpanProcessor
-assembles them. The callback handler watches the same run. Both must produce the same
+Third-party LangChain instrumentations — OpenInference's (OpenInference conventions) and
+OpenLLMetry's ``opentelemetry-instrumentation-langchain`` (OTel GenAI conventions), each
+switched on with its documented ``instrument(tracer_provider=...)`` — turn the run into
+spans; TrajectorySpanProcessor assembles them. The callback handler watches the same run. Both must produce the same
 conversation (messages, completion ids), the same tools, histories, tool records and error.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from capture_fakes import PolicyChatModel
@@ -20,25 +22,45 @@ from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
 from art_adapters.trajectory import Trajectory
 
-instrumentation = pytest.importorskip(
-    "openinference.instrumentation.langchain",
-    reason="openinference-instrumentation-langchain is not installed",
-)
+def _openinference() -> Any:
+    module = pytest.importorskip(
+        "openinference.instrumentation.langchain", reason="openinference-instrumentation-langchain is not installed"
+    )
+    return module.LangChainInstrumentor()
 
 
-@pytest.fixture
-def capture() -> Iterator[TrajectorySpanProcessor]:
-    """A span processor on a real provider that OpenInference instruments LangChain into."""
+def _openllmetry() -> Any:
+    module = pytest.importorskip(
+        "opentelemetry.instrumentation.langchain",
+        reason="opentelemetry-instrumentation-langchain (OpenLLMetry) is not installed",
+    )
+    return module.LangchainInstrumentor()
+
+
+@pytest.fixture(scope="module", params=["openinference", "openllmetry"])
+def instrumented(request: pytest.FixtureRequest) -> Iterator[TrajectorySpanProcessor]:
+    """A span processor on a real provider that a third-party LangChain instrumentation traces into.
+
+    Instrumented once per module and instrumentation: OpenLLMetry keeps the tracer of its
+    first ``instrument()`` call, so it cannot be re-pointed at a new provider per test.
+    """
+    instrumentor = _openinference() if request.param == "openinference" else _openllmetry()
     provider = TracerProvider()
     processor = TrajectorySpanProcessor()
     provider.add_span_processor(processor)
-    instrumentor = instrumentation.LangChainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
         yield processor
     finally:
         instrumentor.uninstrument()
         provider.shutdown()
+
+
+@pytest.fixture
+def capture(instrumented: TrajectorySpanProcessor) -> TrajectorySpanProcessor:
+    """The module's span processor, emptied of earlier tests' trajectories."""
+    instrumented.pop_trajectories()
+    return instrumented
 
 
 def comparable(trajectory: Trajectory) -> dict:
