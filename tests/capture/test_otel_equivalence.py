@@ -22,9 +22,11 @@ from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
 from art_adapters.trajectory import Trajectory
 
+
 def _openinference() -> Any:
     module = pytest.importorskip(
-        "openinference.instrumentation.langchain", reason="openinference-instrumentation-langchain is not installed"
+        "openinference.instrumentation.langchain",
+        reason="openinference-instrumentation-langchain is not installed",
     )
     return module.LangChainInstrumentor()
 
