@@ -91,7 +91,12 @@ def test_one_trajectory_per_trace_with_messages_tools_and_completion_ids(provide
                 {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
             ],
         },
-        {"role": "tool", "content": "3", "name": "add", "tool_call_id": "c1"},  # named after the call it answers
+        {
+            "role": "tool",
+            "content": "3",
+            "name": "add",
+            "tool_call_id": "c1",
+        },  # named after the call it answers
         {"role": "assistant", "content": "1 + 2 = 3"},
     ]
     assert [m.completion_id for m in trajectory.messages if m.role == "assistant"] == [
