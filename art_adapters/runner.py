@@ -233,6 +233,7 @@ async def _run_slot(
     timeout_s: float | None,
     retries: int,
     display: _Display,
+    seen_ids: set[str],
 ) -> None:
     """Run one rollout with its retries; record a trajectory or an exception on ``slot``."""
     failures: list[str] = []
@@ -274,6 +275,9 @@ async def _run_slot(
                 )
                 break
             trajectory = trajectory.model_copy()
+            if trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
+                trajectory.id = Trajectory().id
+            seen_ids.add(trajectory.id)
             trajectory.metadata = {
                 **trajectory.metadata,
                 "scenario_id": slot.scenario_id,
@@ -350,10 +354,17 @@ async def run_groups(
     ]
     semaphore = asyncio.Semaphore(max_concurrency)
     display = _Display(progress, total)
+    seen_ids: set[str] = set()
     tasks = [
         asyncio.create_task(
             _run_slot(
-                rollout, slot, semaphore=semaphore, timeout_s=timeout_s, retries=retries, display=display
+                rollout,
+                slot,
+                semaphore=semaphore,
+                timeout_s=timeout_s,
+                retries=retries,
+                display=display,
+                seen_ids=seen_ids,
             ),
             name=f"rollout:{slot.scenario_id}:{slot.index}",
         )

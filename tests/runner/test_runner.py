@@ -285,3 +285,16 @@ async def test_progress_bar_on_a_terminal_shows_done_total_reward_exceptions(
 
 async def test_no_scenarios_no_groups() -> None:
     assert await aa.run_groups(Recorder(), [], n=4, progress=True) == []
+
+
+async def test_one_trajectory_object_returned_twice_gets_unique_ids() -> None:
+    shared = _trajectory({"q": "same"})
+
+    async def rollout(scenario: Any) -> aa.Trajectory:
+        return shared
+
+    groups = await aa.run_groups(rollout, [{"q": 1}, {"q": 2}], n=2, progress=False)
+    ids = [t.id for g in groups for t in g.trajectories]
+    assert len(set(ids)) == 4 and shared.id in ids
+    assert [t.metadata["rollout_index"] for t in groups[0].trajectories] == [0, 1]
+    assert shared.metadata == {}  # the caller's object is not modified
