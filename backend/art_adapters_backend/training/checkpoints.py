@@ -1,0 +1,196 @@
+"""LoRA checkpoints on disk: written atomically, listed when complete, pruned by a retention policy.
+
+A checkpoint is a folder ``<root>/<step:06d>/`` holding a PEFT adapter (``adapter_config.json``,
+``adapter_model.safetensors``), optionally the optimizer state, and ``checkpoint.json`` (step,
+metrics, time). It is written under a hidden temporary name in the same folder, every file
+fsynced, then renamed into place: a reader sees a complete checkpoint or none, and a crash
+mid-write leaves only a ``.tmp-*`` folder, removed when the store is next opened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["MANIFEST", "TMP_PREFIX", "Checkpoint", "CheckpointStore", "atomic_directory"]
+
+logger = logging.getLogger(__name__)
+
+#: Prefix of folders being written (never listed, removed on startup).
+TMP_PREFIX = ".tmp-"
+#: The file that marks a checkpoint folder and records its step and metrics.
+MANIFEST = "checkpoint.json"
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(folder):
+        for name in filenames:
+            _fsync_path(Path(dirpath) / name)
+        _fsync_path(Path(dirpath))
+
+
+@contextmanager
+def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary folder beside ``final``; on success fsync it and rename it to ``final``.
+
+    On an exception the temporary folder is removed and the exception propagates; ``final``
+    never exists half-written. ``final`` must not exist yet.
+
+    Raises:
+        FileExistsError: ``final`` already exists (checkpoints are never overwritten).
+    """
+    final = Path(final)
+    if final.exists():
+        raise FileExistsError(f"{final} already exists; delete it first or write a new step")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    committed = False
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        os.rename(tmp, final)
+        _fsync_path(final.parent)
+        committed = True
+    finally:
+        if not committed:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Checkpoint(BaseModel):
+    """A complete checkpoint on disk.
+
+    Attributes:
+        step: the training step that produced it.
+        path: its folder (a PEFT adapter folder).
+        metrics: the step's scalar metrics (used by the retention policy's "best").
+        created: Unix time it was written.
+    """
+
+    step: int
+    path: Path
+    metrics: dict[str, float] = Field(default_factory=dict)
+    created: float = 0.0
+
+
+class CheckpointStore:
+    """The checkpoints of one model under ``root``; opening it removes partial writes.
+
+    Args:
+        root: the folder holding ``<step:06d>/`` checkpoint folders (created if missing).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.removed_partial = self.cleanup_partial()
+
+    def cleanup_partial(self) -> list[str]:
+        """Remove folders left by interrupted writes; returns their names."""
+        removed = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith(TMP_PREFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        if removed:
+            logger.warning("removed %d partial checkpoint folder(s) in %s: %s", len(removed), self.root, removed)
+        return removed
+
+    def path(self, step: int) -> Path:
+        """The folder checkpoint ``step`` has (or will have)."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return self.root / f"{step:06d}"
+
+    def write(
+        self, step: int, writer: Callable[[Path], None], metrics: dict[str, float] | None = None
+    ) -> Checkpoint:
+        """Write checkpoint ``step`` atomically: ``writer(folder)`` fills a temporary folder.
+
+        Raises:
+            FileExistsError: checkpoint ``step`` already exists.
+        """
+        final = self.path(step)
+        checkpoint = Checkpoint(step=step, path=final, metrics=dict(metrics or {}), created=time.time())
+        with atomic_directory(final) as tmp:
+            writer(tmp)
+            manifest = checkpoint.model_dump(mode="json", exclude={"path"})
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        logger.info("checkpoint %d written to %s", step, final)
+        return checkpoint
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Complete checkpoints, oldest step first (folders without a manifest are ignored)."""
+        found = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith(TMP_PREFIX) or not entry.name.isdigit() or not entry.is_dir():
+                continue
+            manifest = entry / MANIFEST
+            if not manifest.is_file():
+                continue
+            try:
+                data = json.loads(manifest.read_text(encoding="utf-8"))
+                found.append(Checkpoint(path=entry, **data))
+            except (OSError, ValueError) as exc:
+                logger.warning("ignoring checkpoint %s: unreadable manifest (%s)", entry, exc)
+        return sorted(found, key=lambda c: c.step)
+
+    def latest(self) -> Checkpoint | None:
+        """The complete checkpoint with the highest step, or ``None``."""
+        checkpoints = self.checkpoints()
+        return checkpoints[-1] if checkpoints else None
+
+    def delete(self, step: int) -> None:
+        """Delete checkpoint ``step``: renamed out of sight first, so it disappears atomically."""
+        final = self.path(step)
+        if not final.exists():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.root}")
+        doomed = self.root / f"{TMP_PREFIX}deleting-{final.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(final, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def retain(
+        self,
+        *,
+        keep_latest: int = 1,
+        best_metric: str | None = None,
+        mode: Literal["max", "min"] = "max",
+        protect: set[int] | frozenset[int] = frozenset(),
+    ) -> list[int]:
+        """Apply the retention policy; returns the deleted steps.
+
+        Keeps the ``keep_latest`` newest checkpoints, the best one by ``best_metric``
+        (highest for ``mode="max"``, lowest for ``"min"``; checkpoints without the metric
+        never count as best) and every step in ``protect`` (e.g. steps being served).
+        """
+        if keep_latest < 1:
+            raise ValueError(f"keep_latest must be >= 1 (the latest checkpoint is always kept), got {keep_latest}")
+        checkpoints = self.checkpoints()
+        keep = {c.step for c in checkpoints[-keep_latest:]} | set(protect)
+        if best_metric is not None:
+            scored = [c for c in checkpoints if best_metric in c.metrics]
+            if scored:
+                pick = max if mode == "max" else min
+                keep.add(pick(scored, key=lambda c: c.metrics[best_metric]).step)
+        deleted = [c.step for c in checkpoints if c.step not in keep]
+        for step in deleted:
+            self.delete(step)
+        return deleted

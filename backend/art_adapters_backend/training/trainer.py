@@ -1,0 +1,348 @@
+"""The trainer interface and the GRPO step every LoRA trainer shares.
+
+:class:`LoraTrainer` owns a PEFT-wrapped causal LM and an AdamW optimizer over its LoRA
+weights. One :meth:`LoraTrainer.train_step` is one optimizer update: sequences are sorted
+by length, cut into micro-batches of ``config.micro_batch_size``, right-padded, and each
+micro-batch's share of the step loss (:func:`.grpo.grpo_loss`, normalised over the whole
+step) is back-propagated; then the gradient is clipped and applied once. Because nothing
+changes the weights until that update, a token without sampling log-probs is scored by
+the current (= old) policy and its ratio is exactly 1.
+
+Subclasses only say how the base model is loaded and how the LoRA is attached
+(:mod:`.peft_trainer` with plain transformers + PEFT, :mod:`.unsloth_trainer` with
+Unsloth's ``FastLanguageModel``); saving, loading and the step are written here once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from pydantic import BaseModel
+
+from art_adapters.train_config import TrainConfig
+
+from .checkpoints import atomic_directory
+from .data import NothingTrainableError, TrainingSequence
+from .grpo import BatchTotals, LossSettings, grpo_loss, token_logprobs
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+__all__ = ["LoraTrainer", "StepMetrics"]
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "trainer_state.json"
+
+
+class StepMetrics(BaseModel):
+    """What one :meth:`LoraTrainer.train_step` did.
+
+    Attributes:
+        loss: the step loss (policy loss + beta x KL), as optimised.
+        policy_loss: the clipped-surrogate part alone.
+        kl: mean per-token KL to the reference (adapter disabled); ``None`` when ``beta == 0``.
+        grad_norm: global L2 norm of the LoRA gradient before clipping.
+        clip_fraction: loss tokens whose ratio was clipped where it mattered (both sides).
+        clip_low_fraction / clip_high_fraction: the two sides of ``clip_fraction``.
+        ratio_mean: mean importance ratio over loss tokens (1.0 when fully on-policy).
+        sequences: sequences trained on; micro_batches: forward/backward passes.
+        tokens: loss tokens; sequence_tokens: all tokens fed (prompt, context, completions).
+        padded_tokens: tokens including right-padding (sequence_tokens + padding).
+        seconds: wall-clock time of the step.
+        learning_rate: the step size used.
+        step: optimizer updates done by this trainer so far, including this one.
+    """
+
+    loss: float
+    policy_loss: float
+    kl: float | None
+    grad_norm: float
+    clip_fraction: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    ratio_mean: float
+    sequences: int
+    micro_batches: int
+    tokens: int
+    sequence_tokens: int
+    padded_tokens: int
+    seconds: float
+    learning_rate: float
+    step: int
+
+
+class _Batch:
+    """Right-padded tensors of one micro-batch."""
+
+    def __init__(self, sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device) -> None:
+        width = max(len(s.token_ids) for s in sequences)
+        n = len(sequences)
+        self.input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # (B, T)
+        self.attention_mask = torch.zeros((n, width), dtype=torch.long)  # (B, T)
+        self.loss_mask = torch.zeros((n, width), dtype=torch.float32)  # (B, T)
+        self.old_logprobs = torch.full((n, width), float("nan"), dtype=torch.float32)  # (B, T), NaN = unknown
+        for row, seq in enumerate(sequences):
+            length = len(seq.token_ids)
+            self.input_ids[row, :length] = torch.tensor(seq.token_ids, dtype=torch.long)
+            self.attention_mask[row, :length] = 1
+            self.loss_mask[row, :length] = torch.tensor(seq.loss_mask, dtype=torch.float32)
+            self.old_logprobs[row, :length] = torch.tensor(
+                [math.nan if x is None else x for x in seq.old_logprobs], dtype=torch.float32
+            )
+        self.advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)  # (B,)
+        for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"):
+            setattr(self, name, getattr(self, name).to(device))
+
+
+def _check_sequences(sequences: Sequence[TrainingSequence]) -> None:
+    for i, seq in enumerate(sequences):
+        n = len(seq.token_ids)
+        if n == 0 or len(seq.loss_mask) != n or len(seq.old_logprobs) != n:
+            raise ValueError(
+                f"sequence {i} (trajectory {seq.trajectory_id}): token_ids, loss_mask and old_logprobs must have the "
+                f"same non-zero length, got {n}, {len(seq.loss_mask)}, {len(seq.old_logprobs)}"
+            )
+        if seq.loss_mask[0]:
+            raise ValueError(f"sequence {i}: the first token has no context and cannot carry loss (loss_mask[0] = 1)")
+        if not math.isfinite(seq.advantage):
+            raise ValueError(f"sequence {i}: advantage is {seq.advantage}; it must be finite")
+
+
+class LoraTrainer(ABC):
+    """A LoRA trainer: one base model, one adapter, one optimizer; the GRPO step shared by all.
+
+    Subclasses implement :meth:`_load_base` and :meth:`_attach_lora`.
+
+    Args:
+        model_path: a local Hugging Face causal-LM folder.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], device: str = "cpu") -> None:
+        self.model_path = Path(model_path)
+        self.device = torch.device(device)
+        self.base, self.pad_token_id = self._load_base()
+        self.model: PeftModel | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.steps_done = 0
+        self.lora: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ what subclasses provide
+
+    @abstractmethod
+    def _load_base(self) -> tuple[torch.nn.Module, int]:
+        """Load the base model (on ``self.device``) and return it with the pad token id."""
+
+    @abstractmethod
+    def _attach_lora(self, config: TrainConfig) -> PeftModel:
+        """Wrap ``self.base`` with a fresh trainable LoRA adapter shaped by ``config``."""
+
+    def _wrap_saved(self, folder: Path) -> PeftModel:
+        """Wrap ``self.base`` with the adapter saved in ``folder``, trainable."""
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(self.base, str(folder), is_trainable=True)
+
+    # ------------------------------------------------------------------ adapter lifecycle
+
+    @property
+    def has_adapter(self) -> bool:
+        """Whether an adapter exists (created by the first step or loaded)."""
+        return self.model is not None
+
+    def ensure_adapter(self, config: TrainConfig) -> None:
+        """Create the LoRA adapter from ``config``'s ``lora_*`` fields unless one exists."""
+        if self.model is not None:
+            shape = {"r": config.lora_rank, "lora_alpha": config.lora_alpha}
+            if self.lora is not None and any(self.lora.get(k) != v for k, v in shape.items()):
+                logger.warning(
+                    "the adapter already exists with %s; lora_* settings of this step (%s) are ignored", self.lora, shape
+                )
+            return
+        if config.seed is not None:
+            torch.manual_seed(config.seed)
+        self.model = self._attach_lora(config)
+        self.lora = {"r": config.lora_rank, "lora_alpha": config.lora_alpha}
+        self._new_optimizer(config)
+
+    def _new_optimizer(self, config: TrainConfig) -> None:
+        assert self.model is not None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise RuntimeError("the adapter has no trainable parameters; check lora_target_modules")
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+    def trainable_parameters(self) -> int:
+        """Number of trainable (LoRA) parameters; 0 before the adapter exists."""
+        return 0 if self.model is None else sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ the step
+
+    def _micro_batches(self, sequences: Sequence[TrainingSequence], size: int) -> list[_Batch]:
+        ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
+        return [_Batch(ordered[i : i + size], self.pad_token_id, self.device) for i in range(0, len(ordered), size)]
+
+    def _logprobs(self, batch: _Batch) -> torch.Tensor:
+        assert self.model is not None
+        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        return token_logprobs(logits, batch.input_ids)  # (B, T)
+
+    @torch.no_grad()
+    def score(self, sequences: Sequence[TrainingSequence], config: TrainConfig | None = None) -> list[list[float]]:
+        """Log-probs of every token under the current policy (position 0 is 0.0), no gradient.
+
+        Creates the adapter (from ``config`` or defaults) when none exists yet.
+        """
+        _check_sequences(sequences)
+        self.ensure_adapter(config or TrainConfig())
+        assert self.model is not None
+        self.model.eval()
+        out: dict[int, list[float]] = {}
+        size = (config or TrainConfig()).micro_batch_size
+        for start in range(0, len(sequences), size):
+            chunk = list(sequences[start : start + size])
+            batch = _Batch(chunk, self.pad_token_id, self.device)
+            lp = self._logprobs(batch).cpu()
+            for row, seq in enumerate(chunk):
+                out[start + row] = lp[row, : len(seq.token_ids)].tolist()
+        return [out[i] for i in range(len(sequences))]
+
+    def train_step(self, sequences: Sequence[TrainingSequence], config: TrainConfig) -> StepMetrics:
+        """One GRPO optimizer update over ``sequences``.
+
+        Raises:
+            NothingTrainableError: no sequence, or no token carries loss (never a silent no-op).
+            FloatingPointError: the loss or gradient is not finite; the weights are left unchanged.
+            ValueError: a malformed sequence.
+        """
+        if not sequences:
+            raise NothingTrainableError("nothing trainable: the step received no sequences")
+        _check_sequences(sequences)
+        total_tokens = sum(s.loss_tokens for s in sequences)
+        if total_tokens == 0:
+            raise NothingTrainableError(f"nothing trainable: none of the {len(sequences)} sequences has a loss token")
+        started = time.perf_counter()
+        self.ensure_adapter(config)
+        assert self.model is not None and self.optimizer is not None
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.learning_rate
+            group["weight_decay"] = config.weight_decay
+        if config.seed is not None:
+            torch.manual_seed(config.seed + self.steps_done)
+        settings = LossSettings.from_config(config)
+        totals = BatchTotals(sequences=len(sequences), tokens=total_tokens, max_tokens=config.max_tokens)
+        batches = self._micro_batches(sequences, config.micro_batch_size)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = policy = kl = ratio = 0.0
+        low = high = padded = 0
+        for batch in batches:
+            ref = None
+            if settings.beta != 0.0:
+                with torch.no_grad(), self.model.disable_adapter():
+                    ref = self._logprobs(batch)
+            out = grpo_loss(
+                self._logprobs(batch), batch.old_logprobs, batch.advantages, batch.loss_mask, settings, totals, ref
+            )
+            out.loss.backward()
+            loss += float(out.loss.detach())
+            policy += out.policy_loss
+            kl += out.kl_sum
+            ratio += out.ratio_sum
+            low += out.clipped_low
+            high += out.clipped_high
+            padded += batch.input_ids.numel()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(
+                f"non-finite step (loss {loss}, grad norm {grad_norm}); weights unchanged: lower learning_rate, "
+                "set max_grad_norm, or check the sequences' old log-probs"
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps_done += 1
+        return StepMetrics(
+            loss=loss,
+            policy_loss=policy,
+            kl=kl / total_tokens if settings.beta != 0.0 else None,
+            grad_norm=grad_norm,
+            clip_fraction=(low + high) / total_tokens,
+            clip_low_fraction=low / total_tokens,
+            clip_high_fraction=high / total_tokens,
+            ratio_mean=ratio / total_tokens,
+            sequences=len(sequences),
+            micro_batches=len(batches),
+            tokens=total_tokens,
+            sequence_tokens=sum(len(s.token_ids) for s in sequences),
+            padded_tokens=padded,
+            seconds=time.perf_counter() - started,
+            learning_rate=config.learning_rate,
+            step=self.steps_done,
+        )
+
+    # ------------------------------------------------------------------ persistence
+
+    def write_adapter(self, folder: Path, *, optimizer: bool = True) -> None:
+        """Write the adapter (and optimizer state) into an existing folder, not atomically.
+
+        Use :meth:`save_adapter` or :meth:`.CheckpointStore.write`, which wrap this atomically.
+        """
+        if self.model is None:
+            raise RuntimeError("no adapter to save yet: run a train_step (or ensure_adapter) first")
+        self.model.save_pretrained(str(folder))
+        if optimizer and self.optimizer is not None:
+            torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
+        (folder / STATE_FILE).write_text(json.dumps({"steps_done": self.steps_done, "lora": self.lora}), "utf-8")
+
+    def save_adapter(self, directory: str | os.PathLike[str], *, optimizer: bool = True) -> Path:
+        """Save a PEFT adapter folder atomically (temporary folder, then rename); returns it.
+
+        Raises:
+            FileExistsError: ``directory`` exists already.
+            RuntimeError: there is no adapter yet.
+        """
+        directory = Path(directory)
+        if self.model is None:
+            raise RuntimeError("no adapter to save yet: run a train_step (or ensure_adapter) first")
+        with atomic_directory(directory) as tmp:
+            self.write_adapter(tmp, optimizer=optimizer)
+        return directory
+
+    def load_adapter(self, directory: str | os.PathLike[str], config: TrainConfig | None = None) -> None:
+        """Resume from an adapter folder written by :meth:`save_adapter` (optimizer state too, if saved).
+
+        Raises:
+            FileNotFoundError: the folder holds no ``adapter_config.json``.
+        """
+        directory = Path(directory)
+        if not (directory / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{directory} is not a PEFT adapter folder (no adapter_config.json)")
+        if self.model is not None:
+            self.base = self.model.unload()  # drop the current adapter, keep the base weights untouched
+            self.model = None
+        self.model = self._wrap_saved(directory)
+        state_file = directory / STATE_FILE
+        state = json.loads(state_file.read_text("utf-8")) if state_file.is_file() else {}
+        self.steps_done = int(state.get("steps_done", 0))
+        peft_config = self.model.peft_config["default"]
+        self.lora = state.get("lora") or {"r": peft_config.r, "lora_alpha": peft_config.lora_alpha}
+        self._new_optimizer(config or TrainConfig())
+        optimizer_file = directory / OPTIMIZER_FILE
+        if optimizer_file.is_file():
+            assert self.optimizer is not None
+            self.optimizer.load_state_dict(torch.load(optimizer_file, map_location=self.device, weights_only=True))
+        logger.info("loaded adapter %s (step %d)", directory, self.steps_done)

@@ -1,0 +1,132 @@
+"""PeftTrainer on the real bundled model: on-policy ratio, learning on a toy batch, save/resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from art_adapters import TrainConfig
+from art_adapters_backend.training.checkpoints import CheckpointStore
+from art_adapters_backend.training.data import NothingTrainableError, TrainingSequence
+from art_adapters_backend.training.peft_trainer import PeftTrainer
+
+pytestmark = pytest.mark.slow
+
+CONFIG = TrainConfig(learning_rate=5e-4, micro_batch_size=2, lora_rank=8, lora_alpha=16)
+
+
+@pytest.fixture(scope="module")
+def trainer(bundled_path: Path) -> PeftTrainer:
+    return PeftTrainer(bundled_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def toy(tokenizer: Any, render: Any) -> list[TrainingSequence]:
+    """Four real conversations: prompt (masked out) + completion (masked in), unequal advantages."""
+    pairs = [
+        ("What is 2+2?", "4", 1.0),
+        ("What is 3+5?", "The answer is eight, I think.", -0.6),
+        ("Name a colour.", "Blue.", 0.9),
+        ("Say hello in French.", "Bonjour! Comment allez-vous aujourd'hui?", -1.2),
+    ]
+    out = []
+    for i, (question, answer, advantage) in enumerate(pairs):
+        prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
+        completion = tokenizer.encode(answer, add_special_tokens=False)
+        out.append(
+            TrainingSequence(
+                token_ids=prompt + completion,
+                loss_mask=[0] * len(prompt) + [1] * len(completion),
+                old_logprobs=[None] * (len(prompt) + len(completion)),
+                advantage=advantage,
+                group_id="g",
+                trajectory_id=f"t{i}",
+            )
+        )
+    return out
+
+
+def _with_old_logprobs(sequences: list[TrainingSequence], logprobs: list[list[float]]) -> list[TrainingSequence]:
+    return [
+        s.model_copy(update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]})
+        for s, lp in zip(sequences, logprobs, strict=True)
+    ]
+
+
+def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
+    trainer: PeftTrainer, toy: list[TrainingSequence], tmp_path: Path
+) -> None:
+    # Old log-probs from our own forward pass: the first step is exactly on-policy.
+    batch = _with_old_logprobs(toy, trainer.score(toy, CONFIG))
+    first = trainer.train_step(batch, CONFIG)
+    assert first.ratio_mean == pytest.approx(1.0, abs=1e-5)
+    assert first.clip_fraction == 0.0 and first.kl is None
+    expected = -sum(s.advantage * s.loss_tokens for s in toy) / sum(s.loss_tokens for s in toy)
+    assert first.loss == pytest.approx(expected, abs=1e-4)  # on-policy: -mean over tokens of A
+    assert first.tokens == sum(s.loss_tokens for s in toy) and first.micro_batches == 2 and first.grad_norm > 0
+    losses = [first.loss] + [trainer.train_step(batch, CONFIG).loss for _ in range(2)]
+    assert losses[-1] < losses[0] - 0.03, losses
+    assert all(b <= a + 1e-6 for a, b in zip(losses, losses[1:], strict=False)), losses
+    # The policy moved in the advantage's direction: up for A > 0, down for A < 0.
+    now = trainer.score(toy, CONFIG)
+    for seq, after in zip(batch, now, strict=True):
+        delta = sum(a - b for a, b, m in zip(after, seq.old_logprobs, seq.loss_mask, strict=True) if m)
+        assert (delta > 0) == (seq.advantage > 0), (seq.advantage, delta)
+
+    # Save atomically; train on; resume from the folder: the same policy and the same next step
+    # (so the optimizer state came back too).
+    saved = trainer.save_adapter(tmp_path / "ckpt")
+    assert {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"} <= {p.name for p in saved.iterdir()}
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    with pytest.raises(FileExistsError):
+        trainer.save_adapter(tmp_path / "ckpt")
+    ahead = trainer.train_step(batch, CONFIG)
+    trainer.load_adapter(saved, CONFIG)
+    assert trainer.steps_done == 3
+    resumed = trainer.score(toy, CONFIG)
+    assert max(abs(a - b) for x, y in zip(now, resumed, strict=True) for a, b in zip(x, y, strict=True)) < 1e-5
+    again = trainer.train_step(batch, CONFIG)
+    assert again.loss == pytest.approx(ahead.loss, abs=1e-5) and again.grad_norm == pytest.approx(ahead.grad_norm, rel=1e-4)
+    assert again.step == 4
+    assert trainer.score(toy[:1], CONFIG)[0] != resumed[0]  # and it trains on from there
+
+    # The checkpoint store writes the same folder under its step, and lists it once complete.
+    store = CheckpointStore(tmp_path / "store")
+    checkpoint = store.write(5, trainer.write_adapter, {"reward_mean": 0.5})
+    assert store.latest() == checkpoint and (checkpoint.path / "adapter_model.safetensors").is_file()
+
+
+def test_kl_to_the_adapter_free_reference_starts_at_zero(bundled_path: Path, toy: list[TrainingSequence], tmp_path: Path) -> None:
+    fresh = PeftTrainer(bundled_path)
+    with pytest.raises(RuntimeError, match="no adapter"):
+        fresh.save_adapter(tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    config = CONFIG.model_copy(update={"beta": 0.1})
+    first = fresh.train_step(toy, config)  # LoRA B starts at 0: the policy equals the reference
+    assert first.kl == pytest.approx(0.0, abs=1e-7)
+    second = fresh.train_step(toy, config)
+    assert second.kl is not None and second.kl > 0
+
+
+def test_nothing_trainable_is_an_error_never_a_silent_no_op(trainer: PeftTrainer, toy: list[TrainingSequence]) -> None:
+    with pytest.raises(NothingTrainableError, match="no sequences"):
+        trainer.train_step([], CONFIG)
+    masked_out = [s.model_copy(update={"loss_mask": [0] * len(s.token_ids)}) for s in toy]
+    with pytest.raises(NothingTrainableError, match="loss token"):
+        trainer.train_step(masked_out, CONFIG)
+    broken = toy[0].model_copy(update={"loss_mask": [1]})
+    with pytest.raises(ValueError, match="same non-zero length"):
+        trainer.train_step([broken], CONFIG)
+
+
+def test_unknown_old_logprobs_are_on_policy(trainer: PeftTrainer, toy: list[TrainingSequence]) -> None:
+    """Fallback turns (no sampling log-probs) are scored by the current policy: ratio 1 at any step."""
+    metrics = trainer.train_step(toy, CONFIG)
+    assert metrics.ratio_mean == pytest.approx(1.0, abs=1e-6) and metrics.clip_fraction == 0.0
+
+
+def test_load_adapter_rejects_a_folder_without_an_adapter(trainer: PeftTrainer, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        trainer.load_adapter(tmp_path)
