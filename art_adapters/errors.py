@@ -5,7 +5,8 @@
     ArtAdaptersError
     ├── ConfigError            a setting or argument is wrong; fix the call
     ├── RolloutError           the user's rollout (graph run, tool call) failed
-    │   └── ToolServerError    an MCP server crashed, hung or refused a call
+    │   ├── ToolServerError    an MCP server crashed, hung or refused a call
+    │   └── RolloutBudgetError too many rollouts failed (run_groups' exception budget)
     ├── JudgeError             the RULER judge could not produce valid scores
     └── BackendError           the backend service failed or refused a request
         ├── BackendUnavailableError   it could not be reached / did not start
