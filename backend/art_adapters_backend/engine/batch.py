@@ -93,6 +93,7 @@ class Batch:
 
     model: PreTrainedModel
     eos_token_ids: set[int]
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     rows: list[Row] = field(default_factory=list)
     cache: Any = None
     mask: torch.Tensor | None = None  # [B, L] long, 1 = real token
@@ -104,7 +105,7 @@ class Batch:
         if hasattr(self.model, "peft_config"):
             kwargs["adapter_names"] = [row.adapter for row in rows]
         out = self.model(use_cache=True, logits_to_keep=1, **kwargs)
-        return out.logits[:, -1, :].float()
+        return out.logits[:, -1, :].float().cpu()  # sampling runs on the CPU with per-row generators
 
     def prefill(self, new_rows: list[Row]) -> list[Row]:
         """Prefill ``new_rows``, sample their first token and merge them into the batch.
@@ -127,6 +128,7 @@ class Batch:
             ids = unique[w]
             input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             mask[i, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         prefill_rows = [new_rows[slot.index(i)] for i in range(len(pairs))]
@@ -134,9 +136,10 @@ class Batch:
             prefill_rows, input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache
         )
         expand = torch.tensor(slot, dtype=torch.long)
+        logits = logits.index_select(0, expand)
+        expand = expand.to(self.device)
         cache.batch_select_indices(expand)
         mask = mask.index_select(0, expand)
-        logits = logits.index_select(0, expand)
         for row in new_rows:
             row.position = len(row.job.request.prompt_token_ids)
         self._merge(new_rows, cache, mask)
@@ -145,11 +148,11 @@ class Batch:
     def decode(self) -> list[Row]:
         """One decode step for every active row. Returns the rows that finished."""
         assert self.mask is not None
-        input_ids = torch.tensor([[row.last_token] for row in self.rows], dtype=torch.long)
-        positions = torch.tensor([[row.position] for row in self.rows], dtype=torch.long)
+        input_ids = torch.tensor([[row.last_token] for row in self.rows], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[row.position] for row in self.rows], dtype=torch.long, device=self.device)
         for row in self.rows:
             row.position += 1
-        self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
         logits = self._forward(
             self.rows,
             input_ids=input_ids,
@@ -258,7 +261,7 @@ class Batch:
             self.clear()
             return
         if len(keep) < len(self.rows):
-            index = torch.tensor(keep, dtype=torch.long)
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.cache.batch_select_indices(index)
             assert self.mask is not None
             self.mask = self.mask.index_select(0, index)

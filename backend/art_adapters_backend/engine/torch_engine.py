@@ -90,7 +90,7 @@ class TorchEngine:
         self._stats = EngineStats()
         self._cond = threading.Condition()
         self._pending: deque[Row] = deque()
-        self._batch = Batch(model=self.model, eos_token_ids=self.eos_token_ids)
+        self._batch = Batch(model=self.model, eos_token_ids=self.eos_token_ids, device=self.device)
         self._pause_requests = 0
         self._in_step = False
         self._closed = False
@@ -323,7 +323,9 @@ class TorchEngine:
     def _uses_adapter(self, name: str) -> bool:
         with self._cond:
             rows = list(self._pending) + list(self._batch.rows)
-        return any(row.job.request.adapter == name and not row.job.done for row in rows)
+        return any(
+            row.job.request.adapter == name and not row.job.done and not row.job.cancelled for row in rows
+        )
 
     def _unload_adapter_sync(self, name: str) -> None:
         """Remove the adapter; with none left, give back the plain base model."""
