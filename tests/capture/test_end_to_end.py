@@ -31,13 +31,14 @@ async def test_react_agent_on_the_backend_calls_the_mcp_calculator(local_backend
     model = TrainableModel(name="e2e-capture", project="tests")
     await model.register(local_backend)
     tools = await mcp_tools.load_tools(server_command("calculator"))
-    llm = model.chat_model(temperature=0.0, max_tokens=48)
+    llm = model.chat_model(temperature=0.0, max_tokens=40)  # room for the constrained add(...) call
+    answer_llm = model.chat_model(temperature=0.0, max_tokens=16)  # a short answer keeps the test fast
 
     def pick_model(state, runtime):
         # A tiny base model needs a foothold: the first turn is constrained to an `add` call (the backend's
         # grammar-constrained decoding), the answer turn may not call tools. Still one ReAct agent.
         if any(m.type == "tool" for m in state["messages"]):
-            return llm.bind_tools(tools, tool_choice="none")
+            return answer_llm.bind_tools(tools, tool_choice="none")
         return llm.bind_tools(tools, tool_choice="add")
 
     with warnings.catch_warnings():
