@@ -43,12 +43,16 @@ def model_path() -> Path:
 
 @pytest.fixture(scope="module")
 async def engine(model_path: Path) -> AsyncIterator[TorchEngine]:
-    engine = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=8)
+    # One intra-op thread: on a 2-core machine shared with other busy processes, torch's
+    # spinning worker threads make decoding 10x slower. Restored for the tests that follow.
+    threads = torch.get_num_threads()
+    engine = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=8, num_threads=1)
     await engine.start()
     try:
         yield engine
     finally:
         await engine.close()
+        torch.set_num_threads(threads)
 
 
 def chat(engine: TorchEngine, text: str, system: str | None = None) -> list[int]:
