@@ -294,3 +294,31 @@ def test_text_tracker_holds_back_stop_prefixes(model_path: Path) -> None:
     assert tracker.stopped and tracker.text == "Hello world "
     out.append(tracker.delta(final=True))
     assert "".join(out) == tracker.text
+
+
+async def test_arrivals_merge_into_a_running_batch_exactly(engine: TorchEngine) -> None:
+    """A request arriving mid-decode joins the running batch; both keep exact logprobs."""
+    long_prompt = chat(engine, "Describe a walk in the forest, step by step, in detail.", system="Be vivid.")
+    short_prompt = chat(engine, "Hi")
+    first_params = SamplingParams(temperature=1.0, max_tokens=24, seed=8)
+    first_tokens: list[int] = []
+    first_logprobs: list[float] = []
+    late: asyncio.Task[list] | None = None
+    late_done_first = False
+    async for delta in engine.stream(GenerationRequest(long_prompt, first_params)):
+        first_tokens += delta.token_ids
+        first_logprobs += delta.logprobs
+        if late is None and len(first_tokens) >= 4:
+            late_params = SamplingParams(temperature=1.0, max_tokens=6, seed=2)
+            late = asyncio.create_task(engine.generate(GenerationRequest(short_prompt, late_params, n=2)))
+        if delta.finish_reason is not None:
+            assert delta.finish_reason == "length"
+            late_done_first = late is not None and late.done()
+    assert late is not None
+    second = await late
+    assert late_done_first, "the late request should have run alongside the first, not after it"
+    expected = forward_logprobs(engine.model, long_prompt, first_tokens, temperature=1.0)
+    assert max(abs(x - y) for x, y in zip(first_logprobs, expected, strict=True)) < 1e-4
+    for choice in second:
+        expected = forward_logprobs(engine.model, short_prompt, choice.token_ids, temperature=1.0)
+        assert max(abs(x - y) for x, y in zip(choice.logprobs, expected, strict=True)) < 1e-4
