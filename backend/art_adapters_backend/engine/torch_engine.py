@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import threading
 import time
@@ -50,9 +51,12 @@ from .text import TextTracker
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["EngineClosedError", "TorchEngine"]
+__all__ = ["THREADS_ENV", "EngineClosedError", "TorchEngine"]
 
 logger = logging.getLogger(__name__)
+
+THREADS_ENV = "ART_ADAPTERS_TORCH_THREADS"
+"""Environment variable: torch's intra-op thread count when ``TorchEngine.load`` is not given one."""
 
 
 class EngineClosedError(RuntimeError):
@@ -108,14 +112,20 @@ class TorchEngine:
             model_path: the model folder.
             device: ``"cpu"`` (fp32) or a CUDA device (bf16).
             max_batch_size: the most sequences decoded together.
-            num_threads: torch's intra-op threads for this process (``None`` keeps torch's
-                default, one per core). On a CPU shared with other busy processes, 1 can be
-                several times faster: spinning worker threads then wait on each other.
+            num_threads: torch's intra-op threads for this process. ``None`` reads
+                ``$ART_ADAPTERS_TORCH_THREADS``, else keeps torch's default (one per core). On
+                a CPU shared with other busy processes, 1 can be ten times faster: torch's
+                spinning worker threads then wait on each other.
         """
         from transformers import AutoModelForCausalLM
 
         from ..bundled import load_tokenizer
 
+        if num_threads is None and os.environ.get(THREADS_ENV):
+            try:
+                num_threads = int(os.environ[THREADS_ENV])
+            except ValueError:
+                raise ValueError(f"${THREADS_ENV} must be an integer, got {os.environ[THREADS_ENV]!r}") from None
         if num_threads is not None:
             if num_threads < 1:
                 raise ValueError(f"num_threads must be at least 1, got {num_threads}")
