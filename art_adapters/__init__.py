@@ -40,6 +40,7 @@ from .trajectory import (
 if TYPE_CHECKING:
     from .capture.langchain import TrajectoryCallbackHandler
     from .capture.otel import TrajectorySpanProcessor
+    from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
     from .ruler import combine_rewards, ruler_score_group, ruler_score_groups
     from .runner import RolloutBudgetError, run_groups, run_groups_sync
 
@@ -55,6 +56,8 @@ _LAZY: dict[str, str] = {
     "combine_rewards": ".ruler",
     "ruler_score_group": ".ruler",
     "ruler_score_groups": ".ruler",
+    "trajectories_from_langfuse": ".observe",
+    "trajectories_from_otlp_json": ".observe",
 }
 
 __all__ = [
@@ -89,6 +92,8 @@ __all__ = [
     "run_groups",
     "run_groups_sync",
     "save_groups",
+    "trajectories_from_langfuse",
+    "trajectories_from_otlp_json",
 ]
 
 

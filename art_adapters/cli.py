@@ -87,5 +87,23 @@ def demo(
     asyncio.run(run_demo(run_dir=run_dir, question=question, console=console))
 
 
+@app.command()
+def plot(
+    run: Annotated[Path, typer.Argument(help="A run directory holding metrics.jsonl, or the metrics file itself.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write the PNGs; default RUN/plots.")] = None,
+) -> None:
+    """Write PNG charts of a run's metrics history: reward curve with its spread, loss, KL."""
+    from .errors import ConfigError
+    from .observe.plot import plot_run
+
+    try:
+        paths = plot_run(run, out)
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(code=2) from exc
+    for path in paths:
+        console.print(str(path))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

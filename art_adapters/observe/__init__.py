@@ -1,0 +1,117 @@
+"""Observability: rollouts, RULER scores and training metrics to Langfuse and any OTLP backend; import; plots.
+
+The API a training loop calls (all cheap, never raising for export problems)::
+
+    from art_adapters import observe
+
+    obs = observe.configure(metrics_path=run_dir / "metrics.jsonl")   # env vars decide the destinations
+    obs.log_rollouts(groups, step=step, model=f"{model.name}@{step}")  # traces + scores + metrics row
+    obs.log_scores(group)                       # scores of a group logged before RULER ran
+    obs.log_train_metrics(step, result.metrics) # train-step trace, metrics file, W&B
+    obs.shutdown()
+
+``configure()`` builds an :class:`Observer` from :class:`ObserveConfig` (the environment
+variables ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY`` / ``LANGFUSE_BASE_URL`` (or
+``LANGFUSE_HOST``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_HEADERS``, overridden by keyword arguments), makes it the default
+observer and returns it; :func:`configure_langfuse` does the same with keys passed in.
+With nothing configured the observer is disabled (off by default). The module-level
+:func:`log_rollouts`, :func:`log_scores` and :func:`log_train_metrics` use the default
+observer (created from the environment on first use).
+
+Import: :func:`trajectories_from_otlp_json`, :func:`trajectories_from_langfuse`.
+Metrics and plots: :class:`MetricsHistory`, :func:`group_metrics`, :func:`plot_run`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from art_adapters.observe.config import ObserveConfig
+from art_adapters.observe.importer import (
+    trajectories_from_langfuse,
+    trajectories_from_otlp_json,
+    trajectories_from_spans,
+)
+from art_adapters.observe.metrics import METRICS_FILE, MetricsHistory, group_metrics
+from art_adapters.observe.observer import Observer
+from art_adapters.observe.otlp_json import OtlpJsonFileExporter, otlp_json_request
+from art_adapters.observe.plot import plot_run
+from art_adapters.trajectory import TrajectoryGroup
+
+__all__ = [
+    "METRICS_FILE",
+    "MetricsHistory",
+    "ObserveConfig",
+    "Observer",
+    "OtlpJsonFileExporter",
+    "configure",
+    "configure_langfuse",
+    "get_observer",
+    "group_metrics",
+    "log_rollouts",
+    "log_scores",
+    "log_train_metrics",
+    "otlp_json_request",
+    "plot_run",
+    "trajectories_from_langfuse",
+    "trajectories_from_otlp_json",
+    "trajectories_from_spans",
+]
+
+_default: Observer | None = None
+_default_lock = threading.Lock()
+
+
+def configure(**settings: Any) -> Observer:
+    """Build the default :class:`Observer` from the environment plus ``settings`` (``ObserveConfig`` fields).
+
+    Replaces (and shuts down) a previous default observer. Extra keyword arguments
+    ``span_processors`` / ``span_exporter`` go to :class:`Observer`.
+
+    Raises:
+        ConfigError: a setting is invalid (the message names it).
+    """
+    global _default
+    extra = {k: settings.pop(k) for k in ("span_processors", "span_exporter") if k in settings}
+    observer = Observer(ObserveConfig.from_env(**settings), **extra)
+    with _default_lock:
+        previous, _default = _default, observer
+    if previous is not None:
+        previous.shutdown()
+    return observer
+
+
+def configure_langfuse(
+    public_key: str, secret_key: str, base_url: str = "https://cloud.langfuse.com", **settings: Any
+) -> Observer:
+    """Turn Langfuse on with these keys (Cloud EU by default; ``https://us.cloud.langfuse.com`` or self-hosted)."""
+    return configure(
+        langfuse_public_key=public_key, langfuse_secret_key=secret_key, langfuse_base_url=base_url, **settings
+    )
+
+
+def get_observer() -> Observer:
+    """The default observer (built from the environment on first use; disabled when nothing is set)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Observer(ObserveConfig.from_env())
+        return _default
+
+
+def log_rollouts(groups: Iterable[TrajectoryGroup], **kwargs: Any) -> list[str]:
+    """:meth:`Observer.log_rollouts` on the default observer."""
+    return get_observer().log_rollouts(groups, **kwargs)
+
+
+def log_scores(group: TrajectoryGroup) -> int:
+    """:meth:`Observer.log_scores` on the default observer."""
+    return get_observer().log_scores(group)
+
+
+def log_train_metrics(step: int, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+    """:meth:`Observer.log_train_metrics` on the default observer."""
+    get_observer().log_train_metrics(step, metrics, **kwargs)

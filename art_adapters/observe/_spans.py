@@ -1,0 +1,453 @@
+"""Trajectories, scores and training metrics as span descriptions (pure: no OpenTelemetry SDK here).
+
+One rollout is one trace:
+
+* the root span is the graph run, an *agent* observation
+  (``gen_ai.operation.name = invoke_agent``, ``langfuse.observation.type = agent``), carrying
+  the trace-level attributes Langfuse reads (``langfuse.trace.name``, ``langfuse.trace.tags``,
+  ``langfuse.session.id`` / ``session.id`` = the group id, ``langfuse.trace.metadata.*``) and our
+  own ``art_adapters.*`` attributes (trajectory id, scenario id, group id, rollout index, step,
+  reward, metrics);
+* each chat-model call is a *generation* child (``gen_ai.operation.name = chat``, the GenAI
+  ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.tool.definitions`` /
+  ``gen_ai.usage.*`` attributes, and Langfuse's ``langfuse.observation.model.name`` /
+  ``input`` / ``output`` / ``usage_details``), model = the served ``name@step``;
+* each tool execution is a *tool* child (``execute_tool {name}``); an MCP ``tools/call`` also
+  carries ``mcp.method.name``, ``mcp.session.id`` and ``mcp.server.name``;
+* a score (RULER's, or the reward) is an *evaluator* child ``score {name}`` with the value and
+  the judge's explanation as attributes and a ``gen_ai.evaluation.result`` event, so any OTLP
+  backend shows it; the Langfuse SDK path also sends it as a Langfuse score.
+
+Trace and root-span ids are derived from the trajectory id, so scores logged later land in
+the same trace. A trajectory keeps no per-call timestamps: tool spans use the recorded
+start and duration, generation spans are placed between them (``art_adapters.timing =
+estimated``). Per-call token usage is known only when an assistant message carries a
+``usage`` field or the run made a single model call; otherwise the totals are on the root.
+The GenAI attributes are what :mod:`art_adapters.capture.otel_genai` parses, so exported
+traces import back into the same trajectories (:mod:`art_adapters.observe.importer`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from art_adapters.trajectory import Message, ToolCallRecord, Trajectory, TrajectoryGroup
+
+__all__ = [
+    "AttributeValue",
+    "SpanSpec",
+    "score_spans",
+    "span_ids",
+    "train_step_spans",
+    "trajectory_spans",
+]
+
+AttributeValue = str | bool | int | float | Sequence[str]
+
+_PREFIX = "art_adapters"
+
+
+@dataclass
+class SpanSpec:
+    """One span to emit: ids, parent, times (ns since the epoch), attributes, events, error."""
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, AttributeValue]]] = field(default_factory=list)
+    error: str | None = None
+
+
+def _digest(*parts: str) -> bytes:
+    return hashlib.sha256("\x1f".join(parts).encode()).digest()
+
+
+def span_ids(trajectory_id: str) -> tuple[int, int]:
+    """The (trace id, root span id) a trajectory is exported under; stable across calls."""
+    digest = _digest("art-adapters-trace", trajectory_id)
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    root_id = int.from_bytes(digest[16:24], "big") or 1
+    return trace_id, root_id
+
+
+def _child_id(trajectory_id: str, *key: str) -> int:
+    return int.from_bytes(_digest("art-adapters-span", trajectory_id, *key)[:8], "big") or 1
+
+
+def _ns(value: datetime | None) -> int | None:
+    return int(value.timestamp() * 1e9) if value is not None else None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _content_parts(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    parts: list[dict[str, Any]] = []
+    for item in content:
+        if isinstance(item, Mapping) and item.get("type") == "text":
+            parts.append({"type": "text", "content": item.get("text", "")})
+        elif isinstance(item, Mapping):
+            parts.append(dict(item))
+    return parts
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return raw
+
+
+def genai_message(message: Message) -> dict[str, Any]:
+    """A message in the GenAI ``{"role", "parts"}`` form (``gen_ai.input/output.messages``)."""
+    if message.role == "tool":
+        part = {"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}
+        out: dict[str, Any] = {"role": "tool", "parts": [part]}
+    else:
+        parts = _content_parts(message.content)
+        for call in message.tool_calls or ():
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.id,
+                    "name": call.function.name,
+                    "arguments": _arguments(call.function.arguments),
+                }
+            )
+        out = {"role": message.role, "parts": parts}
+    if message.name:
+        out["name"] = message.name
+    return out
+
+
+@dataclass
+class RolloutContext:
+    """Where a trajectory sits in the run: its group, scenario, step, model and split."""
+
+    group_id: str | None = None
+    scenario_id: str | None = None
+    step: int | None = None
+    model: str | None = None
+    split: str = "train"
+    agent_name: str = "agent"
+    extra_tags: tuple[str, ...] = ()
+
+
+def _scalar_metrics(metrics: Mapping[str, Any], prefix: str) -> dict[str, AttributeValue]:
+    out: dict[str, AttributeValue] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def _usage(message: Message, single_call_totals: Mapping[str, Any] | None) -> dict[str, int]:
+    extra = message.model_extra or {}
+    usage = extra.get("usage")
+    source = usage if isinstance(usage, Mapping) else single_call_totals
+    if not source:
+        return {}
+    out: dict[str, int] = {}
+    for ours, keys in (("input", ("prompt_tokens", "input_tokens")), ("output", ("completion_tokens", "output_tokens"))):
+        for key in keys:
+            value = source.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[ours] = value
+                break
+    return out
+
+
+def _generation_windows(
+    history: Sequence[Message], records: Sequence[ToolCallRecord], start: int, end: int
+) -> list[tuple[int, int]]:
+    """Start/end (ns) of each assistant turn of ``history``, placed around its tool calls' real times."""
+    turns = [i for i, m in enumerate(history) if m.role == "assistant"]
+    by_call = {r.call_id: r for r in records if r.call_id}
+    windows: list[tuple[int, int]] = []
+    cursor = start
+    for k, index in enumerate(turns):
+        calls = [by_call[c.id] for c in history[index].tool_calls or () if c.id in by_call]
+        starts = [_ns(r.started_at) for r in calls if r.started_at is not None]
+        if starts:
+            gen_end = max(cursor + 1, min(s for s in starts if s is not None))
+        else:
+            remaining = len(turns) - k
+            gen_end = cursor + max(1, (end - cursor) // max(1, remaining))
+        windows.append((cursor, gen_end))
+        ends = [
+            (_ns(r.started_at) or 0) + int((r.duration_s or 0) * 1e9) for r in calls if r.started_at is not None
+        ]
+        cursor = max([gen_end, *ends])
+    return windows
+
+
+def trajectory_spans(
+    trajectory: Trajectory, context: RolloutContext, *, include_scores: bool = True
+) -> list[SpanSpec]:
+    """The spans of one rollout: the agent root, its generations, tool calls and (optionally) scores."""
+    trace_id, root_id = span_ids(trajectory.id)
+    meta = trajectory.metadata
+    scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
+    rollout_index = meta.get("rollout_index")
+    step = context.step if context.step is not None else meta.get("step")
+    model = context.model or meta.get("model") or "unknown"
+    start = _ns(trajectory.started_at) or 0
+    tool_ends = [
+        (_ns(r.started_at) or start) + int((r.duration_s or 0) * 1e9) for r in trajectory.tool_records
+    ]
+    end = _ns(trajectory.finished_at)
+    if end is None:
+        duration = meta.get("duration_s")
+        end = start + int(float(duration) * 1e9) if isinstance(duration, int | float) else start + 1_000_000
+    end = max([end, start + 1, *tool_ends])
+
+    tags = [f"split:{context.split}"]
+    if scenario is not None:
+        tags.append(f"scenario:{scenario}")
+    if context.group_id is not None:
+        tags.append(f"group:{context.group_id}")
+    if step is not None:
+        tags.append(f"step:{step}")
+    tags.extend(context.extra_tags)
+    trace_meta: dict[str, Any] = {
+        "trajectory_id": trajectory.id,
+        "scenario_id": scenario,
+        "group_id": context.group_id,
+        "rollout_index": rollout_index,
+        "step": step,
+        "model": model,
+        "split": context.split,
+    }
+    first_user = next((m.content for m in trajectory.messages if m.role == "user"), None)
+    last = trajectory.messages[-1].content if trajectory.messages else None
+    root_attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": context.agent_name,
+        "gen_ai.request.model": model,
+        "langfuse.observation.type": "agent",
+        "langfuse.trace.name": f"rollout {scenario}" if scenario is not None else "rollout",
+        "langfuse.trace.tags": tags,
+        "langfuse.trace.input": _json(first_user),
+        "langfuse.trace.output": _json(last),
+        "langfuse.observation.input": _json([m.to_openai() for m in trajectory.messages if m.role != "assistant"][:2]),
+        "langfuse.observation.output": _json(last),
+        f"{_PREFIX}.trajectory.id": trajectory.id,
+        f"{_PREFIX}.split": context.split,
+        f"{_PREFIX}.model": model,
+    }
+    if context.group_id is not None:
+        root_attrs["session.id"] = context.group_id
+        root_attrs["langfuse.session.id"] = context.group_id
+        root_attrs[f"{_PREFIX}.group.id"] = context.group_id
+    if scenario is not None:
+        root_attrs[f"{_PREFIX}.scenario.id"] = str(scenario)
+    if isinstance(rollout_index, int):
+        root_attrs[f"{_PREFIX}.rollout.index"] = rollout_index
+    if isinstance(step, int):
+        root_attrs[f"{_PREFIX}.step"] = step
+    if trajectory.reward is not None:
+        root_attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
+    for key, value in trace_meta.items():
+        if value is not None:
+            root_attrs[f"langfuse.trace.metadata.{key}"] = value if isinstance(value, str | int | float) else str(value)
+    root_attrs.update(_scalar_metrics(trajectory.metrics, f"{_PREFIX}.metrics"))
+    spans = [
+        SpanSpec(
+            name=f"invoke_agent {context.agent_name}",
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_id=None,
+            start_ns=start,
+            end_ns=end,
+            attributes=root_attrs,
+            error=trajectory.error,
+        )
+    ]
+
+    histories = trajectory.histories()
+    calls = sum(1 for h in histories for m in h.messages if m.role == "assistant")
+    totals = trajectory.metrics if calls == 1 else None
+    for h_index, history in enumerate(histories):
+        windows = _generation_windows(history.messages, trajectory.tool_records, start, end)
+        turns = [i for i, m in enumerate(history.messages) if m.role == "assistant"]
+        for (g_start, g_end), index in zip(windows, turns, strict=True):
+            spans.append(
+                _generation_span(
+                    trajectory, history.messages[:index], history.messages[index], history.tools,
+                    model, _usage(history.messages[index], totals),
+                    SpanSpec("", trace_id, _child_id(trajectory.id, "gen", str(h_index), str(index)), root_id,
+                             g_start, min(max(g_end, g_start + 1), end) if g_start < end else g_start + 1),
+                )
+            )
+    for t_index, record in enumerate(trajectory.tool_records):
+        spans.append(_tool_span(trajectory.id, trace_id, root_id, t_index, record, start))
+    if include_scores:
+        spans.extend(score_spans(trajectory))
+    return spans
+
+
+def _generation_span(
+    trajectory: Trajectory,
+    inputs: Sequence[Message],
+    output: Message,
+    tools: Sequence[Any] | None,
+    model: str,
+    usage: Mapping[str, int],
+    spec: SpanSpec,
+) -> SpanSpec:
+    spec.name = f"chat {model}"
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": model,
+        "gen_ai.input.messages": _json([genai_message(m) for m in inputs]),
+        "gen_ai.output.messages": _json([genai_message(output)]),
+        "langfuse.observation.type": "generation",
+        "langfuse.observation.model.name": model,
+        "langfuse.observation.input": _json([m.to_openai() for m in inputs]),
+        "langfuse.observation.output": _json(output.to_openai()),
+        f"{_PREFIX}.timing": "estimated",
+    }
+    if tools:
+        attrs["gen_ai.tool.definitions"] = _json([t.model_dump() for t in tools])
+    if output.completion_id:
+        attrs["gen_ai.response.id"] = output.completion_id
+        attrs[f"{_PREFIX}.completion_id"] = output.completion_id
+    if "input" in usage:
+        attrs["gen_ai.usage.input_tokens"] = usage["input"]
+    if "output" in usage:
+        attrs["gen_ai.usage.output_tokens"] = usage["output"]
+    if usage:
+        attrs["langfuse.observation.usage_details"] = _json(
+            {**usage, "total": sum(usage.values())} if len(usage) == 2 else dict(usage)
+        )
+    spec.attributes = attrs
+    return spec
+
+
+def _tool_span(
+    trajectory_id: str, trace_id: int, root_id: int, index: int, record: ToolCallRecord, fallback_start: int
+) -> SpanSpec:
+    start = _ns(record.started_at) or fallback_start
+    end = start + max(1, int((record.duration_s or 0) * 1e9))
+    arguments = record.arguments if isinstance(record.arguments, str) else _json(record.arguments or {})
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": record.name,
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.arguments": arguments,
+        "langfuse.observation.type": "tool",
+        "langfuse.observation.input": arguments,
+        f"{_PREFIX}.tool.source": record.source,
+        f"{_PREFIX}.tool.index": index,
+    }
+    if record.call_id:
+        attrs["gen_ai.tool.call.id"] = record.call_id
+    if record.result is not None:
+        attrs["gen_ai.tool.call.result"] = record.result
+        attrs["langfuse.observation.output"] = record.result
+    name = f"execute_tool {record.name}"
+    if record.source == "mcp":
+        name = f"tools/call {record.name}"
+        attrs["mcp.method.name"] = "tools/call"
+        if record.server:
+            attrs["mcp.server.name"] = record.server
+        if record.session_id:
+            attrs["mcp.session.id"] = record.session_id
+    error = record.error if record.error else ("tool reported an error" if record.is_error else None)
+    if error is not None:
+        attrs["langfuse.observation.level"] = "ERROR"
+        attrs["langfuse.observation.status_message"] = error
+    return SpanSpec(
+        name, trace_id, _child_id(trajectory_id, "tool", str(index)), root_id, start, end, attrs, error=error
+    )
+
+
+def trajectory_scores(trajectory: Trajectory) -> list[tuple[str, float, str | None]]:
+    """The (name, value, comment) scores a trajectory carries: RULER's (with its explanation) and the reward."""
+    scores: list[tuple[str, float, str | None]] = []
+    ruler = trajectory.metrics.get("ruler_score")
+    explanation = trajectory.metadata.get("ruler_explanation")
+    comment = explanation if isinstance(explanation, str) else None
+    if isinstance(ruler, int | float) and not isinstance(ruler, bool):
+        scores.append(("ruler", float(ruler), comment))
+    if trajectory.reward is not None:
+        scores.append(("reward", float(trajectory.reward), comment if ruler == trajectory.reward else None))
+    return scores
+
+
+def score_spans(trajectory: Trajectory, *, at_ns: int | None = None) -> list[SpanSpec]:
+    """One evaluator span per score, child of the rollout's root span (empty when unscored)."""
+    trace_id, root_id = span_ids(trajectory.id)
+    end = _ns(trajectory.finished_at) or _ns(trajectory.started_at) or 0
+    at = at_ns if at_ns is not None else end
+    spans: list[SpanSpec] = []
+    for name, value, comment in trajectory_scores(trajectory):
+        attrs: dict[str, AttributeValue] = {
+            "langfuse.observation.type": "evaluator",
+            "langfuse.observation.output": _json({"value": value, "comment": comment}),
+            "gen_ai.evaluation.name": name,
+            "gen_ai.evaluation.score.value": value,
+            f"{_PREFIX}.score.name": name,
+            f"{_PREFIX}.score.value": value,
+            f"{_PREFIX}.trajectory.id": trajectory.id,
+        }
+        event: dict[str, AttributeValue] = {"gen_ai.evaluation.name": name, "gen_ai.evaluation.score.value": value}
+        if comment:
+            attrs[f"{_PREFIX}.score.comment"] = comment
+            attrs["gen_ai.evaluation.explanation"] = comment
+            event["gen_ai.evaluation.explanation"] = comment
+        spans.append(
+            SpanSpec(
+                f"score {name}",
+                trace_id,
+                _child_id(trajectory.id, "score", name),
+                root_id,
+                at,
+                at + 1,
+                attrs,
+                events=[("gen_ai.evaluation.result", event)],
+            )
+        )
+    return spans
+
+
+def group_context(group: TrajectoryGroup, **fields: Any) -> RolloutContext:
+    """The :class:`RolloutContext` of a group's trajectories."""
+    scenario = group.metadata.get("scenario_id")
+    return RolloutContext(group_id=group.id, scenario_id=str(scenario) if scenario is not None else None, **fields)
+
+
+def train_step_spans(
+    step: int, metrics: Mapping[str, Any], *, run: str, at_ns: int, duration_ns: int = 1
+) -> list[SpanSpec]:
+    """One span (its own trace) holding a training step's metrics as ``art_adapters.train.*`` attributes."""
+    trace_id = int.from_bytes(_digest("art-adapters-train", run, str(step))[:16], "big") or 1
+    span_id = int.from_bytes(_digest("art-adapters-train-span", run, str(step))[:8], "big") or 1
+    attrs: dict[str, AttributeValue] = {
+        "langfuse.observation.type": "span",
+        "langfuse.trace.name": f"train step {step}",
+        "langfuse.trace.tags": ["train", f"step:{step}", f"run:{run}"],
+        "langfuse.trace.metadata.step": step,
+        "langfuse.trace.metadata.run": run,
+        "langfuse.observation.output": _json({k: v for k, v in metrics.items()}),
+        f"{_PREFIX}.step": step,
+        f"{_PREFIX}.run": run,
+    }
+    attrs.update(_scalar_metrics(metrics, f"{_PREFIX}.train"))
+    return [SpanSpec(f"train_step {step}", trace_id, span_id, None, at_ns, at_ns + max(1, duration_ns), attrs)]

@@ -1,0 +1,314 @@
+"""Export of a real scored run: spans in the GenAI + Langfuse conventions, OTLP JSON round trip, scores
+logged later, the Langfuse SDK path against a recording HTTP server, and an unreachable endpoint."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import art_adapters as aa
+from art_adapters import observe
+from art_adapters.errors import ConfigError
+from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter
+
+
+def memory_observer(**config: Any) -> tuple[Observer, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    return Observer(ObserveConfig(**config), span_processors=[SimpleSpanProcessor(exporter)]), exporter
+
+
+def by_trace(spans: list[Any]) -> dict[str, list[Any]]:
+    traces: dict[str, list[Any]] = {}
+    for span in spans:
+        traces.setdefault(f"{span.context.trace_id:032x}", []).append(span)
+    return traces
+
+
+def kind(span: Any) -> str:
+    return span.attributes["langfuse.observation.type"]
+
+
+def test_each_rollout_is_a_trace_with_agent_generations_tools_and_scores(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
+    observer, exporter = memory_observer()
+    trace_ids = observer.log_rollouts(scored_groups, step=2, model="calc@2")
+    observer.shutdown()
+    traces = by_trace(exporter.get_finished_spans())
+    trajectories = [t for g in scored_groups for t in g.trajectories]
+    assert len(trace_ids) == len(trajectories) == 6 and set(trace_ids) == set(traces)
+
+    for group in scored_groups:
+        for index, trajectory in enumerate(group.trajectories):
+            spans = traces[trace_ids[[t.id for t in trajectories].index(trajectory.id)]]
+            (root,) = [s for s in spans if s.parent is None]
+            attrs = root.attributes
+            assert kind(root) == "agent" and attrs["gen_ai.operation.name"] == "invoke_agent"
+            assert attrs["session.id"] == attrs["langfuse.session.id"] == group.id  # a group compares side by side
+            assert {f"scenario:{group.metadata['scenario_id']}", f"group:{group.id}", "step:2", "split:train"} <= set(
+                attrs["langfuse.trace.tags"]
+            )
+            assert attrs["langfuse.trace.metadata.rollout_index"] == index == attrs["art_adapters.rollout.index"]
+            assert attrs["langfuse.trace.metadata.scenario_id"] == group.metadata["scenario_id"]
+            assert attrs["art_adapters.reward"] == trajectory.reward
+            assert attrs["art_adapters.metrics.prompt_tokens"] == trajectory.metrics["prompt_tokens"] > 0
+            assert all(s.parent is None or s.parent.span_id == root.context.span_id for s in spans)
+
+            generations = [s for s in spans if kind(s) == "generation"]
+            assert len(generations) == sum(m.role == "assistant" for m in trajectory.messages) == 2
+            for generation in generations:
+                assert generation.name == "chat calc@2"
+                assert generation.attributes["langfuse.observation.model.name"] == "calc@2"
+                assert generation.attributes["gen_ai.request.model"] == "calc@2"
+            first_in = json.loads(generations[0].attributes["langfuse.observation.input"])
+            assert first_in[-1]["role"] == "user" and "what is" in first_in[-1]["content"]
+            first_out = json.loads(generations[0].attributes["gen_ai.output.messages"])
+            assert [p["name"] for p in first_out[0]["parts"] if p["type"] == "tool_call"] == [
+                "add",
+                "multiply",
+                "remember",
+            ]
+            assert json.loads(generations[0].attributes["gen_ai.tool.definitions"])[0]["function"]["name"] == "add"
+            assert generations[0].attributes["gen_ai.response.id"] == trajectory.messages[2].completion_id
+
+            tools = sorted((s for s in spans if kind(s) == "tool"), key=lambda s: s.name)
+            assert [s.name for s in tools] == ["execute_tool remember", "tools/call add", "tools/call multiply"]
+            mcp_add = tools[1].attributes
+            assert mcp_add["mcp.method.name"] == "tools/call" and mcp_add["mcp.server.name"] == "calculator"
+            record = next(r for r in trajectory.tool_records if r.name == "add")
+            assert mcp_add["mcp.session.id"] == record.session_id and record.session_id
+            assert mcp_add["gen_ai.tool.call.result"] == "5" or mcp_add["gen_ai.tool.call.result"] == "6"
+            assert tools[0].attributes["gen_ai.tool.call.result"] == "noted: started"
+            # tool spans keep their real timing
+            assert abs(tools[1].start_time / 1e9 - record.started_at.timestamp()) < 1e-3
+
+            scores = {s.attributes["art_adapters.score.name"]: s for s in spans if kind(s) == "evaluator"}
+            assert set(scores) == {"ruler", "reward"}
+            ruler = scores["ruler"]
+            assert ruler.attributes["gen_ai.evaluation.score.value"] == trajectory.metrics["ruler_score"]
+            explanation = trajectory.metadata["ruler_explanation"]
+            assert explanation.startswith("because t") and ruler.attributes["gen_ai.evaluation.explanation"] == explanation
+            (event,) = ruler.events
+            assert event.name == "gen_ai.evaluation.result"
+            assert event.attributes["gen_ai.evaluation.explanation"] == explanation
+
+
+def test_exported_spans_import_back_into_the_same_trajectories(
+    scored_groups: list[aa.TrajectoryGroup], tmp_path: Any
+) -> None:
+    path = tmp_path / "traces.otlp.jsonl"
+    observer = Observer(ObserveConfig(), span_exporter=OtlpJsonFileExporter(path))
+    observer.log_rollouts(scored_groups, step=1, model="calc@1")
+    observer.shutdown()
+    request = json.loads(path.read_text().splitlines()[0])
+    span = request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert len(span["traceId"]) == 32 and len(span["spanId"]) == 16  # OTLP JSON: hex ids
+
+    imported = aa.trajectories_from_otlp_json(path)
+    originals = {t.id: t for g in scored_groups for t in g.trajectories}
+    assert sorted(t.id for t in imported) == sorted(originals)
+    for back in imported:
+        original = originals[back.id]
+        assert back.messages == original.messages
+        assert back.tools == original.tools
+        assert back.additional_histories == original.additional_histories
+        fields = ("name", "call_id", "arguments", "result", "is_error", "server", "session_id", "source")
+        assert [r.model_dump(include=set(fields)) for r in back.tool_records] == [
+            r.model_dump(include=set(fields)) for r in original.tool_records
+        ]
+        assert back.reward == original.reward and back.metrics == original.metrics
+        for key in ("scenario_id", "rollout_index", "ruler_explanation"):
+            assert back.metadata[key] == original.metadata[key]
+        assert back.metadata["step"] == 1 and back.metadata["model"] == "calc@1"
+    # the same file, parsed first, and the live span processor on the observer agree
+    assert [t.id for t in observe.trajectories_from_otlp_json([json.loads(x) for x in path.read_text().splitlines()])] == [
+        t.id for t in imported
+    ]
+
+
+def test_live_span_processor_on_the_observer_assembles_the_same_conversations(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
+    capture = aa.TrajectorySpanProcessor()
+    observer = Observer(ObserveConfig(), span_processors=[capture])
+    observer.log_rollouts(scored_groups[:1], scores=False)
+    observer.shutdown()
+    assert [t.messages for t in capture.trajectories] == [t.messages for t in scored_groups[0].trajectories]
+
+
+def test_scores_logged_after_the_rollouts_land_in_their_traces(scored_groups: list[aa.TrajectoryGroup]) -> None:
+    observer, exporter = memory_observer()
+    group = scored_groups[1]
+    trace_ids = observer.log_rollouts([group.model_copy(update={"trajectories": [t.model_copy(update={"reward": None, "metrics": {}}) for t in group.trajectories]})], scores=False)
+    assert not [s for s in exporter.get_finished_spans() if kind(s) == "evaluator"]
+    roots = {f"{s.context.trace_id:032x}": s.context.span_id for s in exporter.get_finished_spans() if s.parent is None}
+    assert observer.log_scores(group) == 2 * len(group)
+    observer.shutdown()
+    scores = [s for s in exporter.get_finished_spans() if kind(s) == "evaluator"]
+    assert len(scores) == 2 * len(group)
+    for span in scores:
+        trace = f"{span.context.trace_id:032x}"
+        assert trace in trace_ids and span.parent.span_id == roots[trace]
+
+
+def test_train_metrics_become_a_train_step_trace_and_a_history_row(tmp_path: Any) -> None:
+    observer, exporter = memory_observer(metrics_path=tmp_path / "metrics.jsonl", run="exp1")
+    observer.log_train_metrics(4, {"loss": 0.25, "kl": 0.01, "note": "ok"}, duration_s=2.0)
+    observer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "train_step 4" and span.attributes["art_adapters.train.loss"] == 0.25
+    assert span.attributes["langfuse.trace.tags"] == ("train", "step:4", "run:exp1")
+    assert (span.end_time - span.start_time) == pytest.approx(2e9, rel=1e-3)
+    (row,) = observer.history.rows()
+    assert row["step"] == 4 and row["loss"] == 0.25 and row["note"] == "ok"
+    with pytest.raises(ConfigError, match="step"):
+        observer.log_train_metrics(-1, {})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_endpoint_never_slows_the_run_and_warns(
+    scored_groups: list[aa.TrajectoryGroup], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="art_adapters.observe")
+    port = free_port()  # nothing listens there
+    observer = Observer(
+        ObserveConfig(otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces", export_timeout_s=1.0, schedule_delay_s=0.05)
+    )
+    started = time.perf_counter()
+    for step in range(5):
+        observer.log_rollouts(scored_groups, step=step)
+        observer.log_train_metrics(step, {"loss": 1.0})
+    logging_s = time.perf_counter() - started
+    assert logging_s < 1.0, logging_s  # only builds spans and queues them
+    started = time.perf_counter()
+    observer.shutdown(timeout_s=3.0)
+    assert time.perf_counter() - started < 6.0
+    assert observer.dropped_spans > 0 and observer.exported_spans == 0
+    warnings = [r.getMessage() for r in caplog.records if "could not export" in r.getMessage()]
+    assert len(warnings) == 1 and f"127.0.0.1:{port}" in warnings[0]
+
+
+def test_off_by_default_and_the_exporter_is_not_loaded_until_used() -> None:
+    code = (
+        "import sys, os\n"
+        "for k in list(os.environ):\n"
+        "    if k.startswith(('LANGFUSE_', 'OTEL_', 'WANDB_')): del os.environ[k]\n"
+        "import art_adapters as aa\n"
+        "assert 'art_adapters.observe' not in sys.modules\n"
+        "from art_adapters import observe\n"
+        "obs = observe.get_observer()\n"
+        "assert not obs.enabled\n"
+        "g = aa.TrajectoryGroup(trajectories=[aa.Trajectory(messages=[aa.Message(role='user', content='x')])])\n"
+        "assert len(observe.log_rollouts([g], step=0)) == 1\n"
+        "observe.log_train_metrics(0, {'loss': 1.0})\n"
+        "assert not [m for m in sys.modules if m.startswith(('opentelemetry.exporter', 'langfuse', 'matplotlib'))]\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_settings_from_the_usual_environment_variables() -> None:
+    cfg = ObserveConfig.from_env(
+        {"LANGFUSE_PUBLIC_KEY": "pk-lf-1", "LANGFUSE_SECRET_KEY": "sk-lf-1", "LANGFUSE_HOST": "http://lf:3000"}
+    )
+    assert cfg.enabled and cfg.langfuse and cfg.langfuse_base_url == "http://lf:3000"
+    assert cfg.langfuse_otlp_url({}) == "http://lf:3000/api/public/otel/v1/traces"
+    assert cfg.langfuse_otlp_url({"LANGFUSE_OTEL_TRACES_EXPORT_PATH": "v1/traces"}) == "http://lf:3000/v1/traces"
+    assert cfg.langfuse_headers() == {"Authorization": "Basic cGstbGYtMTpzay1sZi0x"}
+    cfg = ObserveConfig.from_env(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006", "OTEL_EXPORTER_OTLP_HEADERS": "api_key=abc, x=1"}
+    )
+    assert cfg.otlp_endpoint == "http://127.0.0.1:6006/v1/traces" and cfg.otlp_headers == {"api_key": "abc", "x": "1"}
+    assert not cfg.langfuse
+    assert not ObserveConfig.from_env({}).enabled
+    assert ObserveConfig.from_env({}, otlp_endpoint="http://h:4318").otlp_endpoint == "http://h:4318/v1/traces"
+    with pytest.raises(ConfigError, match="both keys"):
+        ObserveConfig.from_env({"LANGFUSE_PUBLIC_KEY": "pk"})
+    with pytest.raises(ConfigError, match="http"):
+        ObserveConfig.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4318"})
+    with pytest.raises(ConfigError, match="key=value"):
+        ObserveConfig.from_env({"OTEL_EXPORTER_OTLP_HEADERS": "novalue"})
+
+
+class Recorder:
+    """A real HTTP server standing in for Langfuse: records every POST (path, decoded body)."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, bytes]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                recorder.posts.append((self.path, body))
+                data = b"{}"
+                if self.path.endswith("/scores"):
+                    batch = json.loads(body)
+                    count = len(batch) if isinstance(batch, list) else 1
+                    data = json.dumps({"accepted": count, "rejected": 0, "errors": []}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    server = Recorder()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def test_langfuse_sdk_path_sends_spans_and_scores_with_the_explanation(
+    scored_groups: list[aa.TrajectoryGroup], recorder: Recorder
+) -> None:
+    observer = observe.configure_langfuse("pk-lf-test", "sk-lf-test", recorder.url, run="lf-run")
+    assert observer.langfuse_client is not None  # the SDK is installed in the test environment
+    trace_ids = observer.log_rollouts(scored_groups[:1], step=3, model="calc@3")
+    observer.shutdown()
+    paths = [p for p, _ in recorder.posts]
+    assert "/api/public/otel/v1/traces" in paths
+    traces = b"".join(body for p, body in recorder.posts if p.endswith("/v1/traces"))
+    for trace_id in trace_ids:
+        assert bytes.fromhex(trace_id) in traces  # protobuf carries the raw 16-byte trace ids
+    scores: list[dict[str, Any]] = []
+    for path, body in recorder.posts:
+        if path.endswith("/scores"):
+            batch = json.loads(body)
+            scores.extend(batch if isinstance(batch, list) else batch.get("scores", [batch]))
+    ruler = [s for s in scores if s["name"] == "ruler"]
+    assert len(ruler) == len(trace_ids)
+    by_trace = {s["traceId"]: s for s in ruler}
+    for trajectory, trace_id in zip(scored_groups[0].trajectories, trace_ids, strict=True):
+        assert by_trace[trace_id]["value"] == trajectory.metrics["ruler_score"]
+        assert by_trace[trace_id]["comment"] == trajectory.metadata["ruler_explanation"]
