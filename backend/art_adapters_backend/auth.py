@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import AuthenticationError
 
-__all__ = ["ApiKeyMiddleware", "OPEN_PATHS"]
+__all__ = ["OPEN_PATHS", "ApiKeyMiddleware"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,9 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         if not header:
-            message = "missing API key: send 'Authorization: Bearer <key>' (the key the server was started with)"
+            message = (
+                "missing API key: send 'Authorization: Bearer <key>' (the key the server was started with)"
+            )
         else:
             message = "invalid API key: the bearer token does not match the server's key"
         logger.info("rejected %s %s: %s", scope.get("method"), scope.get("path"), message.split(":")[0])

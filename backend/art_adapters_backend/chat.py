@@ -73,12 +73,16 @@ def check_schema(schema: Any, param: str) -> None:
     import xgrammar as xgr
 
     if not isinstance(schema, dict):
-        raise BadRequestError(f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param)
+        raise BadRequestError(
+            f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param
+        )
     try:
         xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
     except (RuntimeError, ValueError, TypeError) as exc:
         reason = _XGRAMMAR_NOISE.sub("", str(exc).strip()).strip()
-        raise BadRequestError(f"{param} is not a valid JSON schema: {reason}", param=param, code="invalid_schema") from exc
+        raise BadRequestError(
+            f"{param} is not a valid JSON schema: {reason}", param=param, code="invalid_schema"
+        ) from exc
 
 
 def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +117,8 @@ def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
     names = request.tool_names
     if request.tool_choice is not None and not names:
         raise BadRequestError(
-            "tool_choice is set but no tools were given: pass 'tools' or drop 'tool_choice'", param="tool_choice"
+            "tool_choice is set but no tools were given: pass 'tools' or drop 'tool_choice'",
+            param="tool_choice",
         )
     if isinstance(request.tool_choice, NamedToolChoice) and request.tool_choice.function.name not in names:
         raise BadRequestError(
@@ -185,7 +190,11 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
     )
     adapter = await state.adapter_for(served)
     generation = GenerationRequest(
-        prompt_token_ids=prompt, params=params, n=request.n or 1, adapter=adapter, constraint=_constraint(request)
+        prompt_token_ids=prompt,
+        params=params,
+        n=request.n or 1,
+        adapter=adapter,
+        constraint=_constraint(request),
     )
     parse_tools = bool(request.tools) and request.tool_choice != "none"
     return PreparedChat(request=request, served=served, generation=generation, parse_tools=parse_tools,
@@ -238,7 +247,9 @@ def response_body(
         "created": prepared.created,
         "model": prepared.request.model,
         "choices": choices,
-        "usage": usage_body(len(prepared.generation.prompt_token_ids), sum(len(s.token_ids) for s in sequences)),
+        "usage": usage_body(
+            len(prepared.generation.prompt_token_ids), sum(len(s.token_ids) for s in sequences)
+        ),
         "system_fingerprint": None,
     }
     return body, [c["finish_reason"] for c in choices]

@@ -56,11 +56,15 @@ def render_tool_call(name: str, arguments: Any) -> str:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             pass
-    return TOOL_CALL_PREFIX + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + TOOL_CALL_SUFFIX
+    return (
+        TOOL_CALL_PREFIX
+        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        + TOOL_CALL_SUFFIX
+    )
 
 
 def _example_value(schema: Mapping[str, Any], counter: list[int]) -> Any:
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     if "const" in schema:
         return schema["const"]

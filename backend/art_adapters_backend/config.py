@@ -65,7 +65,9 @@ class ServeConfig(BaseModel):
     @model_validator(mode="after")
     def _check_exposure(self) -> ServeConfig:
         if self.api_key is not None and not self.api_key.get_secret_value().strip():
-            raise ValueError("the API key is empty: pass a non-empty --api-key / ART_ADAPTERS_API_KEY, or none")
+            raise ValueError(
+                "the API key is empty: pass a non-empty --api-key / ART_ADAPTERS_API_KEY, or none"
+            )
         if self.api_key is None and not is_loopback(self.host):
             raise ValueError(
                 f"binding {self.host!r} (not a loopback address) would expose the server to the network "

@@ -97,7 +97,9 @@ class ConflictError(APIError):
     status_code = 409
 
 
-def error_body(message: str, error_type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """The OpenAI error body ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
@@ -179,7 +181,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.error(
-        "unexpected error serving %s %s", request.method, request.url.path, exc_info=(type(exc), exc, exc.__traceback__)
+        "unexpected error serving %s %s",
+        request.method,
+        request.url.path,
+        exc_info=(type(exc), exc, exc.__traceback__),
     )
     message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
     return JSONResponse(error_body(message, "server_error"), status_code=500)

@@ -43,12 +43,14 @@ def _text_content(value: Any, *, allow_none: bool) -> Any:
         texts: list[str] = []
         for i, part in enumerate(value):
             if not isinstance(part, dict):
-                raise ValueError(f"content part {i} must be an object like {{'type': 'text', 'text': '...'}}")
+                raise ValueError(  # noqa: TRY004 - pydantic turns ValueError into a validation error
+                    f"content part {i} must be an object like {{'type': 'text', 'text': '...'}}"
+                )
             kind = part.get("type")
             if kind != "text":
                 raise ValueError(f"content part {i} has type {kind!r}; only 'text' parts are supported")
             if not isinstance(part.get("text"), str):
-                raise ValueError(f"content part {i} needs a string 'text'")
+                raise ValueError(f"content part {i} needs a string 'text'")  # noqa: TRY004
             texts.append(part["text"])
         return "".join(texts)
     raise ValueError(f"content must be a string or a list of text parts, not {type(value).__name__}")
@@ -162,7 +164,9 @@ class FunctionDefinition(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _FUNCTION_NAME.match(value):
-            raise ValueError(f"{value!r} is not a valid function name: use 1-64 letters, digits, '_', '-', '.', ':'")
+            raise ValueError(
+                f"{value!r} is not a valid function name: use 1-64 letters, digits, '_', '-', '.', ':'"
+            )
         return value
 
 
@@ -206,7 +210,9 @@ class ResponseFormat(BaseModel):
     @model_validator(mode="after")
     def _needs_schema(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("response_format of type 'json_schema' needs a 'json_schema' object with a 'schema'")
+            raise ValueError(
+                "response_format of type 'json_schema' needs a 'json_schema' object with a 'schema'"
+            )
         return self
 
 
@@ -237,7 +243,7 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     n: int | None = Field(default=None, ge=1, le=128)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: list[str] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -251,11 +257,13 @@ class ChatCompletionRequest(BaseModel):
     def _tool_choice(cls, value: Any) -> Any:
         if value is None or value in ("auto", "none", "required"):
             return value
-        if isinstance(value, dict):
-            function = value.get("function")
-            if value.get("type", "function") == "function" and isinstance(function, dict):
-                if isinstance(function.get("name"), str):
-                    return value
+        function = value.get("function") if isinstance(value, dict) else None
+        if (
+            isinstance(function, dict)
+            and value.get("type", "function") == "function"
+            and isinstance(function.get("name"), str)
+        ):
+            return value
         raise ValueError(
             f"{value!r} is not a valid tool_choice: use 'auto', 'none', 'required' or "
             "{'type': 'function', 'function': {'name': ...}}"

@@ -43,8 +43,20 @@ async def list_models(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
+@router.get("/models/{model_id}", summary="One served model")
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    """OpenAI's model object for ``model_id`` (a base model, ``name`` or ``name@step``); 404 if not served."""
+    state = _state(request)
+    served = state.registry.resolve(model_id)
+    record = state.registry.get(served.trained_model) if served.trained_model else None
+    created = record.created if record is not None else int(state.started)
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "art-adapters"}
+
+
 @router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> JSONResponse | StreamingResponse:
+async def create_chat_completion(
+    body: ChatCompletionRequest, request: Request
+) -> JSONResponse | StreamingResponse:
     """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``)."""
     state = _state(request)
     prepared = await prepare_chat(body, state)

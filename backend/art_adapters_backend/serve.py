@@ -52,7 +52,9 @@ async def _announce_when_serving(server: uvicorn.Server, config: ServeConfig, po
         if server.should_exit:
             return
         await asyncio.sleep(0.05)
-    logger.info("serving %s on http://%s:%d (run dir %s)", config.base_model, config.host, port, config.run_dir)
+    logger.info(
+        "serving %s on http://%s:%d (run dir %s)", config.base_model, config.host, port, config.run_dir
+    )
     if config.port_file is not None:
         _write_port_file(config.port_file, port)
 

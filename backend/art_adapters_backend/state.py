@@ -70,7 +70,9 @@ class ServerState:
             TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size
         )
         await engine.start()
-        logger.info("engine for %s loaded from %s in %.1f s", config.base_model, path, time.perf_counter() - started)
+        logger.info(
+            "engine for %s loaded from %s in %.1f s", config.base_model, path, time.perf_counter() - started
+        )
         tokenizer = getattr(engine, "tokenizer", None) or await asyncio.to_thread(load_tokenizer, path)
         registry = Registry(run_dir, config.base_model)
         records = RecordStore(run_dir / "completions.jsonl")

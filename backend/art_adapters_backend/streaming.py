@@ -138,7 +138,7 @@ class _Stream:
         if self.include_usage:
             prompt = len(self.prepared.generation.prompt_token_ids)
             usage = usage_body(prompt, sum(len(c.token_ids) for c in self.choices))
-            body = json.loads(self.chunk(None)[len("data: "):])
+            body = json.loads(self.chunk(None)[len("data: ") :])
             body["usage"] = usage
             out.append(_sse(body))
         out.append("data: [DONE]\n\n")
@@ -179,7 +179,9 @@ async def open_stream(prepared: PreparedChat, state: ServerState) -> AsyncIterat
             yield _sse(exc.body())
         except Exception as exc:
             logger.exception("streamed completion %s failed", prepared.completion_id)
-            message = f"the completion failed while streaming ({type(exc).__name__}); the server logged the details"
+            message = (
+                f"the completion failed while streaming ({type(exc).__name__}); the server logged the details"
+            )
             yield _sse(error_body(message, "server_error"))
         finally:
             aclose = getattr(deltas, "aclose", None)

@@ -40,7 +40,11 @@ class ParsedToolCall:
 
     def to_openai(self, index: int | None = None) -> dict[str, Any]:
         """The OpenAI ``tool_calls`` entry (with ``index`` when streaming)."""
-        out: dict[str, Any] = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
         if index is not None:
             out = {"index": index, **out}
         return out

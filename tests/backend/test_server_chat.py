@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from art_adapters_backend.chat_template import ChatTemplate
 
 from art_adapters import LocalBackend
-from art_adapters_backend.chat_template import ChatTemplate
 
 MODEL = "smollm2-135m-instruct"
 HELLO = [{"role": "user", "content": "Say hello to Ada in one short sentence."}]
@@ -115,9 +115,15 @@ async def test_n_seed_stop_and_json_response_format(local_backend: LocalBackend)
         model=MODEL, messages=[{"role": "user", "content": "Count from 1 to 9, separated by commas."}],
         temperature=0, max_tokens=16, stop=["3"],
     )  # fmt: skip
-    assert "3" not in (stopped.choices[0].message.content or "") and stopped.choices[0].finish_reason == "stop"
+    assert (
+        "3" not in (stopped.choices[0].message.content or "") and stopped.choices[0].finish_reason == "stop"
+    )
 
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 10}},
+        "required": ["city"],
+    }
     structured = await client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "Name a city in France as JSON."}], temperature=0,
         max_tokens=16, response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
@@ -134,4 +140,6 @@ async def test_models_list_and_health(local_backend: LocalBackend) -> None:
         assert models["object"] == "list" and MODEL in [m["id"] for m in models["data"]]
         assert all(m["object"] == "model" for m in models["data"])
         openapi = (await http.get("/openapi.json")).json()
-        assert {"/v1/chat/completions", "/art/models", "/art/completions/{completion_id}"} <= set(openapi["paths"])
+        assert {"/v1/chat/completions", "/art/models", "/art/completions/{completion_id}"} <= set(
+            openapi["paths"]
+        )

@@ -31,7 +31,11 @@ async def test_eight_concurrent_requests_all_complete_batched(local_backend: Loc
 
     async def ask(i: int) -> tuple[str, int]:
         response = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": PROMPTS[i]}], temperature=1.0, seed=i, max_tokens=TOKENS
+            model=MODEL,
+            messages=[{"role": "user", "content": PROMPTS[i]}],
+            temperature=1.0,
+            seed=i,
+            max_tokens=TOKENS,
         )
         assert response.usage is not None
         return response.id, response.usage.completion_tokens

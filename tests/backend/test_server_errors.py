@@ -66,7 +66,9 @@ async def test_bad_chat_request_is_a_clear_4xx(
     http: httpx.AsyncClient, name: str, body: Any, status: int, fragment: str, param: str | None
 ) -> None:
     if isinstance(body, bytes):
-        response = await http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        response = await http.post(
+            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
     else:
         response = await http.post("/v1/chat/completions", json=body)
     assert response.status_code == status, response.text
@@ -82,10 +84,17 @@ async def test_bad_chat_request_is_a_clear_4xx(
 async def test_other_routes_answer_errors_as_json(http: httpx.AsyncClient) -> None:
     missing = await http.get("/art/completions/chatcmpl-does-not-exist")
     assert missing.status_code == 404 and "chatcmpl-does-not-exist" in missing.json()["error"]["message"]
-    assert (await http.get("/no/such/route")).json()["error"]["message"].startswith("no route GET /no/such/route")
+    assert (
+        (await http.get("/no/such/route"))
+        .json()["error"]["message"]
+        .startswith("no route GET /no/such/route")
+    )
     assert (await http.delete("/v1/models")).status_code == 405
     bad_register = await http.post("/art/models", json={"name": "x"})
-    assert bad_register.status_code == 400 and "base_model: field required" in bad_register.json()["error"]["message"]
+    assert (
+        bad_register.status_code == 400
+        and "base_model: field required" in bad_register.json()["error"]["message"]
+    )
     other_base = await http.post("/art/models", json={"name": "y", "project": "p", "base_model": "other"})
     assert other_base.status_code == 400 and MODEL in other_base.json()["error"]["message"]
 

@@ -27,8 +27,12 @@ async def test_api_key_is_enforced_and_restart_keeps_registry_and_records(tmp_pa
                 assert refused.json()["error"]["type"] == "authentication_error"
             chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
             assert (await http.post("/v1/chat/completions", json=chat)).status_code == 401
-            assert (await http.post("/art/models", json={"name": "x", "base_model": MODEL})).status_code == 401
-            ok = await http.post("/v1/chat/completions", json=chat, headers={"Authorization": f"Bearer {KEY}"})
+            assert (
+                await http.post("/art/models", json={"name": "x", "base_model": MODEL})
+            ).status_code == 401
+            ok = await http.post(
+                "/v1/chat/completions", json=chat, headers={"Authorization": f"Bearer {KEY}"}
+            )
             assert ok.status_code == 200
             completion_id = ok.json()["id"]
         await backend.register_model(name="kept", project="p", base_model=MODEL)  # the client sends the key
@@ -50,8 +54,8 @@ async def test_api_key_is_enforced_and_restart_keeps_registry_and_records(tmp_pa
 def test_non_loopback_bind_without_a_key_is_refused(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "art_adapters_backend", "serve", "--host", "0.0.0.0", "--port", "0",
                "--run-dir", str(tmp_path)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}  # no ART_ADAPTERS_API_KEY from the outside
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert result.returncode == 2
     output = " ".join((result.stdout + result.stderr).split())
     assert "--api-key" in output and "ART_ADAPTERS_API_KEY" in output

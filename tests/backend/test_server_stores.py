@@ -7,12 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from art_adapters_backend.config import ServeConfig, is_loopback
 from art_adapters_backend.errors import BadRequestError, ConflictError, NotFoundError, validation_message
 from art_adapters_backend.records import ChoiceRecord, CompletionRecord, RecordStore
 from art_adapters_backend.registry import Registry
+from pydantic import ValidationError
 
 
 def _record(i: int) -> CompletionRecord:
@@ -81,7 +80,12 @@ def test_registry_register_resolve_steps_and_restart(tmp_path: Path) -> None:
 
 
 def test_non_loopback_bind_needs_an_api_key(tmp_path: Path) -> None:
-    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1") and is_loopback("127.1.2.3")
+    assert (
+        is_loopback("127.0.0.1")
+        and is_loopback("localhost")
+        and is_loopback("::1")
+        and is_loopback("127.1.2.3")
+    )
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
     with pytest.raises(ValidationError, match="--api-key or set ART_ADAPTERS_API_KEY"):
         ServeConfig(host="0.0.0.0", run_dir=tmp_path)
@@ -96,7 +100,10 @@ def test_validation_errors_become_one_readable_message() -> None:
         {"type": "missing", "loc": ("body", "messages", 0, "user", "content"), "msg": "Field required"},
         {"type": "less_than_equal", "loc": ("body", "temperature"), "msg": "Input should be less than or equal to 2"},
     ])  # fmt: skip
-    assert message == "invalid request: messages[0].content: field required; temperature: Input should be less than or equal to 2"
+    assert (
+        message
+        == "invalid request: messages[0].content: field required; temperature: Input should be less than or equal to 2"
+    )
     assert param == "messages[0].content"
     message, _ = validation_message([{"type": "json_invalid", "loc": ("body", 12), "msg": "JSON decode error",
                                       "ctx": {"error": "Expecting value"}}])  # fmt: skip
@@ -104,10 +111,9 @@ def test_validation_errors_become_one_readable_message() -> None:
 
 
 def test_unexpected_errors_are_a_json_500_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    from art_adapters_backend.errors import install_error_handlers
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
-
-    from art_adapters_backend.errors import install_error_handlers
 
     app = FastAPI()
     install_error_handlers(app)

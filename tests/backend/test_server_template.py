@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from art_adapters_backend.chat_template import ChatTemplate, example_arguments
 from art_adapters_backend.tool_parser import StreamingToolParser, parse_reply
 
@@ -25,7 +24,10 @@ WEATHER = {
     "type": "function",
     "function": {
         "name": "weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+        },
     },
 }
 
@@ -63,15 +65,25 @@ def test_tools_are_shown_with_schema_and_one_worked_example(template: ChatTempla
     call = json.loads(example.split("<tool_call>\n")[1].split("\n</tool_call>")[0])
     assert call["name"] == "add" and set(call["arguments"]) == {"a", "b"}
     # A user system prompt keeps its text and gets the tool block appended.
-    custom = template.render([{"role": "system", "content": "You add."}, {"role": "user", "content": "hi"}], [ADD])
+    custom = template.render(
+        [{"role": "system", "content": "You add."}, {"role": "user", "content": "hi"}], [ADD]
+    )
     assert custom.startswith("<|im_start|>system\nYou add.\n\n# Tools")
     assert "SmolLM" not in custom
 
 
 def test_example_arguments_fit_the_schema() -> None:
     assert example_arguments(WEATHER["function"]["parameters"]) == {"city": "example", "unit": "C"}
-    args = example_arguments({"type": "object", "properties": {"x": {"type": "number"}, "ok": {"type": "boolean"},
-                                                              "tags": {"type": "array", "items": {"type": "string"}}}})
+    args = example_arguments(
+        {
+            "type": "object",
+            "properties": {
+                "x": {"type": "number"},
+                "ok": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+        }
+    )
     assert isinstance(args["x"], float) and args["ok"] is True and args["tags"] == ["example"]
     assert example_arguments({"type": "object"}) == {}
 
@@ -89,12 +101,17 @@ def test_history_renders_as_a_token_prefix_of_the_longer_history(template: ChatT
     texts = [template.render(h, [ADD]) for h in (h1, h3)]
     assert all(template.render(h4, [ADD]).startswith(t) for t in texts)
     rendered = template.render(h3, [ADD])
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>' in rendered
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
+        in rendered
+    )
     assert "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>" in rendered
 
 
 def test_parse_valid_calls_into_openai_tool_calls() -> None:
-    reply = parse_reply('Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', ["add"])
+    reply = parse_reply(
+        'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', ["add"]
+    )
     assert reply.content == "Sure."
     [call] = reply.tool_calls
     assert call.name == "add" and json.loads(call.arguments) == {"a": 1, "b": 2}
@@ -136,6 +153,8 @@ def test_streaming_parser_matches_the_whole_text_parser() -> None:
             shown = "".join(parser.feed(text[i : i + step]) for i in range(0, len(text), step))
             rest, calls = parser.finish()
             whole = parse_reply(text, ["add"])
-            assert (shown + rest).rstrip() == (whole.content or "").rstrip() if calls else shown + rest == text
+            assert (
+                (shown + rest).rstrip() == (whole.content or "").rstrip() if calls else shown + rest == text
+            )
             assert [c.name for c in calls] == [c.name for c in whole.tool_calls]
             assert [c.arguments for c in calls] == [c.arguments for c in whole.tool_calls]

@@ -13,7 +13,11 @@ MODEL = "smollm2-135m-instruct"
 
 
 def _tool(name: str, description: str) -> dict:
-    params = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    params = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
@@ -45,7 +49,13 @@ async def test_named_and_required_tool_choice_force_a_valid_call(local_backend: 
     _int_args(call.function.arguments)
 
     required = await client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=[ADD, MUL], tool_choice="required", temperature=0.7, seed=3, max_tokens=40
+        model=MODEL,
+        messages=ASK,
+        tools=[ADD, MUL],
+        tool_choice="required",
+        temperature=0.7,
+        seed=3,
+        max_tokens=40,
     )
     await client.close()
     [call] = required.choices[0].message.tool_calls or []
@@ -53,14 +63,22 @@ async def test_named_and_required_tool_choice_force_a_valid_call(local_backend: 
     _int_args(call.function.arguments)
     record = await local_backend.get_token_record(required.id)
     assert record["constrained"] is True and record["choices"][0]["finish_reason"] == "tool_calls"
-    assert record["choices"][0]["text"].startswith("<tool_call>\n{") and record["choices"][0]["text"].endswith("}\n</tool_call>")
+    assert record["choices"][0]["text"].startswith("<tool_call>\n{") and record["choices"][0][
+        "text"
+    ].endswith("}\n</tool_call>")
 
 
 @pytest.mark.slow
 async def test_streamed_tool_call_arrives_as_openai_deltas(local_backend: LocalBackend) -> None:
     client = _client(local_backend)
     stream = await client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=[ADD], tool_choice="required", temperature=0, max_tokens=40, stream=True
+        model=MODEL,
+        messages=ASK,
+        tools=[ADD],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=40,
+        stream=True,
     )
     chunks = [chunk async for chunk in stream]
     await client.close()
@@ -72,7 +90,9 @@ async def test_streamed_tool_call_arrives_as_openai_deltas(local_backend: LocalB
     assert {p.index for p in parts} == {0}
     arguments = "".join(p.function.arguments or "" for p in parts if p.function)
     assert _int_args(arguments)
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "tool_calls"
+    ]
 
 
 @pytest.mark.slow
@@ -101,7 +121,9 @@ async def test_tool_call_round_trip_answers_from_the_tool_result(local_backend: 
     # Exact-token training relies on this: the first prompt is a token prefix of the second.
     prefix = first_record["prompt_token_ids"]
     assert second_record["prompt_token_ids"][: len(prefix)] == prefix
-    assert len(second_record["prompt_token_ids"]) > len(prefix) + len(first_record["choices"][0]["completion_token_ids"])
+    assert len(second_record["prompt_token_ids"]) > len(prefix) + len(
+        first_record["choices"][0]["completion_token_ids"]
+    )
 
 
 async def test_tool_choice_none_returns_text_only(local_backend: LocalBackend) -> None:
@@ -110,4 +132,6 @@ async def test_tool_choice_none_returns_text_only(local_backend: LocalBackend) -
         model=MODEL, messages=ASK, tools=[ADD], tool_choice="none", temperature=0, max_tokens=4
     )
     await client.close()
-    assert response.choices[0].message.tool_calls is None and response.choices[0].finish_reason != "tool_calls"
+    assert (
+        response.choices[0].message.tool_calls is None and response.choices[0].finish_reason != "tool_calls"
+    )
