@@ -322,3 +322,28 @@ async def test_arrivals_merge_into_a_running_batch_exactly(engine: TorchEngine) 
     for choice in second:
         expected = forward_logprobs(engine.model, short_prompt, choice.token_ids, temperature=1.0)
         assert max(abs(x - y) for x, y in zip(choice.logprobs, expected, strict=True)) < 1e-4
+
+
+async def test_small_batch_limit_queues_choices_and_close_fails_waiters(model_path: Path) -> None:
+    """n above max_batch_size is decoded in turns; closing fails what is left, clearly."""
+    from art_adapters_backend.engine.torch_engine import EngineClosedError
+
+    threads = torch.get_num_threads()
+    small = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=2, num_threads=1)
+    with pytest.raises(RuntimeError, match="not started"):
+        await small.generate(GenerationRequest([1, 2, 3], greedy(2)))
+    await small.start()
+    try:
+        prompt = chat(small, "Hi")
+        choices = await small.generate(GenerationRequest(prompt, SamplingParams(temperature=1.0, max_tokens=3, seed=1), n=5))
+        assert [c.index for c in choices] == list(range(5)) and all(c.token_ids for c in choices)
+        assert small.stats.max_batch_size_seen == 2 and small.stats.sequences == 5
+        long_run = asyncio.create_task(small.generate(GenerationRequest(prompt, SamplingParams(max_tokens=500, seed=2))))
+        await asyncio.sleep(0.3)
+    finally:
+        await small.close()
+        torch.set_num_threads(threads)
+    with pytest.raises(EngineClosedError):
+        await long_run
+    with pytest.raises(EngineClosedError):
+        await small.generate(GenerationRequest(prompt, greedy(2)))
