@@ -77,7 +77,8 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
         for key in ("reward_min", "reward_max"):
             k_steps, values = history.series(key, split)
             if k_steps:
-                ax.plot(k_steps, values, linestyle=":", color=line.get_color(), linewidth=1)
+                label = f"{split} min / max" if key == "reward_max" else None
+                ax.plot(k_steps, values, linestyle=":", color=line.get_color(), linewidth=1, label=label)
     if drawn:
         ax.set(title="Reward", xlabel="training step", ylabel="reward")
         ax.grid(alpha=0.3)
