@@ -33,6 +33,7 @@ class Server:
         cid = f"chatcmpl-{next(_ids)}"
         logprobs = [-0.1 - 0.01 * i for i in range(len(completion))]
         self.records[cid] = {
+            "temperature": prompt_override.get("temperature", 1.0),
             "prompt_token_ids": prompt,
             "choices": [{"index": 0, "completion_token_ids": completion, "logprobs": logprobs}],
         }
@@ -227,3 +228,21 @@ def test_bad_input_is_a_clear_error(render: Any) -> None:
         build_sequences(corrupt, server.get, render)
     with pytest.raises(ValueError, match="non-finite"):
         build_sequences([_group(no_record.model_copy(update={"reward": float("inf")}), no_record)], server.get, render)
+
+
+def test_the_sampling_temperature_comes_from_the_record_and_splits_sequences(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    a1 = server.complete([user], "Hello", temperature=0.7)
+    u2 = {"role": "user", "content": "Again"}
+    a2 = server.complete([user, a1.to_openai(), u2], "Hello again", temperature=0.7)
+    u3 = {"role": "user", "content": "Once more, greedy"}
+    a3 = server.complete([user, a1.to_openai(), u2, a2.to_openai(), u3], "Hi", temperature=0.0)
+    msgs = [Message(**user), a1, Message(**u2), a2, Message(**u3), a3]
+    result = build_sequences(
+        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:2], reward=0.0))], server.get, render
+    )
+    first, second = result.sequences[0], result.sequences[1]
+    assert (first.turns, first.temperature) == (2, 0.7)
+    assert (second.turns, second.temperature) == (1, 1.0)  # greedy: untempered log-probs
+    assert result.metrics.temperature_breaks == 1 and result.metrics.prefix_breaks == 0

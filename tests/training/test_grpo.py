@@ -59,6 +59,8 @@ def test_token_logprobs_match_log_softmax() -> None:
             assert out[b, t].item() == pytest.approx(ref[b, t - 1, ids[b, t]].item(), abs=1e-6)
     hot = token_logprobs(logits, ids, temperature=0.5)
     assert hot[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0] / 0.5, -1)[ids[0, 1]].item(), abs=1e-6)
+    per_row = token_logprobs(logits, ids, temperature=torch.tensor([0.5, 1.0]))
+    assert torch.allclose(per_row[0], hot[0]) and torch.allclose(per_row[1], out[1])
 
 
 @pytest.mark.parametrize(

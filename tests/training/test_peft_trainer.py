@@ -127,6 +127,15 @@ def test_unknown_old_logprobs_are_on_policy(trainer: PeftTrainer, toy: list[Trai
     assert metrics.ratio_mean == pytest.approx(1.0, abs=1e-6) and metrics.clip_fraction == 0.0
 
 
+def test_scores_use_each_sequence_sampling_temperature(trainer: PeftTrainer, toy: list[TrainingSequence]) -> None:
+    hot = [toy[0].model_copy(update={"temperature": 2.0}), toy[1]]
+    plain, tempered = trainer.score(toy[:2], CONFIG), trainer.score(hot, CONFIG)
+    assert tempered[1] == pytest.approx(plain[1], abs=1e-5)  # same row, temperature 1
+    # The first row is scored at temperature 2: different log-probs.
+    diffs = [a - b for a, b, m in zip(tempered[0], plain[0], toy[0].loss_mask, strict=True) if m]
+    assert max(abs(d) for d in diffs) > 1e-3
+
+
 def test_load_adapter_rejects_a_folder_without_an_adapter(trainer: PeftTrainer, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         trainer.load_adapter(tmp_path)

@@ -30,6 +30,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -87,6 +88,9 @@ class TrainingSequence(BaseModel):
         group_id: the group it came from.
         trajectory_id: the trajectory it came from.
         turns: assistant turns (completions) in this sequence.
+        temperature: the sampling temperature its recorded completions used; the trainer
+            divides the logits by it so ratios compare like with like (1.0 for greedy
+            decoding and for re-tokenised turns).
     """
 
     token_ids: list[int]
@@ -96,6 +100,7 @@ class TrainingSequence(BaseModel):
     group_id: str
     trajectory_id: str
     turns: int = 0
+    temperature: float = Field(default=1.0, gt=0.0)
 
     @property
     def loss_tokens(self) -> int:
@@ -123,6 +128,8 @@ class BuildMetrics(BaseModel):
         fallback_turns: assistant turns re-tokenised (no record).
         missing_records: turns whose ``completion_id`` had no record (included in fallback_turns).
         prefix_breaks: times a turn did not extend its conversation, so a new sequence started.
+        temperature_breaks: times a turn was sampled at another temperature than the turns
+            before it, so a new sequence started (one temperature per sequence).
         duplicate_turns: turns seen twice in one trajectory's histories (used once).
         reward_mean / reward_std: over the scored trajectories of used groups.
     """
@@ -141,6 +148,7 @@ class BuildMetrics(BaseModel):
     fallback_turns: int = 0
     missing_records: int = 0
     prefix_breaks: int = 0
+    temperature_breaks: int = 0
     duplicate_turns: int = 0
     reward_mean: float | None = None
     reward_std: float | None = None
@@ -170,27 +178,55 @@ class BuildResult(BaseModel):
 # --------------------------------------------------------------------------- one conversation
 
 
+@dataclass
+class _Turn:
+    """One assistant turn's tokens; ``temperature`` None when unknown (re-tokenised)."""
+
+    prompt: list[int]
+    completion: list[int]
+    logprobs: list[float | None]
+    temperature: float | None = None
+
+
+@dataclass
+class _Built:
+    """One finished conversation sequence, before it gets its advantage."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float | None]
+    turns: int
+    temperature: float
+
+
 class _Builder:
     """Accumulates the sequences of one trajectory's conversations."""
 
     def __init__(self, metrics: BuildMetrics) -> None:
         self.metrics = metrics
-        self.done: list[tuple[list[int], list[int], list[float | None], int]] = []
+        self.done: list[_Built] = []
         self.ids: list[int] = []
         self.mask: list[int] = []
         self.logprobs: list[float | None] = []
         self.turns = 0
+        self.temperature: float | None = None
 
     def close(self) -> None:
         if self.turns:
-            self.done.append((self.ids, self.mask, self.logprobs, self.turns))
-        self.ids, self.mask, self.logprobs, self.turns = [], [], [], 0
+            self.done.append(_Built(self.ids, self.mask, self.logprobs, self.turns, self.temperature or 1.0))
+        self.ids, self.mask, self.logprobs, self.turns, self.temperature = [], [], [], 0, None
 
-    def add_turn(self, prompt: list[int], completion: list[int], logprobs: list[float | None]) -> None:
+    def add_turn(self, turn: _Turn) -> None:
         """Append one turn: the prompt must extend the sequence so far, else a new one starts."""
+        prompt, completion, logprobs = turn.prompt, turn.completion, turn.logprobs
         if self.turns and prompt[: len(self.ids)] != self.ids:
             self.metrics.prefix_breaks += 1
             self.close()
+        elif self.turns and turn.temperature is not None and self.temperature not in (None, turn.temperature):
+            self.metrics.temperature_breaks += 1
+            self.close()
+        if turn.temperature is not None:
+            self.temperature = turn.temperature
         new_context = prompt[len(self.ids) :]
         self.ids.extend(new_context)
         self.mask.extend([0] * len(new_context))
@@ -204,10 +240,8 @@ class _Builder:
         self.turns += 1
 
 
-def _record_turn(
-    message: Message, get_record: RecordLookup
-) -> tuple[list[int], list[int], list[float | None]] | None:
-    """``(prompt, completion, logprobs)`` from the message's record, or None when it has none."""
+def _record_turn(message: Message, get_record: RecordLookup) -> _Turn | None:
+    """The turn from the message's record, or None when it has none."""
     if message.completion_id is None:
         return None
     record = get_record(message.completion_id)
@@ -219,20 +253,23 @@ def _record_turn(
         return None
     prompt = list(data["prompt_token_ids"])
     completion = list(choice["completion_token_ids"])
+    temperature = data.get("temperature")
+    # Greedy decoding records log-probs of the untempered distribution (temperature 1).
+    temperature = 1.0 if not temperature or temperature <= 0 else float(temperature)
     logprobs = choice.get("logprobs")
     if logprobs is None:
-        return prompt, completion, [None] * len(completion)
+        return _Turn(prompt, completion, [None] * len(completion), temperature)
     if len(logprobs) != len(completion):
         raise ValueError(
             f"record {message.completion_id!r} choice {message.choice_index}: {len(logprobs)} logprobs for "
             f"{len(completion)} completion tokens; the record is corrupt (re-serve the turn or drop the trajectory)"
         )
-    return prompt, completion, [float(x) for x in logprobs]
+    return _Turn(prompt, completion, [float(x) for x in logprobs], temperature)
 
 
 def _fallback_turn(
     history: Sequence[Message], index: int, tools: Sequence[ToolSchema] | None, render: Renderer
-) -> tuple[list[int], list[int], list[float | None]]:
+) -> _Turn:
     """Re-tokenise turn ``index``: prompt = history with generation prompt; completion = what the turn adds."""
     tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
     before = [m.to_openai() for m in history[:index]]
@@ -245,12 +282,12 @@ def _fallback_turn(
             "turns independently (the server's ChatTemplate does)"
         )
     completion = full[len(prompt) :]
-    return prompt, completion, [None] * len(completion)
+    return _Turn(prompt, completion, [None] * len(completion))
 
 
 def _trajectory_sequences(
     trajectory: Trajectory, get_record: RecordLookup, render: Renderer | None, metrics: BuildMetrics
-) -> list[tuple[list[int], list[int], list[float | None], int]]:
+) -> list[_Built]:
     builder = _Builder(metrics)
     seen: set[tuple[str, int]] = set()
     for history in trajectory.histories():
@@ -276,7 +313,7 @@ def _trajectory_sequences(
                 metrics.fallback_turns += 1
             else:
                 metrics.record_turns += 1
-            builder.add_turn(*turn)
+            builder.add_turn(turn)
         builder.close()  # each history is its own conversation
     return builder.done
 
@@ -335,18 +372,18 @@ def build_sequences(
                 metrics.trajectories_without_turns += 1
                 continue
             kept = 0
-            for ids, mask, logprobs, turns in built:
-                if max_sequence_length is not None and len(ids) > max_sequence_length:
+            for b in built:
+                if max_sequence_length is not None and len(b.ids) > max_sequence_length:
                     metrics.sequences_too_long += 1
                     logger.warning(
                         "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
-                        len(ids), trajectory.id, max_sequence_length,
+                        len(b.ids), trajectory.id, max_sequence_length,
                     )  # fmt: skip
                     continue
                 group_sequences.append(
                     TrainingSequence(
-                        token_ids=ids, loss_mask=mask, old_logprobs=logprobs, advantage=advantage,
-                        group_id=group.id, trajectory_id=trajectory.id, turns=turns,
+                        token_ids=b.ids, loss_mask=b.mask, old_logprobs=b.logprobs, advantage=advantage,
+                        group_id=group.id, trajectory_id=trajectory.id, turns=b.turns, temperature=b.temperature,
                     )  # fmt: skip
                 )
                 kept += 1

@@ -95,17 +95,22 @@ def group_advantages(rewards: torch.Tensor, *, scale: bool) -> torch.Tensor:
 # --------------------------------------------------------------------------- log-probs
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float | torch.Tensor = 1.0
+) -> torch.Tensor:
     """Log-probability of each input token under the logits of the position before it.
 
-    ``logits``: (B, T, V), ``input_ids``: (B, T) -> (B, T), position 0 set to 0::
+    ``logits``: (B, T, V), ``input_ids``: (B, T), ``temperature``: a float or (B,) per row
+    -> (B, T), position 0 set to 0::
 
-        out[b, t] = log softmax(logits[b, t-1] / temperature)[input_ids[b, t]]
+        out[b, t] = log softmax(logits[b, t-1] / temperature[b])[input_ids[b, t]]
 
     Computed as ``gather - logsumexp`` so the (B, T, V) log-softmax is never materialised.
     """
     scaled = logits[:, :-1, :].float()  # (B, T-1, V)
-    if temperature != 1.0:
+    if isinstance(temperature, torch.Tensor):
+        scaled = scaled / temperature.to(scaled).reshape(-1, 1, 1)  # (B, 1, 1) broadcast
+    elif temperature != 1.0:
         scaled = scaled / temperature
     targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
     picked = torch.gather(scaled, -1, targets).squeeze(-1)  # (B, T-1)

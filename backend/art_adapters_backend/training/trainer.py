@@ -101,7 +101,8 @@ class _Batch:
                 [math.nan if x is None else x for x in seq.old_logprobs], dtype=torch.float32
             )
         self.advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)  # (B,)
-        for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"):
+        self.temperatures = torch.tensor([s.temperature for s in sequences], dtype=torch.float32)  # (B,)
+        for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages", "temperatures"):
             setattr(self, name, getattr(self, name).to(device))
 
 
@@ -196,7 +197,10 @@ class LoraTrainer(ABC):
     def _logprobs(self, batch: _Batch) -> torch.Tensor:
         assert self.model is not None
         logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits, batch.input_ids)  # (B, T)
+        temperature: torch.Tensor | float = batch.temperatures
+        if bool((batch.temperatures == 1.0).all()):
+            temperature = 1.0
+        return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
 
     @torch.no_grad()
     def score(self, sequences: Sequence[TrainingSequence], config: TrainConfig | None = None) -> list[list[float]]:
