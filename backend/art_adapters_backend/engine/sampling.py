@@ -76,8 +76,11 @@ def sample_next(
     else:
         if top_p < 1.0:
             masked = _top_p_filter(masked, top_p)
-        probs = torch.softmax(masked, dim=-1)
-        token = int(torch.multinomial(probs, 1, generator=generator).item())
+        # Inverse-CDF sampling: one uniform draw (torch.multinomial costs ~2 ms a row here).
+        # right=True never lands on a zero-probability token.
+        cdf = torch.cumsum(torch.softmax(masked, dim=-1), dim=-1)
+        u = torch.rand((), generator=generator) * cdf[-1]
+        token = int(torch.searchsorted(cdf, u.reshape(1), right=True).clamp(max=cdf.numel() - 1).item())
     top: list[tuple[int, float]] | None = None
     if top_logprobs > 0:
         values, indices = torch.topk(log_probs, top_logprobs)
