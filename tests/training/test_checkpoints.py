@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from art_adapters_backend.training.checkpoints import TMP_PREFIX, CheckpointStore, atomic_directory
 
 
@@ -76,10 +75,9 @@ def test_an_exception_between_write_and_rename_leaves_nothing(tmp_path: Path) ->
     with pytest.raises(OSError, match="disk full"):
         store.write(3, failing)
     assert list(tmp_path.iterdir()) == [] and store.latest() is None
-    with pytest.raises(KeyError):
-        with atomic_directory(tmp_path / "adapter") as tmp:
-            (tmp / "a").write_text("1")
-            raise KeyError("boom")
+    with pytest.raises(KeyError), atomic_directory(tmp_path / "adapter") as tmp:
+        (tmp / "a").write_text("1")
+        raise KeyError("boom")
     assert list(tmp_path.iterdir()) == []
 
 

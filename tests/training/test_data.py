@@ -7,10 +7,10 @@ import math
 from typing import Any
 
 import pytest
+from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import Message, Trajectory, TrajectoryGroup
 from art_adapters.trajectory import History
-from art_adapters_backend.training.data import build_sequences
 
 _ids = itertools.count()
 
@@ -28,7 +28,9 @@ class Server:
 
     def complete(self, history: list[dict[str, Any]], content: str, **prompt_override: Any) -> Message:
         prompt = prompt_override.get("prompt") or self.render(history, None, add_generation_prompt=True)
-        full = self.render([*history, {"role": "assistant", "content": content}], None, add_generation_prompt=False)
+        full = self.render(
+            [*history, {"role": "assistant", "content": content}], None, add_generation_prompt=False
+        )
         completion = full[len(prompt) : len(full) - 2]  # drop "<|im_end|>", "\n"
         cid = f"chatcmpl-{next(_ids)}"
         logprobs = [-0.1 - 0.01 * i for i in range(len(completion))]
@@ -51,7 +53,9 @@ def _group(*trajectories: Trajectory) -> TrajectoryGroup:
     return TrajectoryGroup(trajectories=list(trajectories))
 
 
-def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(render: Any, tokenizer: Any) -> None:
+def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(
+    render: Any, tokenizer: Any
+) -> None:
     server = Server(render)
     user = {"role": "user", "content": "What is 2+2?"}
     good = Trajectory(messages=[Message(**user), server.complete([user], "The answer is 4.")], reward=1.0)
@@ -75,19 +79,26 @@ def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(rend
 
 def test_multi_turn_is_one_sequence_with_tool_output_masked_out(render: Any, tokenizer: Any) -> None:
     server = Server(render)
-    h: list[dict[str, Any]] = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Add 2 and 3"}]
+    h: list[dict[str, Any]] = [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Add 2 and 3"},
+    ]
     a1 = server.complete(h, "Calling add(2, 3).")
     h2 = [*h, a1.to_openai(), {"role": "user", "content": "Tool result: 5"}]
     a2 = server.complete(h2, "It is 5.")
     msgs = [Message(**h[0]), Message(**h[1]), a1, Message(**h2[3]), a2]
     result = build_sequences(
-        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:3], reward=0.0))], server.get, render
+        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:3], reward=0.0))],
+        server.get,
+        render,
     )
     seq = result.sequences[0]
     assert seq.turns == 2 and result.metrics.prefix_breaks == 0
-    assert seq.token_ids == server.records[a2.completion_id]["prompt_token_ids"] + server.records[a2.completion_id][
-        "choices"
-    ][0]["completion_token_ids"]
+    assert (
+        seq.token_ids
+        == server.records[a2.completion_id]["prompt_token_ids"]
+        + server.records[a2.completion_id]["choices"][0]["completion_token_ids"]
+    )
     assert tokenizer.decode(_masked(seq)) == "Calling add(2, 3).It is 5."
     # everything between the two completions (end of turn, the tool's output, headers) is masked out
     unmasked = tokenizer.decode([t for t, m in zip(seq.token_ids, seq.loss_mask, strict=True) if not m])
@@ -107,13 +118,19 @@ def test_divergent_history_starts_a_new_sequence_and_truncates_nothing(render: A
     result = build_sequences([_group(traj, other)], server.get, render)
     first, second = result.sequences[0], result.sequences[1]
     assert result.metrics.prefix_breaks == 1
-    assert first.token_ids == server.records[a1.completion_id]["prompt_token_ids"] + server.records[a1.completion_id][
-        "choices"
-    ][0]["completion_token_ids"]
-    assert second.token_ids[: len(server.records[a2.completion_id]["prompt_token_ids"])] == server.records[
-        a2.completion_id
-    ]["prompt_token_ids"]
-    assert tokenizer.decode(_masked(first)) == "Cats are nice." and tokenizer.decode(_masked(second)) == "Cats: nice."
+    assert (
+        first.token_ids
+        == server.records[a1.completion_id]["prompt_token_ids"]
+        + server.records[a1.completion_id]["choices"][0]["completion_token_ids"]
+    )
+    assert (
+        second.token_ids[: len(server.records[a2.completion_id]["prompt_token_ids"])]
+        == server.records[a2.completion_id]["prompt_token_ids"]
+    )
+    assert (
+        tokenizer.decode(_masked(first)) == "Cats are nice."
+        and tokenizer.decode(_masked(second)) == "Cats: nice."
+    )
     assert first.advantage == second.advantage  # both belong to the same trajectory
 
 
@@ -123,8 +140,12 @@ def test_turns_without_a_record_are_retokenised_and_counted(render: Any, tokeniz
     served_elsewhere = Message(role="assistant", content="Hello there!")
     lost = Message(role="assistant", content="Hey.", completion_id="chatcmpl-gone")
     result = build_sequences(
-        [_group(Trajectory(messages=[Message(**user), served_elsewhere], reward=1.0),
-                Trajectory(messages=[Message(**user), lost], reward=0.2))],  # fmt: skip
+        [
+            _group(
+                Trajectory(messages=[Message(**user), served_elsewhere], reward=1.0),
+                Trajectory(messages=[Message(**user), lost], reward=0.2),
+            )
+        ],
         server.get,
         render,
     )
@@ -143,8 +164,12 @@ def test_fallback_and_record_turns_share_one_sequence(render: Any, tokenizer: An
     u2 = {"role": "user", "content": "More"}
     a2 = server.complete([user, {"role": "assistant", "content": "One"}, u2], "Two")
     result = build_sequences(
-        [_group(Trajectory(messages=[Message(**user), a1, Message(**u2), a2], reward=1.0),
-                Trajectory(messages=[Message(**user), a1], reward=0.0))],  # fmt: skip
+        [
+            _group(
+                Trajectory(messages=[Message(**user), a1, Message(**u2), a2], reward=1.0),
+                Trajectory(messages=[Message(**user), a1], reward=0.0),
+            )
+        ],
         server.get,
         render,
     )
@@ -165,14 +190,24 @@ def test_groups_without_signal_are_dropped_and_counted(render: Any) -> None:
         _group(traj(0.5), traj(0.5), traj(0.5)),  # zero variance
         _group(traj(1.0), traj(None)),  # one scored
         _group(traj(1.0), traj(0.0), traj(None)),  # used, one unscored
-        _group(Trajectory(messages=[Message(**user)], reward=1.0), Trajectory(messages=[Message(**user)], reward=0.0)),
+        _group(
+            Trajectory(messages=[Message(**user)], reward=1.0),
+            Trajectory(messages=[Message(**user)], reward=0.0),
+        ),
     ]
     result = build_sequences(groups, server.get, render)
     m = result.metrics
     assert m.groups_dropped == {"zero_variance": 1, "too_few_scored": 1, "no_sequences": 1}
-    assert (m.groups_used, m.trajectories, m.trajectories_unscored, m.trajectories_without_turns) == (1, 2, 2, 2)
+    assert (m.groups_used, m.trajectories, m.trajectories_unscored, m.trajectories_without_turns) == (
+        1,
+        2,
+        2,
+        2,
+    )
     advantages = sorted(s.advantage for s in result.sequences)
-    assert advantages == pytest.approx([-1 / (math.sqrt(0.5) + 1e-4) / 2 * 1, 1 / (math.sqrt(0.5) + 1e-4) / 2])
+    assert advantages == pytest.approx(
+        [-1 / (math.sqrt(0.5) + 1e-4) / 2 * 1, 1 / (math.sqrt(0.5) + 1e-4) / 2]
+    )
     unscaled = build_sequences(groups, server.get, render, scale_rewards=False)
     assert sorted(s.advantage for s in unscaled.sequences) == [-0.5, 0.5]
 
@@ -180,11 +215,18 @@ def test_groups_without_signal_are_dropped_and_counted(render: Any) -> None:
 def test_all_groups_dropped_is_reported_as_nothing_trainable(render: Any) -> None:
     server = Server(render)
     user = {"role": "user", "content": "Hi"}
-    same = [Trajectory(messages=[Message(**user), server.complete([user], "Yo")], reward=1.0) for _ in range(3)]
+    same = [
+        Trajectory(messages=[Message(**user), server.complete([user], "Yo")], reward=1.0) for _ in range(3)
+    ]
     result = build_sequences([_group(*same), _group(*same)], server.get, render)
     assert result.sequences == []
-    assert "nothing trainable" in result.nothing_trainable_reason and "2 zero variance" in result.nothing_trainable_reason
-    assert build_sequences([], server.get, render).nothing_trainable_reason == "no trajectory groups were given"
+    assert (
+        "nothing trainable" in result.nothing_trainable_reason
+        and "2 zero variance" in result.nothing_trainable_reason
+    )
+    assert (
+        build_sequences([], server.get, render).nothing_trainable_reason == "no trajectory groups were given"
+    )
 
 
 def test_too_long_sequences_are_dropped_not_truncated(render: Any) -> None:
@@ -205,7 +247,10 @@ def test_additional_histories_become_their_own_sequences_and_duplicates_count_on
     a_main, a_side = server.complete([user], "Step 1"), server.complete([side], "A plan.")
     traj = Trajectory(
         messages=[Message(**user), a_main],
-        additional_histories=[History(messages=[Message(**side), a_side]), History(messages=[Message(**user), a_main])],
+        additional_histories=[
+            History(messages=[Message(**side), a_side]),
+            History(messages=[Message(**user), a_main]),
+        ],
         reward=1.0,
     )
     other = Trajectory(messages=[Message(**user), server.complete([user], "No")], reward=0.0)
@@ -223,11 +268,18 @@ def test_bad_input_is_a_clear_error(render: Any) -> None:
         build_sequences(pair, server.get, None)
     bad = server.complete([user], "Hello")
     server.records[bad.completion_id]["choices"][0]["logprobs"].pop()
-    corrupt = [_group(Trajectory(messages=[Message(**user), bad], reward=1.0), no_record.model_copy(update={"reward": 0.0}))]
+    corrupt = [
+        _group(
+            Trajectory(messages=[Message(**user), bad], reward=1.0),
+            no_record.model_copy(update={"reward": 0.0}),
+        )
+    ]
     with pytest.raises(ValueError, match="logprobs for"):
         build_sequences(corrupt, server.get, render)
     with pytest.raises(ValueError, match="non-finite"):
-        build_sequences([_group(no_record.model_copy(update={"reward": float("inf")}), no_record)], server.get, render)
+        build_sequences(
+            [_group(no_record.model_copy(update={"reward": float("inf")}), no_record)], server.get, render
+        )
 
 
 def test_the_sampling_temperature_comes_from_the_record_and_splits_sequences(render: Any) -> None:
@@ -240,7 +292,9 @@ def test_the_sampling_temperature_comes_from_the_record_and_splits_sequences(ren
     a3 = server.complete([user, a1.to_openai(), u2, a2.to_openai(), u3], "Hi", temperature=0.0)
     msgs = [Message(**user), a1, Message(**u2), a2, Message(**u3), a3]
     result = build_sequences(
-        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:2], reward=0.0))], server.get, render
+        [_group(Trajectory(messages=msgs, reward=1.0), Trajectory(messages=msgs[:2], reward=0.0))],
+        server.get,
+        render,
     )
     first, second = result.sequences[0], result.sequences[1]
     assert (first.turns, first.temperature) == (2, 0.7)

@@ -6,9 +6,6 @@ import math
 
 import pytest
 import torch
-from pydantic import ValidationError
-
-from art_adapters import TrainConfig
 from art_adapters_backend.training.grpo import (
     IMPORTANCE_LEVELS,
     NORMALIZERS,
@@ -22,6 +19,9 @@ from art_adapters_backend.training.grpo import (
     sequence_importance,
     token_logprobs,
 )
+from pydantic import ValidationError
+
+from art_adapters import TrainConfig
 
 
 def test_advantages_are_mean_centred_and_optionally_std_scaled() -> None:
@@ -58,7 +58,9 @@ def test_token_logprobs_match_log_softmax() -> None:
         for t in range(1, 5):
             assert out[b, t].item() == pytest.approx(ref[b, t - 1, ids[b, t]].item(), abs=1e-6)
     hot = token_logprobs(logits, ids, temperature=0.5)
-    assert hot[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 0] / 0.5, -1)[ids[0, 1]].item(), abs=1e-6)
+    assert hot[0, 1].item() == pytest.approx(
+        torch.log_softmax(logits[0, 0] / 0.5, -1)[ids[0, 1]].item(), abs=1e-6
+    )
     per_row = token_logprobs(logits, ids, temperature=torch.tensor([0.5, 1.0]))
     assert torch.allclose(per_row[0], hot[0]) and torch.allclose(per_row[1], out[1])
 
@@ -126,8 +128,14 @@ def test_hand_computed_loss_on_policy() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.5]], requires_grad=True)
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
     adv = torch.tensor([1.0, -2.0])
-    out = grpo_loss(logprobs, logprobs.detach().clone(), adv, mask, LossSettings.from_config(TrainConfig()),
-                    BatchTotals(sequences=2, tokens=3))
+    out = grpo_loss(
+        logprobs,
+        logprobs.detach().clone(),
+        adv,
+        mask,
+        LossSettings.from_config(TrainConfig()),
+        BatchTotals(sequences=2, tokens=3),
+    )
     assert out.loss.item() == pytest.approx(-(1.0 + 1.0 - 2.0) / 3)
     assert out.ratio_sum == pytest.approx(3.0) and out.tokens == 3
     out.loss.backward()
@@ -139,8 +147,14 @@ def test_unknown_old_logprobs_count_as_on_policy() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0]])
     old = torch.tensor([[0.0, float("nan"), -2.5]])
     mask = torch.tensor([[0.0, 1.0, 1.0]])
-    out = grpo_loss(logprobs, old, torch.tensor([1.0]), mask, LossSettings.from_config(TrainConfig(epsilon=0.9)),
-                    BatchTotals(sequences=1, tokens=2))
+    out = grpo_loss(
+        logprobs,
+        old,
+        torch.tensor([1.0]),
+        mask,
+        LossSettings.from_config(TrainConfig(epsilon=0.9)),
+        BatchTotals(sequences=1, tokens=2),
+    )
     assert out.ratio_sum == pytest.approx(1.0 + math.exp(0.5))
     assert math.isfinite(out.loss.item())
 
@@ -149,8 +163,14 @@ def test_nan_in_masked_positions_does_not_leak() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0]])
     old = torch.tensor([[float("inf"), -1.0, float("nan")]])
     mask = torch.tensor([[0.0, 1.0, 0.0]])
-    out = grpo_loss(logprobs, old, torch.tensor([1.0]), mask, LossSettings.from_config(TrainConfig()),
-                    BatchTotals(sequences=1, tokens=1))
+    out = grpo_loss(
+        logprobs,
+        old,
+        torch.tensor([1.0]),
+        mask,
+        LossSettings.from_config(TrainConfig()),
+        BatchTotals(sequences=1, tokens=1),
+    )
     assert out.loss.item() == pytest.approx(-1.0)
 
 
@@ -162,8 +182,11 @@ def test_micro_batch_shares_add_up_to_the_full_batch_loss() -> None:
     mask = (torch.rand(4, 6, generator=g) > 0.3).float()
     mask[:, 0] = 0
     adv = torch.tensor([0.5, -1.0, 1.5, -0.2])
-    for config in [TrainConfig(beta=0.1), TrainConfig(loss_normalization="sequence", importance_level="sequence"),
-                   TrainConfig(loss_normalization="constant", max_tokens=8)]:
+    for config in [
+        TrainConfig(beta=0.1),
+        TrainConfig(loss_normalization="sequence", importance_level="sequence"),
+        TrainConfig(loss_normalization="constant", max_tokens=8),
+    ]:
         settings = LossSettings.from_config(config)
         totals = BatchTotals(sequences=4, tokens=int(mask.sum()), max_tokens=config.max_tokens)
         full = grpo_loss(logprobs, old, adv, mask, settings, totals, ref).loss
@@ -177,8 +200,14 @@ def test_micro_batch_shares_add_up_to_the_full_batch_loss() -> None:
 def test_beta_without_reference_is_an_error() -> None:
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="ref_logprobs"):
-        grpo_loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2), LossSettings.from_config(TrainConfig(beta=0.1)),
-                  BatchTotals(sequences=1, tokens=2))
+        grpo_loss(
+            lp,
+            lp,
+            torch.tensor([1.0]),
+            torch.ones(1, 2),
+            LossSettings.from_config(TrainConfig(beta=0.1)),
+            BatchTotals(sequences=1, tokens=2),
+        )
 
 
 def test_config_cross_field_errors_say_what_to_change() -> None:

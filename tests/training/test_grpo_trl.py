@@ -23,14 +23,15 @@ import torch
 
 trl = pytest.importorskip("trl", reason="TRL (test extra) not installed: pip install 'art-adapters[test]'")
 
-from art_adapters import TrainConfig  # noqa: E402
-from art_adapters_backend.training.grpo import (  # noqa: E402
+from art_adapters_backend.training.grpo import (
     BatchTotals,
     LossSettings,
     group_advantages,
     grpo_loss,
     token_logprobs,
 )
+
+from art_adapters import TrainConfig
 
 B, P, C = 3, 4, 6  # sequences, prompt tokens, completion tokens
 MAX_COMPLETION = 8
@@ -48,8 +49,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=66, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=64, eos_token_id=65, bos_token_id=0,
+        vocab_size=66,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=64,
+        eos_token_id=65,
+        bos_token_id=0,
     )
     model = LlamaForCausalLM(config)
     # Saved so TRL can load its reference model (beta > 0) by path; both load the same weights.

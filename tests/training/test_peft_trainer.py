@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from art_adapters import TrainConfig
 from art_adapters_backend.training.checkpoints import CheckpointStore
 from art_adapters_backend.training.data import NothingTrainableError, TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
+
+from art_adapters import TrainConfig
 
 pytestmark = pytest.mark.slow
 
@@ -48,9 +49,13 @@ def toy(tokenizer: Any, render: Any) -> list[TrainingSequence]:
     return out
 
 
-def _with_old_logprobs(sequences: list[TrainingSequence], logprobs: list[list[float]]) -> list[TrainingSequence]:
+def _with_old_logprobs(
+    sequences: list[TrainingSequence], logprobs: list[list[float]]
+) -> list[TrainingSequence]:
     return [
-        s.model_copy(update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]})
+        s.model_copy(
+            update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]}
+        )
         for s, lp in zip(sequences, logprobs, strict=True)
     ]
 
@@ -65,10 +70,12 @@ def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
     assert first.clip_fraction == 0.0 and first.kl is None
     expected = -sum(s.advantage * s.loss_tokens for s in toy) / sum(s.loss_tokens for s in toy)
     assert first.loss == pytest.approx(expected, abs=1e-4)  # on-policy: -mean over tokens of A
-    assert first.tokens == sum(s.loss_tokens for s in toy) and first.micro_batches == 2 and first.grad_norm > 0
+    assert (
+        first.tokens == sum(s.loss_tokens for s in toy) and first.micro_batches == 2 and first.grad_norm > 0
+    )
     losses = [first.loss] + [trainer.train_step(batch, CONFIG).loss for _ in range(2)]
     assert losses[-1] < losses[0] - 0.03, losses
-    assert all(b <= a + 1e-6 for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert all(b <= a + 1e-6 for a, b in itertools.pairwise(losses)), losses
     # The policy moved in the advantage's direction: up for A > 0, down for A < 0.
     now = trainer.score(toy, CONFIG)
     for seq, after in zip(batch, now, strict=True):
@@ -78,7 +85,9 @@ def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
     # Save atomically; train on; resume from the folder: the same policy and the same next step
     # (so the optimizer state came back too).
     saved = trainer.save_adapter(tmp_path / "ckpt")
-    assert {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"} <= {p.name for p in saved.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"} <= {
+        p.name for p in saved.iterdir()
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     with pytest.raises(FileExistsError):
         trainer.save_adapter(tmp_path / "ckpt")
@@ -86,9 +95,13 @@ def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
     trainer.load_adapter(saved, CONFIG)
     assert trainer.steps_done == 3
     resumed = trainer.score(toy, CONFIG)
-    assert max(abs(a - b) for x, y in zip(now, resumed, strict=True) for a, b in zip(x, y, strict=True)) < 1e-5
+    assert (
+        max(abs(a - b) for x, y in zip(now, resumed, strict=True) for a, b in zip(x, y, strict=True)) < 1e-5
+    )
     again = trainer.train_step(batch, CONFIG)
-    assert again.loss == pytest.approx(ahead.loss, abs=1e-5) and again.grad_norm == pytest.approx(ahead.grad_norm, rel=1e-4)
+    assert again.loss == pytest.approx(ahead.loss, abs=1e-5) and again.grad_norm == pytest.approx(
+        ahead.grad_norm, rel=1e-4
+    )
     assert again.step == 4
     assert trainer.score(toy[:1], CONFIG)[0] != resumed[0]  # and it trains on from there
 
@@ -98,7 +111,9 @@ def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
     assert store.latest() == checkpoint and (checkpoint.path / "adapter_model.safetensors").is_file()
 
 
-def test_kl_to_the_adapter_free_reference_starts_at_zero(bundled_path: Path, toy: list[TrainingSequence], tmp_path: Path) -> None:
+def test_kl_to_the_adapter_free_reference_starts_at_zero(
+    bundled_path: Path, toy: list[TrainingSequence], tmp_path: Path
+) -> None:
     fresh = PeftTrainer(bundled_path)
     with pytest.raises(RuntimeError, match="no adapter"):
         fresh.save_adapter(tmp_path / "x")
@@ -110,7 +125,9 @@ def test_kl_to_the_adapter_free_reference_starts_at_zero(bundled_path: Path, toy
     assert second.kl is not None and second.kl > 0
 
 
-def test_nothing_trainable_is_an_error_never_a_silent_no_op(trainer: PeftTrainer, toy: list[TrainingSequence]) -> None:
+def test_nothing_trainable_is_an_error_never_a_silent_no_op(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
     with pytest.raises(NothingTrainableError, match="no sequences"):
         trainer.train_step([], CONFIG)
     masked_out = [s.model_copy(update={"loss_mask": [0] * len(s.token_ids)}) for s in toy]
@@ -127,7 +144,9 @@ def test_unknown_old_logprobs_are_on_policy(trainer: PeftTrainer, toy: list[Trai
     assert metrics.ratio_mean == pytest.approx(1.0, abs=1e-6) and metrics.clip_fraction == 0.0
 
 
-def test_scores_use_each_sequence_sampling_temperature(trainer: PeftTrainer, toy: list[TrainingSequence]) -> None:
+def test_scores_use_each_sequence_sampling_temperature(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
     hot = [toy[0].model_copy(update={"temperature": 2.0}), toy[1]]
     plain, tempered = trainer.score(toy[:2], CONFIG), trainer.score(hot, CONFIG)
     assert tempered[1] == pytest.approx(plain[1], abs=1e-5)  # same row, temperature 1

@@ -17,10 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from art_adapters import TrainConfig
 from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
+
+from art_adapters import TrainConfig
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,12 +59,22 @@ def test_unsloth_trains_and_writes_a_plain_peft_adapter(
 ) -> None:
     config = TrainConfig(learning_rate=5e-4, micro_batch_size=2, lora_rank=8, lora_alpha=16)
     seqs = []
-    for i, (question, answer, advantage) in enumerate([("2+2?", "4", 1.0), ("Capital of France?", "Rome.", -1.0)]):
+    for i, (question, answer, advantage) in enumerate(
+        [("2+2?", "4", 1.0), ("Capital of France?", "Rome.", -1.0)]
+    ):
         prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
         completion = tokenizer.encode(answer, add_special_tokens=False)  # type: ignore[attr-defined]
         n = len(prompt) + len(completion)
-        seqs.append(TrainingSequence(token_ids=prompt + completion, loss_mask=[0] * len(prompt) + [1] * len(completion),
-                                     old_logprobs=[None] * n, advantage=advantage, group_id="g", trajectory_id=str(i)))
+        seqs.append(
+            TrainingSequence(
+                token_ids=prompt + completion,
+                loss_mask=[0] * len(prompt) + [1] * len(completion),
+                old_logprobs=[None] * n,
+                advantage=advantage,
+                group_id="g",
+                trajectory_id=str(i),
+            )
+        )
     seqs_file = tmp_path / "seqs.json"
     seqs_file.write_text(json.dumps([s.model_dump() for s in seqs]))
     Path(f"{seqs_file}.config").write_text(config.model_dump_json())
@@ -72,8 +82,12 @@ def test_unsloth_trains_and_writes_a_plain_peft_adapter(
     env = {**os.environ, "UNSLOTH_DISABLE_STATISTICS": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(bundled_path), str(seqs_file), str(out_dir), str(result_file)],
-        capture_output=True, text=True, timeout=400, env=env,
-    )  # fmt: skip
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(result_file.read_text())
     losses = [m["loss"] for m in result["metrics"]]
@@ -86,5 +100,7 @@ def test_unsloth_trains_and_writes_a_plain_peft_adapter(
     peft_trainer.load_adapter(out_dir, config)
     assert peft_trainer.steps_done == 3
     scores = peft_trainer.score(seqs, config)
-    worst = max(abs(a - b) for x, y in zip(scores, result["scores"], strict=True) for a, b in zip(x, y, strict=True))
+    worst = max(
+        abs(a - b) for x, y in zip(scores, result["scores"], strict=True) for a, b in zip(x, y, strict=True)
+    )
     assert worst < 1e-4, worst

@@ -111,7 +111,9 @@ class CheckpointStore:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         if removed:
-            logger.warning("removed %d partial checkpoint folder(s) in %s: %s", len(removed), self.root, removed)
+            logger.warning(
+                "removed %d partial checkpoint folder(s) in %s: %s", len(removed), self.root, removed
+            )
         return removed
 
     def path(self, step: int) -> Path:
@@ -182,7 +184,9 @@ class CheckpointStore:
         never count as best) and every step in ``protect`` (e.g. steps being served).
         """
         if keep_latest < 1:
-            raise ValueError(f"keep_latest must be >= 1 (the latest checkpoint is always kept), got {keep_latest}")
+            raise ValueError(
+                f"keep_latest must be >= 1 (the latest checkpoint is always kept), got {keep_latest}"
+            )
         checkpoints = self.checkpoints()
         keep = {c.step for c in checkpoints[-keep_latest:]} | set(protect)
         if best_metric is not None:

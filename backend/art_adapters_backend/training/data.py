@@ -168,7 +168,9 @@ class BuildResult(BaseModel):
         m = self.metrics
         if m.groups == 0:
             return "no trajectory groups were given"
-        reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in sorted(m.groups_dropped.items()))
+        reasons = ", ".join(
+            f"{count} {reason.replace('_', ' ')}" for reason, count in sorted(m.groups_dropped.items())
+        )
         return (
             f"nothing trainable: all {m.groups} group(s) were dropped ({reasons}); groups need at least two "
             "scored trajectories with different rewards and an assistant turn that fits max_sequence_length"
@@ -377,14 +379,22 @@ def build_sequences(
                     metrics.sequences_too_long += 1
                     logger.warning(
                         "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
-                        len(b.ids), trajectory.id, max_sequence_length,
-                    )  # fmt: skip
+                        len(b.ids),
+                        trajectory.id,
+                        max_sequence_length,
+                    )
                     continue
                 group_sequences.append(
                     TrainingSequence(
-                        token_ids=b.ids, loss_mask=b.mask, old_logprobs=b.logprobs, advantage=advantage,
-                        group_id=group.id, trajectory_id=trajectory.id, turns=b.turns, temperature=b.temperature,
-                    )  # fmt: skip
+                        token_ids=b.ids,
+                        loss_mask=b.mask,
+                        old_logprobs=b.logprobs,
+                        advantage=advantage,
+                        group_id=group.id,
+                        trajectory_id=trajectory.id,
+                        turns=b.turns,
+                        temperature=b.temperature,
+                    )
                 )
                 kept += 1
             used_trajectories += kept > 0

@@ -39,8 +39,8 @@ __all__ = [
     "LossSettings",
     "clipped_surrogate",
     "fill_unknown_logprobs",
-    "grpo_loss",
     "group_advantages",
+    "grpo_loss",
     "is_zero_variance",
     "k3_kl",
     "masked_log_ratio",
@@ -83,7 +83,9 @@ def group_advantages(rewards: torch.Tensor, *, scale: bool) -> torch.Tensor:
         ValueError: for fewer than two rewards or a non-finite reward.
     """
     if rewards.dim() != 1 or rewards.numel() < 2:
-        raise ValueError(f"group_advantages needs a 1-D tensor of >= 2 rewards, got shape {tuple(rewards.shape)}")
+        raise ValueError(
+            f"group_advantages needs a 1-D tensor of >= 2 rewards, got shape {tuple(rewards.shape)}"
+        )
     if not torch.isfinite(rewards).all():
         raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
     centred = rewards - rewards.mean()
@@ -150,7 +152,7 @@ def token_importance(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def sequence_importance(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sequence-level log importance weights (GSPO), (B, T) -> (B, 1)::
 
-        log_w[b] = sum_t mask[b, t] log_rho[b, t] / max(1, sum_t mask[b, t])
+    log_w[b] = sum_t mask[b, t] log_rho[b, t] / max(1, sum_t mask[b, t])
     """
     return (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
 
@@ -184,7 +186,7 @@ def clipped_surrogate(
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi_theta || pi_ref), >= 0, (B, T) -> (B, T)::
 
-        kl = exp(ref - logp) - (ref - logp) - 1
+    kl = exp(ref - logp) - (ref - logp) - 1
     """
     delta = ref_logprobs - logprobs
     return torch.exp(delta) - delta - 1.0
@@ -333,4 +335,3 @@ def grpo_loss(
         ratio_sum=float((ratio_tok * mask).sum()),
         tokens=int(mask.sum()),
     )
-

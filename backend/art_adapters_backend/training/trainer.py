@@ -102,7 +102,14 @@ class _Batch:
             )
         self.advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)  # (B,)
         self.temperatures = torch.tensor([s.temperature for s in sequences], dtype=torch.float32)  # (B,)
-        for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages", "temperatures"):
+        for name in (
+            "input_ids",
+            "attention_mask",
+            "loss_mask",
+            "old_logprobs",
+            "advantages",
+            "temperatures",
+        ):
             setattr(self, name, getattr(self, name).to(device))
 
 
@@ -115,7 +122,9 @@ def _check_sequences(sequences: Sequence[TrainingSequence]) -> None:
                 f"same non-zero length, got {n}, {len(seq.loss_mask)}, {len(seq.old_logprobs)}"
             )
         if seq.loss_mask[0]:
-            raise ValueError(f"sequence {i}: the first token has no context and cannot carry loss (loss_mask[0] = 1)")
+            raise ValueError(
+                f"sequence {i}: the first token has no context and cannot carry loss (loss_mask[0] = 1)"
+            )
         if not math.isfinite(seq.advantage):
             raise ValueError(f"sequence {i}: advantage is {seq.advantage}; it must be finite")
 
@@ -168,7 +177,9 @@ class LoraTrainer(ABC):
             shape = {"r": config.lora_rank, "lora_alpha": config.lora_alpha}
             if self.lora is not None and any(self.lora.get(k) != v for k, v in shape.items()):
                 logger.warning(
-                    "the adapter already exists with %s; lora_* settings of this step (%s) are ignored", self.lora, shape
+                    "the adapter already exists with %s; lora_* settings of this step (%s) are ignored",
+                    self.lora,
+                    shape,
                 )
             return
         if config.seed is not None:
@@ -192,7 +203,10 @@ class LoraTrainer(ABC):
 
     def _micro_batches(self, sequences: Sequence[TrainingSequence], size: int) -> list[_Batch]:
         ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
-        return [_Batch(ordered[i : i + size], self.pad_token_id, self.device) for i in range(0, len(ordered), size)]
+        return [
+            _Batch(ordered[i : i + size], self.pad_token_id, self.device)
+            for i in range(0, len(ordered), size)
+        ]
 
     def _logprobs(self, batch: _Batch) -> torch.Tensor:
         assert self.model is not None
@@ -203,7 +217,9 @@ class LoraTrainer(ABC):
         return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
 
     @torch.no_grad()
-    def score(self, sequences: Sequence[TrainingSequence], config: TrainConfig | None = None) -> list[list[float]]:
+    def score(
+        self, sequences: Sequence[TrainingSequence], config: TrainConfig | None = None
+    ) -> list[list[float]]:
         """Log-probs of every token under the current policy (position 0 is 0.0), no gradient.
 
         Creates the adapter (from ``config`` or defaults) when none exists yet.
@@ -235,7 +251,9 @@ class LoraTrainer(ABC):
         _check_sequences(sequences)
         total_tokens = sum(s.loss_tokens for s in sequences)
         if total_tokens == 0:
-            raise NothingTrainableError(f"nothing trainable: none of the {len(sequences)} sequences has a loss token")
+            raise NothingTrainableError(
+                f"nothing trainable: none of the {len(sequences)} sequences has a loss token"
+            )
         started = time.perf_counter()
         self.ensure_adapter(config)
         assert self.model is not None and self.optimizer is not None
@@ -257,7 +275,13 @@ class LoraTrainer(ABC):
                 with torch.no_grad(), self.model.disable_adapter():
                     ref = self._logprobs(batch)
             out = grpo_loss(
-                self._logprobs(batch), batch.old_logprobs, batch.advantages, batch.loss_mask, settings, totals, ref
+                self._logprobs(batch),
+                batch.old_logprobs,
+                batch.advantages,
+                batch.loss_mask,
+                settings,
+                totals,
+                ref,
             )
             out.loss.backward()
             loss += float(out.loss.detach())
@@ -310,7 +334,9 @@ class LoraTrainer(ABC):
         self.model.save_pretrained(str(folder))
         if optimizer and self.optimizer is not None:
             torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
-        (folder / STATE_FILE).write_text(json.dumps({"steps_done": self.steps_done, "lora": self.lora}), "utf-8")
+        (folder / STATE_FILE).write_text(
+            json.dumps({"steps_done": self.steps_done, "lora": self.lora}), "utf-8"
+        )
 
     def save_adapter(self, directory: str | os.PathLike[str], *, optimizer: bool = True) -> Path:
         """Save a PEFT adapter folder atomically (temporary folder, then rename); returns it.
@@ -348,5 +374,7 @@ class LoraTrainer(ABC):
         optimizer_file = directory / OPTIMIZER_FILE
         if optimizer_file.is_file():
             assert self.optimizer is not None
-            self.optimizer.load_state_dict(torch.load(optimizer_file, map_location=self.device, weights_only=True))
+            self.optimizer.load_state_dict(
+                torch.load(optimizer_file, map_location=self.device, weights_only=True)
+            )
         logger.info("loaded adapter %s (step %d)", directory, self.steps_done)

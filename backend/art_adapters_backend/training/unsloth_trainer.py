@@ -50,7 +50,9 @@ class UnslothTrainer(LoraTrainer):
         max_seq_length: the longest sequence Unsloth prepares for, in tokens.
     """
 
-    def __init__(self, model_path: str | os.PathLike[str], device: str = "cuda", max_seq_length: int = 4096) -> None:
+    def __init__(
+        self, model_path: str | os.PathLike[str], device: str = "cuda", max_seq_length: int = 4096
+    ) -> None:
         self.max_seq_length = max_seq_length
         super().__init__(model_path, device)
 
