@@ -300,3 +300,62 @@ def test_the_sampling_temperature_comes_from_the_record_and_splits_sequences(ren
     assert (first.turns, first.temperature) == (2, 0.7)
     assert (second.turns, second.temperature) == (1, 1.0)  # greedy: untempered log-probs
     assert result.metrics.temperature_breaks == 1 and result.metrics.prefix_breaks == 0
+
+
+def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer: Any) -> None:
+    """The wiring case: the server's ChatTemplate renders, CompletionRecords hold the tokens.
+
+    A tool call sampled in the canonical JSON form re-renders to the same tokens, so the
+    conversation stays one sequence; one sampled with other spacing cannot, and the next
+    turn starts a new sequence (counted) instead of being cut.
+    """
+    from art_adapters_backend.chat_template import ChatTemplate, render_tool_call
+    from art_adapters_backend.records import ChoiceRecord, CompletionRecord
+
+    template = ChatTemplate(tokenizer)
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]  # fmt: skip
+    records: dict[str, CompletionRecord] = {}
+
+    def serve(history: list[dict[str, Any]], text: str) -> str:
+        cid = f"chatcmpl-{next(_ids)}"
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        records[cid] = CompletionRecord(
+            id=cid, model="agent", base_model="smollm2", prompt_token_ids=template.encode(history, tools),
+            temperature=1.0, top_p=1.0, max_tokens=64,
+            choices=[ChoiceRecord(index=0, completion_token_ids=ids, logprobs=[-0.5] * len(ids),
+                                  finish_reason="tool_calls", text=text)],
+        )  # fmt: skip
+        return cid
+
+    def conversation(sampled_call: str) -> Trajectory:
+        user = {"role": "user", "content": "What is 2 + 3?"}
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+        }
+        assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+        cid1 = serve([user], sampled_call)
+        tool = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+        cid2 = serve([user, assistant, tool], "2 + 3 = 5.")
+        return Trajectory(
+            messages=[Message(**user), Message(**assistant, completion_id=cid1), Message(**tool),
+                      Message(role="assistant", content="2 + 3 = 5.", completion_id=cid2)],
+            tools=tools,
+        )  # fmt: skip
+
+    canonical = conversation(render_tool_call("add", {"a": 2, "b": 3})).model_copy(update={"reward": 1.0})
+    spaced = conversation('<tool_call>\n{"name":"add","arguments":{"a":2,"b":3}}\n</tool_call>').model_copy(
+        update={"reward": 0.0}
+    )
+    result = build_sequences([_group(canonical, spaced)], records.get, template.encode)
+    by_trajectory: dict[str, list[Any]] = {}
+    for seq in result.sequences:
+        by_trajectory.setdefault(seq.trajectory_id, []).append(seq)
+    assert [s.turns for s in by_trajectory[canonical.id]] == [2]
+    assert [s.turns for s in by_trajectory[spaced.id]] == [1, 1]
+    assert result.metrics.prefix_breaks == 1 and result.metrics.record_turns == 4
+    one = by_trajectory[canonical.id][0]
+    assert tokenizer.decode(_masked(one)) == render_tool_call("add", {"a": 2, "b": 3}) + "2 + 3 = 5."
+    assert "<tools>" in tokenizer.decode(one.token_ids)  # the tool block is context, masked out
