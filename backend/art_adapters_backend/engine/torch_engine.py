@@ -386,11 +386,16 @@ class TorchEngine:
                     if self._closed:
                         return
                     self._in_step = True
-                    new_rows = self._admit()
+                new_rows: list[Row] = []
                 try:
+                    self._batch.drop([row for row in self._batch.rows if row.job.done or row.job.cancelled])
+                    with self._cond:
+                        new_rows = self._admit()
                     self._step(new_rows)
-                except Exception:  # never let the loop die
+                except Exception as exc:  # never let the loop die, nor retry a broken batch forever
                     logger.exception("the decode loop hit an unexpected error")
+                    self._fail_rows(new_rows + list(self._batch.rows), exc)
+                    self._batch.clear()
                 finally:
                     with self._cond:
                         self._in_step = False
@@ -413,8 +418,6 @@ class TorchEngine:
     def _step(self, new_rows: list[Row]) -> None:
         """Prefill the admitted rows, then one decode step for the whole batch."""
         batch = self._batch
-        gone = [row for row in batch.rows if row.job.done or row.job.cancelled]
-        batch.drop(gone)
         if new_rows:
             try:
                 finished = batch.prefill(new_rows)
