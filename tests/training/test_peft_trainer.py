@@ -158,3 +158,36 @@ def test_scores_use_each_sequence_sampling_temperature(
 def test_load_adapter_rejects_a_folder_without_an_adapter(trainer: PeftTrainer, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         trainer.load_adapter(tmp_path)
+
+
+def test_train_groups_goes_from_scored_groups_to_one_step_or_says_why_not(
+    trainer: PeftTrainer, tokenizer: Any, render: Any
+) -> None:
+    from art_adapters import Message, Trajectory, TrajectoryGroup
+
+    user = {"role": "user", "content": "Reply with one word."}
+    records: dict[str, dict[str, Any]] = {}
+
+    def trajectory(i: int, text: str, reward: float) -> Trajectory:
+        prompt = render([user], None, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        records[f"c{i}"] = {
+            "prompt_token_ids": prompt,
+            "temperature": 1.0,
+            "choices": [{"index": 0, "completion_token_ids": ids, "logprobs": [-1.0] * len(ids)}],
+        }
+        return Trajectory(
+            messages=[Message(**user), Message(role="assistant", content=text, completion_id=f"c{i}")],
+            reward=reward,
+        )
+
+    good = TrajectoryGroup(trajectories=[trajectory(0, "Yes", 1.0), trajectory(1, "Well, maybe so", 0.0)])
+    flat = TrajectoryGroup(trajectories=[trajectory(2, "Yes", 0.5), trajectory(3, "No", 0.5)])
+    result = trainer.train_groups([good, flat], records.get, render, CONFIG)
+    assert result.trained and result.step is not None and result.step.sequences == 2
+    assert result.data.groups_used == 1 and result.data.groups_dropped == {"zero_variance": 1}
+    assert result.step.tokens == result.data.loss_tokens
+    steps_before = trainer.steps_done
+    skipped = trainer.train_groups([flat], records.get, render, CONFIG)
+    assert not skipped.trained and skipped.step is None and trainer.steps_done == steps_before
+    assert "nothing trainable" in (skipped.nothing_trainable_reason or "")

@@ -31,13 +31,22 @@ from pydantic import BaseModel
 from art_adapters.train_config import TrainConfig
 
 from .checkpoints import atomic_directory
-from .data import NothingTrainableError, TrainingSequence
+from .data import (
+    BuildMetrics,
+    NothingTrainableError,
+    RecordLookup,
+    Renderer,
+    TrainingSequence,
+    build_sequences,
+)
 from .grpo import BatchTotals, LossSettings, grpo_loss, token_logprobs
 
 if TYPE_CHECKING:
     from peft import PeftModel
 
-__all__ = ["LoraTrainer", "StepMetrics"]
+    from art_adapters.trajectory import TrajectoryGroup
+
+__all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +89,22 @@ class StepMetrics(BaseModel):
     seconds: float
     learning_rate: float
     step: int
+
+
+class GroupsStepResult(BaseModel):
+    """The outcome of :meth:`LoraTrainer.train_groups`: what the data gave and what the step did.
+
+    Attributes:
+        trained: whether an optimizer update happened.
+        nothing_trainable_reason: why not, when ``trained`` is False (never silent).
+        data: how the sequences were built (groups used and dropped and why, fallback turns, ...).
+        step: the step's metrics, ``None`` when nothing was trainable.
+    """
+
+    trained: bool
+    nothing_trainable_reason: str | None = None
+    data: BuildMetrics
+    step: StepMetrics | None = None
 
 
 class _Batch:
@@ -320,6 +345,33 @@ class LoraTrainer(ABC):
             seconds=time.perf_counter() - started,
             learning_rate=config.learning_rate,
             step=self.steps_done,
+        )
+
+    def train_groups(
+        self,
+        groups: Sequence[TrajectoryGroup],
+        get_record: RecordLookup,
+        render: Renderer | None,
+        config: TrainConfig,
+    ) -> GroupsStepResult:
+        """Build sequences from scored groups (:func:`.data.build_sequences`) and train one step.
+
+        When no group carries signal the result says so (``trained=False`` and the reason);
+        no update happens and no exception is raised, so the caller can report it.
+        """
+        built = build_sequences(
+            groups,
+            get_record,
+            render,
+            scale_rewards=config.scale_rewards,
+            max_sequence_length=config.max_sequence_length,
+        )
+        reason = built.nothing_trainable_reason
+        if reason is not None:
+            logger.warning("training step skipped: %s", reason)
+            return GroupsStepResult(trained=False, nothing_trainable_reason=reason, data=built.metrics)
+        return GroupsStepResult(
+            trained=True, data=built.metrics, step=self.train_step(built.sequences, config)
         )
 
     # ------------------------------------------------------------------ persistence
