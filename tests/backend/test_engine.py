@@ -236,6 +236,11 @@ async def test_lora_adapter_changes_output_and_unload_restores(
     assert after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         await engine.load_adapter("broken", tmp_path)
+    (tmp_path / "ia3").mkdir()
+    (tmp_path / "ia3" / "adapter_config.json").write_text('{"peft_type": "IA3"}')
+    with pytest.raises(ValueError, match="only LoRA"):
+        await engine.load_adapter("ia3", tmp_path / "ia3")
+    assert engine.adapters == set()
 
 
 async def test_stream_deltas_concatenate_to_generate(engine: TorchEngine) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -301,6 +302,12 @@ class TorchEngine:
             raise ValueError(f"invalid adapter name {name!r}")
         if not (path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{path} is not a PEFT adapter folder: it has no adapter_config.json")
+        try:
+            peft_type = json.loads((path / "adapter_config.json").read_text()).get("peft_type")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {path / 'adapter_config.json'}: {exc}") from exc
+        if peft_type != "LORA":
+            raise ValueError(f"only LoRA adapters can be served; {path} holds a {peft_type} adapter")
         if name in self._adapters:
             await self.unload_adapter(name)
         async with self.paused():
@@ -318,6 +325,15 @@ class TorchEngine:
             self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=False)
         self.model.eval()
         self._batch.model = self.model
+        # Requests for any adapters share batches (PEFT's adapter_names): make sure this one can,
+        # so a later batch never fails because of it.
+        try:
+            with torch.inference_mode():
+                ids = torch.tensor([[min(self.eos_token_ids)]] * 2, device=self.device)
+                self.model(input_ids=ids, adapter_names=["__base__", name])
+        except Exception as exc:
+            self._unload_adapter_sync(name)
+            raise ValueError(f"the adapter in {path} cannot be served in a mixed batch: {exc}") from exc
 
     async def unload_adapter(self, name: str) -> None:
         """Unload an adapter once the requests already using it have finished."""
