@@ -240,6 +240,25 @@ def test_too_long_sequences_are_dropped_not_truncated(render: Any) -> None:
     assert all(len(s.token_ids) <= limit for s in result.sequences)
 
 
+def test_sequences_without_a_sampled_token_are_dropped_and_counted(render: Any) -> None:
+    server = Server(render)
+    user = {"role": "user", "content": "Hi"}
+    empty = server.complete([user], "")  # the model stopped at once: no completion tokens
+    assert server.records[empty.completion_id]["choices"][0]["completion_token_ids"] == []
+    result = build_sequences(
+        [
+            _group(
+                Trajectory(messages=[Message(**user), empty], reward=0.0),
+                Trajectory(messages=[Message(**user), server.complete([user], "Hello")], reward=1.0),
+            )
+        ],
+        server.get,
+        render,
+    )
+    assert result.metrics.sequences_without_loss == 1 and len(result.sequences) == 1
+    assert result.metrics.trajectories == 1 and result.sequences[0].loss_tokens > 0
+
+
 def test_additional_histories_become_their_own_sequences_and_duplicates_count_once(render: Any) -> None:
     server = Server(render)
     user = {"role": "user", "content": "Plan"}

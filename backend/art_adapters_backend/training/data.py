@@ -122,6 +122,8 @@ class BuildMetrics(BaseModel):
         trajectories_without_turns: scored trajectories with no assistant turn.
         sequences: sequences returned.
         sequences_too_long: sequences dropped for exceeding ``max_sequence_length``.
+        sequences_without_loss: sequences dropped because no token in them was sampled
+            (e.g. every completion was empty: the model stopped at once).
         tokens: tokens in the returned sequences.
         loss_tokens: tokens that carry loss.
         record_turns: assistant turns built from exact-token records.
@@ -142,6 +144,7 @@ class BuildMetrics(BaseModel):
     trajectories_without_turns: int = 0
     sequences: int = 0
     sequences_too_long: int = 0
+    sequences_without_loss: int = 0
     tokens: int = 0
     loss_tokens: int = 0
     record_turns: int = 0
@@ -375,6 +378,9 @@ def build_sequences(
                 continue
             kept = 0
             for b in built:
+                if not any(b.mask):
+                    metrics.sequences_without_loss += 1
+                    continue
                 if max_sequence_length is not None and len(b.ids) > max_sequence_length:
                     metrics.sequences_too_long += 1
                     logger.warning(
