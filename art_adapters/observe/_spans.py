@@ -72,16 +72,19 @@ def _digest(*parts: str) -> bytes:
     return hashlib.sha256("\x1f".join(parts).encode()).digest()
 
 
-def span_ids(trajectory_id: str) -> tuple[int, int]:
-    """The (trace id, root span id) a trajectory is exported under; stable across calls."""
-    digest = _digest("art-adapters-trace", trajectory_id)
+def span_ids(trajectory_id: str, namespace: str = "") -> tuple[int, int]:
+    """The (trace id, root span id) a trajectory is exported under in a run (``namespace``); stable across calls.
+
+    Backends key spans by id, so the same trajectory exported by two runs gets different ids.
+    """
+    digest = _digest("art-adapters-trace", namespace, trajectory_id)
     trace_id = int.from_bytes(digest[:16], "big") or 1
     root_id = int.from_bytes(digest[16:24], "big") or 1
     return trace_id, root_id
 
 
-def _child_id(trajectory_id: str, *key: str) -> int:
-    return int.from_bytes(_digest("art-adapters-span", trajectory_id, *key)[:8], "big") or 1
+def _child_id(namespace: str, trajectory_id: str, *key: str) -> int:
+    return int.from_bytes(_digest("art-adapters-span", namespace, trajectory_id, *key)[:8], "big") or 1
 
 
 def _ns(value: datetime | None) -> int | None:
@@ -146,6 +149,7 @@ class RolloutContext:
     split: str = "train"
     agent_name: str = "agent"
     extra_tags: tuple[str, ...] = ()
+    namespace: str = ""
 
 
 def _scalar_metrics(metrics: Mapping[str, Any], prefix: str) -> dict[str, AttributeValue]:
@@ -200,7 +204,7 @@ def trajectory_spans(
     trajectory: Trajectory, context: RolloutContext, *, include_scores: bool = True
 ) -> list[SpanSpec]:
     """The spans of one rollout: the agent root, its generations, tool calls and (optionally) scores."""
-    trace_id, root_id = span_ids(trajectory.id)
+    trace_id, root_id = span_ids(trajectory.id, context.namespace)
     meta = trajectory.metadata
     scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
     rollout_index = meta.get("rollout_index")
@@ -286,23 +290,22 @@ def trajectory_spans(
         windows = _generation_windows(history.messages, trajectory.tool_records, start, end)
         turns = [i for i, m in enumerate(history.messages) if m.role == "assistant"]
         for (g_start, g_end), index in zip(windows, turns, strict=True):
+            span_id = _child_id(context.namespace, trajectory.id, "gen", str(h_index), str(index))
+            spec = SpanSpec("", trace_id, span_id, root_id, g_start, max(g_end, g_start + 1))
+            output = history.messages[index]
             spans.append(
                 _generation_span(
-                    trajectory, history.messages[:index], history.messages[index], history.tools,
-                    model, _usage(history.messages[index], totals),
-                    SpanSpec("", trace_id, _child_id(trajectory.id, "gen", str(h_index), str(index)), root_id,
-                             g_start, min(max(g_end, g_start + 1), end) if g_start < end else g_start + 1),
+                    history.messages[:index], output, history.tools, model, _usage(output, totals), spec
                 )
             )
     for t_index, record in enumerate(trajectory.tool_records):
-        spans.append(_tool_span(trajectory.id, trace_id, root_id, t_index, record, start))
+        spans.append(_tool_span(context.namespace, trajectory.id, trace_id, root_id, t_index, record, start))
     if include_scores:
-        spans.extend(score_spans(trajectory))
+        spans.extend(score_spans(trajectory, namespace=context.namespace))
     return spans
 
 
 def _generation_span(
-    trajectory: Trajectory,
     inputs: Sequence[Message],
     output: Message,
     tools: Sequence[Any] | None,
@@ -341,7 +344,7 @@ def _generation_span(
 
 
 def _tool_span(
-    trajectory_id: str, trace_id: int, root_id: int, index: int, record: ToolCallRecord, fallback_start: int
+    namespace: str, trajectory_id: str, trace_id: int, root_id: int, index: int, record: ToolCallRecord, fallback_start: int
 ) -> SpanSpec:
     start = _ns(record.started_at) or fallback_start
     end = start + max(1, int((record.duration_s or 0) * 1e9))
@@ -374,7 +377,7 @@ def _tool_span(
         attrs["langfuse.observation.level"] = "ERROR"
         attrs["langfuse.observation.status_message"] = error
     return SpanSpec(
-        name, trace_id, _child_id(trajectory_id, "tool", str(index)), root_id, start, end, attrs, error=error
+        name, trace_id, _child_id(namespace, trajectory_id, "tool", str(index)), root_id, start, end, attrs, error=error
     )
 
 
@@ -391,9 +394,9 @@ def trajectory_scores(trajectory: Trajectory) -> list[tuple[str, float, str | No
     return scores
 
 
-def score_spans(trajectory: Trajectory, *, at_ns: int | None = None) -> list[SpanSpec]:
+def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: str = "") -> list[SpanSpec]:
     """One evaluator span per score, child of the rollout's root span (empty when unscored)."""
-    trace_id, root_id = span_ids(trajectory.id)
+    trace_id, root_id = span_ids(trajectory.id, namespace)
     end = _ns(trajectory.finished_at) or _ns(trajectory.started_at) or 0
     at = at_ns if at_ns is not None else end
     spans: list[SpanSpec] = []
@@ -416,7 +419,7 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None) -> list[Spa
             SpanSpec(
                 f"score {name}",
                 trace_id,
-                _child_id(trajectory.id, "score", name),
+                _child_id(namespace, trajectory.id, "score", name),
                 root_id,
                 at,
                 at + 1,

@@ -63,7 +63,8 @@ class ObserveConfig(BaseModel):
         service_name: the OTel resource's ``service.name``.
         project: optional project name, sent as the resource attribute
             ``openinference.project.name`` (Phoenix files traces under it).
-        run: name of the training run; labels train-step traces and the metrics file.
+        run: name of the training run; labels train-step traces, and namespaces trace/span ids
+            (ids derive from it and the trajectory id, so later scores find their trace).
         export_timeout_s: seconds one export (with the exporter's own retries) may take before
             its batch is dropped with a warning; exports run on a background thread.
         max_queue_size: spans waiting for export beyond this are dropped (never blocks the caller).

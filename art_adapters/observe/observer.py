@@ -322,10 +322,16 @@ class Observer:
         trace_ids: list[str] = []
         for group in groups:
             context = group_context(
-                group, step=step, model=model, split=split, agent_name=agent_name, extra_tags=tuple(tags)
+                group,
+                step=step,
+                model=model,
+                split=split,
+                agent_name=agent_name,
+                extra_tags=tuple(tags),
+                namespace=self.config.run,
             )
             for trajectory in group.trajectories:
-                trace_id, _ = span_ids(trajectory.id)
+                trace_id, _ = span_ids(trajectory.id, self.config.run)
                 trace_ids.append(f"{trace_id:032x}")
                 if self.enabled:
                     self._emit(trajectory_spans(trajectory, context, include_scores=scores))
@@ -347,7 +353,7 @@ class Observer:
             return sent
         now = time.time_ns()
         for trajectory in group.trajectories:
-            specs = score_spans(trajectory, at_ns=now)
+            specs = score_spans(trajectory, at_ns=now, namespace=self.config.run)
             self._emit(specs)
             self._langfuse_scores(trajectory)
             sent += len(specs)
@@ -356,7 +362,7 @@ class Observer:
     def _langfuse_scores(self, trajectory: Any) -> int:
         if self._langfuse is None:
             return 0
-        trace_id, root_id = span_ids(trajectory.id)
+        trace_id, root_id = span_ids(trajectory.id, self.config.run)
         sent = 0
         for name, value, comment in trajectory_scores(trajectory):
             try:

@@ -312,3 +312,10 @@ def test_langfuse_sdk_path_sends_spans_and_scores_with_the_explanation(
     for trajectory, trace_id in zip(scored_groups[0].trajectories, trace_ids, strict=True):
         assert by_trace[trace_id]["value"] == trajectory.metrics["ruler_score"]
         assert by_trace[trace_id]["comment"] == trajectory.metadata["ruler_explanation"]
+
+
+def test_trace_ids_are_stable_within_a_run_and_differ_across_runs(scored_groups: list[aa.TrajectoryGroup]) -> None:
+    first = Observer(ObserveConfig(run="a")).log_rollouts(scored_groups)
+    again = Observer(ObserveConfig(run="a")).log_rollouts(scored_groups)
+    other = Observer(ObserveConfig(run="b")).log_rollouts(scored_groups)
+    assert first == again and not set(first) & set(other) and len(set(first)) == 6

@@ -1,0 +1,146 @@
+"""A real Arize Phoenix trace server for the tests, from its own cached virtual environment.
+
+``arize-phoenix`` pulls dependencies the project does not want in ``.venv``, so it lives in
+``.venv-phoenix/`` at the repository root (git-ignored). :func:`ensure_venv` builds it once
+(about 2.5 minutes on the 2-core machine; ~850 MB), under an exclusive file lock so two
+pytest runs never build it twice, and marks it complete with a stamp file; a build that
+died half-way is removed and redone. ``ART_ADAPTERS_PHOENIX=0`` turns the Phoenix tests
+off; ``=1`` is the default behaviour (build when missing).
+
+:class:`PhoenixServer` runs ``phoenix serve`` on a free 127.0.0.1 port with a temporary
+working directory (its SQLite database) and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Self
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-phoenix"
+STAMP = VENV / ".art-adapters-complete"
+LOCK = ROOT / ".venv-phoenix.lock"
+REQUIREMENT = "arize-phoenix>=12"
+
+
+def _python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def ensure_venv() -> tuple[Path | None, str]:
+    """The venv's python and a note (built or cached, seconds), or ``(None, reason)`` when it cannot be had."""
+    if os.environ.get("ART_ADAPTERS_PHOENIX") == "0":
+        return None, "ART_ADAPTERS_PHOENIX=0"
+    if STAMP.is_file():
+        return _python(), "cached"
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run may be building it: wait, then reuse
+        if STAMP.is_file():
+            return _python(), "built by another run"
+        started = time.monotonic()
+        if VENV.exists():
+            subprocess.run(["rm", "-rf", str(VENV)], check=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        steps = [
+            [base, "-m", "venv", str(VENV)],
+            [str(_python()), "-m", "pip", "install", "-q", REQUIREMENT],
+        ]
+        for command in steps:
+            result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
+            if result.returncode != 0:
+                output = "\n".join(
+                    line for line in (result.stdout + result.stderr).splitlines() if "is ignored" not in line
+                )
+                return None, f"could not build .venv-phoenix ({' '.join(command[-2:])}): {output[-1500:]}"
+        STAMP.write_text(f"{REQUIREMENT}\nbuilt in {time.monotonic() - started:.0f}s\n")
+        return _python(), f"built in {time.monotonic() - started:.0f}s"
+
+
+def free_port() -> int:
+    """A port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PhoenixServer:
+    """``phoenix serve`` on 127.0.0.1; ``url`` is its HTTP root (OTLP at ``url/v1/traces``)."""
+
+    def __init__(self, python: Path, workdir: Path) -> None:
+        self.python = python
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "phoenix.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
+
+    def start(self, timeout_s: float = 120.0) -> Self:
+        """Start and wait until ``/healthz`` answers; raises with the log's tail if it does not."""
+        env = {
+            **os.environ,
+            "PHOENIX_WORKING_DIR": str(self.workdir),
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": str(free_port()),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        started = time.monotonic()
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(self.python), "-m", "phoenix.server.main", "serve"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.workdir,
+            )
+        while time.monotonic() - started < timeout_s:
+            if self.process.poll() is not None:
+                break
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    self.startup_s = time.monotonic() - started
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"phoenix serve did not become healthy in {timeout_s:.0f}s:\n{tail}")
+
+    def spans(self, project: str) -> list[dict]:
+        """Every span of a project, via the REST API (paged)."""
+        out: list[dict] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, str | int] = {"limit": 1000}
+            if cursor:
+                params["cursor"] = cursor
+            response = httpx.get(f"{self.url}/v1/projects/{project}/spans", params=params, timeout=10.0)
+            if response.status_code == 404:
+                return []
+            response.raise_for_status()
+            body = response.json()
+            out.extend(body["data"])
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return out
+
+    def stop(self) -> None:
+        """Terminate the server (kill after 10 s)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
