@@ -16,6 +16,8 @@ from art_adapters_backend.training.grpo import (
     grpo_loss,
     is_zero_variance,
     k3_kl,
+    kept_token_logprobs,
+    logits_keep_mask,
     sequence_importance,
     token_logprobs,
 )
@@ -229,3 +231,21 @@ def test_config_cross_field_errors_say_what_to_change() -> None:
 def test_config_json_round_trip() -> None:
     config = TrainConfig(beta=0.05, epsilon_high=0.3, loss_normalization="constant", max_tokens=64)
     assert TrainConfig.model_validate_json(config.model_dump_json()) == config
+
+
+def test_kept_logits_give_the_same_logprobs_on_loss_tokens() -> None:
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 6, 11, generator=g, requires_grad=True)
+    ids = torch.randint(0, 11, (3, 6), generator=g)
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1]], dtype=torch.float32)
+    temps = torch.tensor([1.0, 0.7, 1.3])
+    keep = logits_keep_mask(mask)
+    assert keep.tolist()[0] == [False, True, True, False, False, False] and not keep[:, -1].any()
+    full = token_logprobs(logits, ids, temps)
+    kept = kept_token_logprobs(logits[keep], ids, keep, temps)  # what transformers returns for a bool mask
+    assert torch.allclose(kept * mask, full * mask, atol=1e-6)
+    assert (kept[mask == 0] == 0).all()
+    (kept * mask).sum().backward()  # differentiable through the scatter
+    assert (
+        logits.grad is not None and logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1].abs().sum() > 0
+    )

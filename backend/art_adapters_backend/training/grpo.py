@@ -43,6 +43,8 @@ __all__ = [
     "grpo_loss",
     "is_zero_variance",
     "k3_kl",
+    "kept_token_logprobs",
+    "logits_keep_mask",
     "masked_log_ratio",
     "sequence_importance",
     "token_importance",
@@ -117,6 +119,47 @@ def token_logprobs(
     targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
     picked = torch.gather(scaled, -1, targets).squeeze(-1)  # (B, T-1)
     out = picked - torch.logsumexp(scaled, dim=-1)  # (B, T-1)
+    return torch.nn.functional.pad(out, (1, 0), value=0.0)  # (B, T)
+
+
+def logits_keep_mask(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Positions whose logits are needed: the ones just before a loss token, (B, T) -> (B, T) bool::
+
+        keep[b, t] = loss_mask[b, t + 1] > 0      (keep[b, T-1] = False)
+
+    Passed as ``logits_to_keep`` to a transformers causal LM, the LM head then projects only
+    these positions (the prompt and tool outputs never reach the vocabulary projection).
+    """
+    keep = torch.zeros_like(loss_mask, dtype=torch.bool)
+    keep[:, :-1] = loss_mask[:, 1:] > 0
+    return keep
+
+
+def kept_token_logprobs(
+    kept_logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    keep: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
+    """:func:`token_logprobs` from logits computed only where ``keep`` is True.
+
+    ``kept_logits``: (N, V) for the N True positions of ``keep`` in row-major order (what
+    transformers returns for a boolean ``logits_to_keep``); ``input_ids``, ``keep``: (B, T);
+    ``temperature``: float or (B,) -> (B, T), zero where no logits were kept::
+
+        out[b, t + 1] = log softmax(logits[b, t] / temperature[b])[input_ids[b, t + 1]]   where keep[b, t]
+    """
+    scaled = kept_logits.float()  # (N, V)
+    if isinstance(temperature, torch.Tensor):
+        rows = temperature.to(scaled).reshape(-1, 1).expand(keep.shape)[keep]  # (N,)
+        scaled = scaled / rows.unsqueeze(-1)
+    elif temperature != 1.0:
+        scaled = scaled / temperature
+    targets = input_ids[:, 1:][keep[:, :-1]]  # (N,)
+    picked = torch.gather(scaled, -1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)
+    values = picked - torch.logsumexp(scaled, dim=-1)  # (N,)
+    out = torch.zeros(keep.shape[0], keep.shape[1] - 1, dtype=values.dtype, device=values.device)
+    out = out.masked_scatter(keep[:, :-1], values)  # (B, T-1)
     return torch.nn.functional.pad(out, (1, 0), value=0.0)  # (B, T)
 
 

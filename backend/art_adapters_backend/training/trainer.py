@@ -39,7 +39,14 @@ from .data import (
     TrainingSequence,
     build_sequences,
 )
-from .grpo import BatchTotals, LossSettings, grpo_loss, token_logprobs
+from .grpo import (
+    BatchTotals,
+    LossSettings,
+    grpo_loss,
+    kept_token_logprobs,
+    logits_keep_mask,
+    token_logprobs,
+)
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -233,12 +240,23 @@ class LoraTrainer(ABC):
             for i in range(0, len(ordered), size)
         ]
 
-    def _logprobs(self, batch: _Batch) -> torch.Tensor:
+    #: Whether the model accepts a boolean (B, T) ``logits_to_keep`` (transformers >= 5), so the
+    #: LM head runs only before loss tokens. Subclasses whose forward does not set it False.
+    select_logits: bool = True
+
+    def _logprobs(self, batch: _Batch, *, loss_only: bool = False) -> torch.Tensor:
+        """(B, T) log-probs of the batch's tokens; with ``loss_only`` only before-loss positions are exact."""
         assert self.model is not None
-        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         temperature: torch.Tensor | float = batch.temperatures
         if bool((batch.temperatures == 1.0).all()):
             temperature = 1.0
+        if loss_only and self.select_logits:
+            keep = logits_keep_mask(batch.loss_mask)  # (B, T)
+            logits = self.model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
+            ).logits  # (N, V)
+            return kept_token_logprobs(logits, batch.input_ids, keep, temperature)
+        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
 
     @torch.no_grad()
@@ -298,9 +316,9 @@ class LoraTrainer(ABC):
             ref = None
             if settings.beta != 0.0:
                 with torch.no_grad(), self.model.disable_adapter():
-                    ref = self._logprobs(batch)
+                    ref = self._logprobs(batch, loss_only=True)
             out = grpo_loss(
-                self._logprobs(batch),
+                self._logprobs(batch, loss_only=True),
                 batch.old_logprobs,
                 batch.advantages,
                 batch.loss_mask,
