@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from art_adapters.trajectory import Message, ToolCallRecord, Trajectory, TrajectoryGroup
+from art_adapters.trajectory import Message, RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup
 
 __all__ = [
     "AttributeValue",
     "SpanSpec",
+    "failed_trajectory",
     "score_spans",
     "span_ids",
     "train_step_spans",
@@ -454,3 +455,22 @@ def train_step_spans(
     }
     attrs.update(_scalar_metrics(metrics, f"{_PREFIX}.train"))
     return [SpanSpec(f"train_step {step}", trace_id, span_id, None, at_ns, at_ns + max(1, duration_ns), attrs)]
+
+
+def failed_trajectory(group: TrajectoryGroup, failure: RolloutException) -> Trajectory:
+    """The trajectory to export for a failed rollout: its partial capture (or an empty one) with the error."""
+    error = f"{failure.type}: {failure.message}" if failure.message else failure.type
+    if failure.trajectory is not None:
+        trajectory = failure.trajectory.model_copy()
+        trajectory.error = trajectory.error or error
+    else:
+        key = f"{group.id}:{failure.scenario_id}:{failure.rollout_index}:{failure.occurred_at.isoformat()}"
+        trajectory = Trajectory(
+            id=f"failed-{_digest(key).hex()[:16]}", error=error, started_at=failure.occurred_at
+        )
+    trajectory.metadata = {
+        **trajectory.metadata,
+        "scenario_id": failure.scenario_id,
+        "rollout_index": failure.rollout_index,
+    }
+    return trajectory

@@ -29,12 +29,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from art_adapters.errors import ConfigError
 from art_adapters.observe._spans import (
     SpanSpec,
+    failed_trajectory,
     group_context,
     score_spans,
     span_ids,
@@ -210,6 +212,13 @@ class Observer:
             should_export_span=lambda span: True,  # our provider carries only our spans
             timeout=max(1, int(cfg.export_timeout_s)),
         )
+        if getattr(getattr(self._langfuse, "_resources", None), "tracer_provider", provider) is not provider:
+            # The SDK keeps one client per public key: an earlier one (maybe shut down) was returned,
+            # with its own provider. Send our spans over plain OTLP; scores still go through the SDK.
+            url = cfg.langfuse_otlp_url()
+            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            logger.info("observe: a Langfuse client for this key already existed; spans over plain OTLP to %s", url)
+            return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
 
     def _init_wandb(self) -> None:
@@ -301,8 +310,9 @@ class Observer:
         scores: bool = True,
         agent_name: str = "agent",
         tags: Sequence[str] = (),
+        failures: bool = True,
     ) -> list[str]:
-        """Export every trajectory of ``groups`` as one trace; returns the trace ids (32 hex digits).
+        """Export every trajectory of ``groups`` as one trace; returns their trace ids (32 hex digits).
 
         Args:
             groups: the groups (from :func:`~art_adapters.run_groups`, scored or not).
@@ -312,6 +322,9 @@ class Observer:
             split: ``"train"``, ``"val"``... (tag ``split:...``).
             scores: also export the scores the trajectories already carry (RULER, reward),
                 as evaluator spans and, with the Langfuse SDK, Langfuse scores.
+            failures: also export each failed rollout (``group.exceptions``) as a trace with an
+                error status and the tag ``failed``: what it captured before failing, or an
+                empty agent span carrying the exception.
             agent_name: the agent observation's name.
             tags: extra trace tags.
 
@@ -337,6 +350,10 @@ class Observer:
                     self._emit(trajectory_spans(trajectory, context, include_scores=scores))
                     if scores:
                         self._langfuse_scores(trajectory)
+            if self.enabled and failures:
+                failed_context = replace(context, extra_tags=(*context.extra_tags, "failed"))
+                for failure in group.exceptions:
+                    self._emit(trajectory_spans(failed_trajectory(group, failure), failed_context))
         if self.history is not None and step is not None:
             self.history.append(step, group_metrics(groups), split=split)
         return trace_ids

@@ -319,3 +319,70 @@ def test_trace_ids_are_stable_within_a_run_and_differ_across_runs(scored_groups:
     again = Observer(ObserveConfig(run="a")).log_rollouts(scored_groups)
     other = Observer(ObserveConfig(run="b")).log_rollouts(scored_groups)
     assert first == again and not set(first) & set(other) and len(set(first)) == 6
+
+
+def test_a_second_langfuse_observer_with_the_same_key_still_delivers(
+    scored_groups: list[aa.TrajectoryGroup], recorder: Recorder
+) -> None:
+    delivered = []
+    for run in ("first", "second"):
+        observer = observe.configure_langfuse("pk-lf-twice", "sk-lf-twice", recorder.url, run=run)
+        trace_ids = observer.log_rollouts(scored_groups[:1], step=0, scores=False)
+        observer.shutdown()
+        traces = b"".join(body for p, body in recorder.posts if p.endswith("/v1/traces"))
+        delivered.append(all(bytes.fromhex(t) in traces for t in trace_ids))
+    assert delivered == [True, True]
+
+
+async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
+    scored_groups: list[aa.TrajectoryGroup], tmp_path: Any
+) -> None:
+    good = scored_groups[0].trajectories[0].model_copy(deep=True)
+    good.id = "traj-tool-error"
+    good.tool_records[0].is_error = True
+    good.tool_records[0].error = "ToolException: division by zero"
+    good.tool_records[0].result = None
+
+    class GraphFailed(RuntimeError):
+        def __init__(self, trajectory: aa.Trajectory | None) -> None:
+            super().__init__("graph crashed")
+            self.trajectory = trajectory
+
+    partial = scored_groups[1].trajectories[0].model_copy(deep=True)
+    partial.id = "traj-partial"
+    outcomes = iter([good, GraphFailed(partial), GraphFailed(None)])
+
+    async def rollout(scenario: Any) -> aa.Trajectory:
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    groups = await aa.run_groups(rollout, [{"id": "mixed"}], n=3, max_concurrency=1, max_exceptions=2, progress=False)
+    assert len(groups[0].trajectories) == 1 and len(groups[0].exceptions) == 2
+    exporter = InMemorySpanExporter()
+    path = tmp_path / "errors.jsonl"
+    observer = Observer(
+        ObserveConfig(), span_processors=[SimpleSpanProcessor(exporter)], span_exporter=OtlpJsonFileExporter(path)
+    )
+    trace_ids = observer.log_rollouts(groups, step=5)
+    observer.shutdown()
+    assert len(trace_ids) == 1  # the ids returned are the successful rollouts'
+    spans = exporter.get_finished_spans()
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 3
+    failed = [s for s in roots if "failed" in s.attributes["langfuse.trace.tags"]]
+    assert len(failed) == 2
+    assert all(s.status.status_code.name == "ERROR" and "GraphFailed: graph crashed" in s.status.description for s in failed)
+    assert sorted(s.attributes["art_adapters.rollout.index"] for s in failed) == [1, 2]
+    tool_error = next(s for s in spans if s.attributes.get("gen_ai.tool.call.id") == good.tool_records[0].call_id
+                      and s.context.trace_id == int(trace_ids[0], 16))
+    assert tool_error.status.status_code.name == "ERROR"
+    assert tool_error.attributes["langfuse.observation.level"] == "ERROR"
+
+    back = {t.id: t for t in aa.trajectories_from_otlp_json(path)}
+    assert set(back) == {"traj-tool-error", "traj-partial"}  # the empty failure has nothing to import
+    record = back["traj-tool-error"].tool_records[0]
+    assert (record.is_error, record.error, record.result) == (True, "ToolException: division by zero", None)
+    assert back["traj-partial"].error.endswith("GraphFailed: graph crashed")
+    assert back["traj-partial"].messages == partial.messages
