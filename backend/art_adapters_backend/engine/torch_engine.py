@@ -206,7 +206,10 @@ class TorchEngine:
         Each choice's text deltas concatenate to its final text; its last delta carries the
         ``finish_reason``. Leaving the loop early cancels the request.
         """
-        compiled = self._validate(request)
+        self._validate(request)
+        compiled = None
+        if request.constraint is not None:  # milliseconds, more for big schemas: off the event loop
+            compiled = await asyncio.to_thread(self._grammars.compile, request.constraint)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[SequenceDelta | BaseException | None] = asyncio.Queue()
 
@@ -228,8 +231,8 @@ class TorchEngine:
             if not job.done:
                 job.cancelled = True
 
-    def _validate(self, request: GenerationRequest) -> Any:
-        """Check a request before it is queued; returns its compiled grammar (or None)."""
+    def _validate(self, request: GenerationRequest) -> None:
+        """Check a request before it is queued (its constraint is compiled separately)."""
         if self._closed:
             raise EngineClosedError("the engine is closed")
         if self._thread is None:
@@ -258,9 +261,6 @@ class TorchEngine:
             )
         if request.adapter is not None and request.adapter not in self._adapters:
             raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(self._adapters)}")
-        if request.constraint is not None:
-            return self._grammars.compile(request.constraint)
-        return None
 
     def _submit(self, job: Job) -> None:
         """Queue a validated request's choices for the decode loop."""
