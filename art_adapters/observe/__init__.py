@@ -87,7 +87,7 @@ def configure(**settings: Any) -> Observer:
 def configure_langfuse(
     public_key: str, secret_key: str, base_url: str = "https://cloud.langfuse.com", **settings: Any
 ) -> Observer:
-    """Turn Langfuse on with these keys (Cloud EU by default; ``https://us.cloud.langfuse.com`` or self-hosted)."""
+    """Turn Langfuse on with these keys (default: Cloud EU; or the US region, or self-hosted)."""
     return configure(
         langfuse_public_key=public_key, langfuse_secret_key=secret_key, langfuse_base_url=base_url, **settings
     )

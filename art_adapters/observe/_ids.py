@@ -1,4 +1,4 @@
-"""An OpenTelemetry id generator that hands out ids chosen by the caller (for stable, re-addressable traces)."""
+"""An OpenTelemetry id generator that hands out caller-chosen ids (stable, re-addressable traces)."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def _digest(*parts: str) -> bytes:
 
 
 def span_ids(trajectory_id: str, namespace: str = "") -> tuple[int, int]:
-    """The (trace id, root span id) a trajectory is exported under in a run (``namespace``); stable across calls.
+    """The (trace id, root span id) of a trajectory in a run (``namespace``); stable across calls.
 
     Backends key spans by id, so the same trajectory exported by two runs gets different ids.
     """
@@ -168,7 +168,10 @@ def _usage(message: Message, single_call_totals: Mapping[str, Any] | None) -> di
     if not source:
         return {}
     out: dict[str, int] = {}
-    for ours, keys in (("input", ("prompt_tokens", "input_tokens")), ("output", ("completion_tokens", "output_tokens"))):
+    for ours, keys in (
+        ("input", ("prompt_tokens", "input_tokens")),
+        ("output", ("completion_tokens", "output_tokens")),
+    ):
         for key in keys:
             value = source.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -195,7 +198,9 @@ def _generation_windows(
             gen_end = cursor + max(1, (end - cursor) // max(1, remaining))
         windows.append((cursor, gen_end))
         ends = [
-            (_ns(r.started_at) or 0) + int((r.duration_s or 0) * 1e9) for r in calls if r.started_at is not None
+            (_ns(r.started_at) or 0) + int((r.duration_s or 0) * 1e9)
+            for r in calls
+            if r.started_at is not None
         ]
         cursor = max([gen_end, *ends])
     return windows
@@ -249,7 +254,9 @@ def trajectory_spans(
         "langfuse.trace.tags": tags,
         "langfuse.trace.input": _json(first_user),
         "langfuse.trace.output": _json(last),
-        "langfuse.observation.input": _json([m.to_openai() for m in trajectory.messages if m.role != "assistant"][:2]),
+        "langfuse.observation.input": _json(
+            [m.to_openai() for m in trajectory.messages if m.role != "assistant"][:2]
+        ),
         "langfuse.observation.output": _json(last),
         f"{_PREFIX}.trajectory.id": trajectory.id,
         f"{_PREFIX}.split": context.split,
@@ -269,7 +276,9 @@ def trajectory_spans(
         root_attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
     for key, value in trace_meta.items():
         if value is not None:
-            root_attrs[f"langfuse.trace.metadata.{key}"] = value if isinstance(value, str | int | float) else str(value)
+            root_attrs[f"langfuse.trace.metadata.{key}"] = (
+                value if isinstance(value, str | int | float) else str(value)
+            )
     root_attrs.update(_scalar_metrics(trajectory.metrics, f"{_PREFIX}.metrics"))
     spans = [
         SpanSpec(
@@ -345,7 +354,13 @@ def _generation_span(
 
 
 def _tool_span(
-    namespace: str, trajectory_id: str, trace_id: int, root_id: int, index: int, record: ToolCallRecord, fallback_start: int
+    namespace: str,
+    trajectory_id: str,
+    trace_id: int,
+    root_id: int,
+    index: int,
+    record: ToolCallRecord,
+    fallback_start: int,
 ) -> SpanSpec:
     start = _ns(record.started_at) or fallback_start
     end = start + max(1, int((record.duration_s or 0) * 1e9))
@@ -378,12 +393,19 @@ def _tool_span(
         attrs["langfuse.observation.level"] = "ERROR"
         attrs["langfuse.observation.status_message"] = error
     return SpanSpec(
-        name, trace_id, _child_id(namespace, trajectory_id, "tool", str(index)), root_id, start, end, attrs, error=error
+        name,
+        trace_id,
+        _child_id(namespace, trajectory_id, "tool", str(index)),
+        root_id,
+        start,
+        end,
+        attrs,
+        error=error,
     )
 
 
 def trajectory_scores(trajectory: Trajectory) -> list[tuple[str, float, str | None]]:
-    """The (name, value, comment) scores a trajectory carries: RULER's (with its explanation) and the reward."""
+    """The (name, value, comment) scores a trajectory carries: RULER's (with the explanation), the reward."""
     scores: list[tuple[str, float, str | None]] = []
     ruler = trajectory.metrics.get("ruler_score")
     explanation = trajectory.metadata.get("ruler_explanation")
@@ -411,7 +433,10 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: 
             f"{_PREFIX}.score.value": value,
             f"{_PREFIX}.trajectory.id": trajectory.id,
         }
-        event: dict[str, AttributeValue] = {"gen_ai.evaluation.name": name, "gen_ai.evaluation.score.value": value}
+        event: dict[str, AttributeValue] = {
+            "gen_ai.evaluation.name": name,
+            "gen_ai.evaluation.score.value": value,
+        }
         if comment:
             attrs[f"{_PREFIX}.score.comment"] = comment
             attrs["gen_ai.evaluation.explanation"] = comment
@@ -434,7 +459,9 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: 
 def group_context(group: TrajectoryGroup, **fields: Any) -> RolloutContext:
     """The :class:`RolloutContext` of a group's trajectories."""
     scenario = group.metadata.get("scenario_id")
-    return RolloutContext(group_id=group.id, scenario_id=str(scenario) if scenario is not None else None, **fields)
+    return RolloutContext(
+        group_id=group.id, scenario_id=str(scenario) if scenario is not None else None, **fields
+    )
 
 
 def train_step_spans(
@@ -454,7 +481,9 @@ def train_step_spans(
         f"{_PREFIX}.run": run,
     }
     attrs.update(_scalar_metrics(metrics, f"{_PREFIX}.train"))
-    return [SpanSpec(f"train_step {step}", trace_id, span_id, None, at_ns, at_ns + max(1, duration_ns), attrs)]
+    return [
+        SpanSpec(f"train_step {step}", trace_id, span_id, None, at_ns, at_ns + max(1, duration_ns), attrs)
+    ]
 
 
 def failed_trajectory(group: TrajectoryGroup, failure: RolloutException) -> Trajectory:

@@ -1,4 +1,4 @@
-"""Where observability data goes: :class:`ObserveConfig`, read from arguments or the usual environment variables.
+"""Where observability data goes: :class:`ObserveConfig`, from arguments or the usual env variables.
 
 Nothing is exported unless a destination is configured. Destinations, any combination:
 
@@ -138,7 +138,9 @@ class ObserveConfig(BaseModel):
             values["otlp_endpoint"] = _traces_url(traces, base=False)
         elif base:
             values["otlp_endpoint"] = _traces_url(base, base=True)
-        headers = environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or environ.get("OTEL_EXPORTER_OTLP_HEADERS")
+        headers = environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or environ.get(
+            "OTEL_EXPORTER_OTLP_HEADERS"
+        )
         if headers:
             values["otlp_headers"] = _parse_headers(headers)
         if environ.get("LANGFUSE_PUBLIC_KEY") or environ.get("LANGFUSE_SECRET_KEY"):

@@ -48,9 +48,9 @@ def trajectories_from_spans(spans: Sequence[ReadableSpan], *, keep_empty: bool =
     for trace_id, members in traces.items():
         ids = {s.context.span_id for s in members}
         roots = [s for s in members if s.parent is None or s.parent.span_id not in ids]
-        root = min(roots, key=lambda s: (s.start_time or 0)) if roots else None
+        root = min(roots, key=lambda s: s.start_time or 0) if roots else None
         state = TraceState(trace_id)
-        for span in sorted(members, key=lambda s: (s.end_time or 0)):
+        for span in sorted(members, key=lambda s: s.end_time or 0):
             state.add_span(span)
         if state.empty and not keep_empty:
             continue
@@ -88,7 +88,9 @@ def _restore(trajectory: Trajectory, root: ReadableSpan | None, spans: Sequence[
                 trajectory.metadata[key] = attrs[_P + ours]
         if isinstance(attrs.get(_P + "reward"), int | float):
             trajectory.reward = float(attrs[_P + "reward"])
-        metrics = {k.removeprefix(_P + "metrics."): v for k, v in attrs.items() if k.startswith(_P + "metrics.")}
+        metrics = {
+            k.removeprefix(_P + "metrics."): v for k, v in attrs.items() if k.startswith(_P + "metrics.")
+        }
         if metrics:
             trajectory.metrics = {k: v for k, v in metrics.items() if isinstance(v, int | float | bool)}
     sources: dict[tuple[Any, Any], tuple[Any, Any]] = {}
@@ -137,7 +139,9 @@ def _load(source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any]) ->
         value = [value]
     traces = [t for t in value if isinstance(t, Mapping) and isinstance(t.get("observations"), list)]
     if not traces:
-        raise ConfigError("no Langfuse trace with 'observations' found (export traces with their observations)")
+        raise ConfigError(
+            "no Langfuse trace with 'observations' found (export traces with their observations)"
+        )
     return traces
 
 
@@ -145,7 +149,7 @@ def _ns(value: Any) -> int:
     if isinstance(value, int | float):
         return int(value)
     if isinstance(value, str) and value:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1e9)
+        return int(datetime.fromisoformat(value).timestamp() * 1e9)
     return 0
 
 
@@ -192,7 +196,10 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
         if tools:
             attributes["gen_ai.tool.definitions"] = json.dumps(tools)
         usage = obs.get("usageDetails") or obs.get("usage") or {}
-        for ours, keys in (("input_tokens", ("input", "promptTokens")), ("output_tokens", ("output", "completionTokens"))):
+        for ours, keys in (
+            ("input_tokens", ("input", "promptTokens")),
+            ("output_tokens", ("output", "completionTokens")),
+        ):
             for key in keys:
                 if isinstance(usage.get(key), int):
                     attributes[f"gen_ai.usage.{ours}"] = usage[key]
@@ -210,7 +217,9 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
             {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool,
-                "gen_ai.tool.call.arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                "gen_ai.tool.call.arguments": arguments
+                if isinstance(arguments, str)
+                else json.dumps(arguments),
             }
         )
         if result is not None:

@@ -125,7 +125,7 @@ class MetricsHistory:
         return row
 
     def rows(self, split: str | None = None) -> list[dict[str, Any]]:
-        """Every row (or those of ``split``), in file order; a torn or malformed line is skipped with a warning."""
+        """Every row (or those of ``split``), in file order; torn/malformed lines skipped with a warning."""
         if not self.path.exists():
             return []
         out: list[dict[str, Any]] = []

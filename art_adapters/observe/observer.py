@@ -29,9 +29,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Self
 
 from art_adapters.errors import ConfigError
 from art_adapters.observe._spans import (
@@ -67,7 +67,7 @@ def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer)
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
             try:
                 result = inner.export(spans)
-            except Exception as exc:  # an exporter must never take the batch thread down
+            except Exception as exc:  # noqa: BLE001 - an exporter must never take the batch thread down
                 result = SpanExportResult.FAILURE
                 reason = f"{type(exc).__name__}: {exc}"
             else:
@@ -185,14 +185,16 @@ class Observer:
                 "exporting to an OTLP endpoint needs opentelemetry-exporter-otlp-proto-http: "
                 "pip install 'art-adapters[observe]'"
             ) from exc
-        return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers), timeout=self.config.export_timeout_s)
+        return OTLPSpanExporter(
+            endpoint=endpoint, headers=dict(headers), timeout=self.config.export_timeout_s
+        )
 
     def _add_langfuse(self, provider: TracerProvider, batch: Any) -> None:
         cfg = self.config
         sdk = None
         if cfg.use_langfuse_sdk is not False:
             try:
-                import langfuse as sdk  # noqa: PLC0415
+                import langfuse as sdk
             except ImportError as exc:
                 if cfg.use_langfuse_sdk:
                     raise ConfigError(
@@ -217,7 +219,9 @@ class Observer:
             # with its own provider. Send our spans over plain OTLP; scores still go through the SDK.
             url = cfg.langfuse_otlp_url()
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
-            logger.info("observe: a Langfuse client for this key already existed; spans over plain OTLP to %s", url)
+            logger.info(
+                "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s", url
+            )
             return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
 
@@ -228,13 +232,15 @@ class Observer:
         if wanted is False or (wanted is None and not os.environ.get("WANDB_API_KEY")):
             return
         try:
-            import wandb  # noqa: PLC0415
+            import wandb
         except ImportError as exc:
             if wanted:
                 raise ConfigError("wandb=True but the wandb package is missing: pip install wandb") from exc
             logger.info("observe: WANDB_API_KEY is set but wandb is not installed; W&B logging off")
             return
-        self._wandb = wandb.run or wandb.init(project=self.config.project or "art-adapters", name=self.config.run)
+        self._wandb = wandb.run or wandb.init(
+            project=self.config.project or "art-adapters", name=self.config.run
+        )
 
     @property
     def wandb_run(self) -> Any:
@@ -393,8 +399,10 @@ class Observer:
                     metadata={"trajectory_id": trajectory.id},
                 )
                 sent += 1
-            except Exception as exc:  # the SDK queues; a failure here must not break the caller
-                logger.warning("observe: Langfuse create_score failed (%s: %s); dropped", type(exc).__name__, exc)
+            except Exception as exc:  # noqa: BLE001 - must not break the caller
+                logger.warning(
+                    "observe: Langfuse create_score failed (%s: %s); dropped", type(exc).__name__, exc
+                )
         return sent
 
     def log_train_metrics(
@@ -413,13 +421,15 @@ class Observer:
         if self._wandb is not None:
             try:
                 self._wandb.log({f"{split}/{k}": v for k, v in metrics.items() if _is_number(v)}, step=step)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                 logger.warning("observe: wandb.log failed (%s: %s)", type(exc).__name__, exc)
         if not self.enabled:
             return
         now = time.time_ns()
         duration = int(duration_s * 1e9) if duration_s else 1
-        specs = train_step_spans(step, metrics, run=self.config.run, at_ns=now - duration, duration_ns=duration)
+        specs = train_step_spans(
+            step, metrics, run=self.config.run, at_ns=now - duration, duration_ns=duration
+        )
         self._emit(specs)
         if self._langfuse is not None:
             trace_id = f"{specs[0].trace_id:032x}"
@@ -429,7 +439,7 @@ class Observer:
                         self._langfuse.create_score(
                             name=f"{split}/{name}", value=float(value), trace_id=trace_id, data_type="NUMERIC"
                         )
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                         logger.warning("observe: Langfuse create_score failed (%s)", exc)
 
     # -- lifecycle --
@@ -442,7 +452,7 @@ class Observer:
         if self._langfuse is not None:
             try:
                 self._langfuse.flush()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                 logger.warning("observe: Langfuse flush failed (%s)", exc)
         return ok
 
@@ -457,10 +467,10 @@ class Observer:
         if self._langfuse is not None:
             try:
                 self._langfuse.shutdown()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                 logger.warning("observe: Langfuse shutdown failed (%s)", exc)
 
-    def __enter__(self) -> Observer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -469,4 +479,3 @@ class Observer:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-

@@ -79,7 +79,9 @@ class OtlpJsonFileExporter(SpanExporter):
         return True
 
 
-def read_otlp_json(source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any]) -> list[dict[str, Any]]:
+def read_otlp_json(
+    source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any],
+) -> list[dict[str, Any]]:
     """The OTLP JSON requests in a path (one object, a list, or JSON Lines) or an already-parsed value.
 
     Raises:
@@ -154,7 +156,9 @@ def _attributes(items: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
 
 def _iter_spans(request: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
     for resource_spans in request.get("resourceSpans", []) or []:
-        for scope_spans in resource_spans.get("scopeSpans", resource_spans.get("instrumentationLibrarySpans", [])):
+        for scope_spans in resource_spans.get(
+            "scopeSpans", resource_spans.get("instrumentationLibrarySpans", [])
+        ):
             scope = scope_spans.get("scope", scope_spans.get("instrumentationLibrary", {})) or {}
             for span in scope_spans.get("spans", []) or []:
                 yield scope, span
@@ -175,7 +179,11 @@ def spans_from_otlp_json(
             flags = TraceFlags(TraceFlags.SAMPLED)
             status = raw.get("status") or {}
             code = status.get("code", 0)
-            code = {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, code) if isinstance(code, str) else code
+            code = (
+                {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(code, code)
+                if isinstance(code, str)
+                else code
+            )
             events = [
                 Event(
                     str(e.get("name", "")),
@@ -192,13 +200,17 @@ def spans_from_otlp_json(
                     parent=SpanContext(trace_id, parent_id, False, flags) if parent_id else None,
                     attributes=_attributes(raw.get("attributes")),
                     events=events,
-                    kind=SpanKind(max(0, int(kind) - 1)) if isinstance(kind, int) and kind else SpanKind.INTERNAL,
+                    kind=SpanKind(max(0, int(kind) - 1))
+                    if isinstance(kind, int) and kind
+                    else SpanKind.INTERNAL,
                     status=Status(StatusCode.ERROR, status.get("message"))
                     if code == 2
                     else Status(StatusCode.OK if code == 1 else StatusCode.UNSET),
                     start_time=int(raw.get("startTimeUnixNano", 0) or 0),
                     end_time=int(raw.get("endTimeUnixNano", 0) or 0),
-                    instrumentation_scope=InstrumentationScope(str(scope.get("name", "")), scope.get("version")),
+                    instrumentation_scope=InstrumentationScope(
+                        str(scope.get("name", "")), scope.get("version")
+                    ),
                 )
             )
     return spans

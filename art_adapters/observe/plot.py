@@ -1,4 +1,4 @@
-"""PNG charts of a run's metrics history: reward curve with its spread, loss, KL (matplotlib, imported lazily)."""
+"""PNG charts of a run's metrics history: reward with its spread, loss, KL (matplotlib, lazily)."""
 
 from __future__ import annotations
 

@@ -19,14 +19,17 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "capture"))
 sys.path.insert(0, str(TESTS / "ruler"))
 
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent  # noqa: E402
-from judge_server import JudgeServer  # noqa: E402
-from langchain_core.messages import AIMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
+from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from judge_server import JudgeServer
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 
-import art_adapters as aa  # noqa: E402
+import art_adapters as aa
 
-SCENARIOS = [{"id": "calc-2-3-4", "q": "what is 2 + 3 times 4"}, {"id": "calc-5-1-6", "q": "what is 5 + 1 times 6"}]
+SCENARIOS = [
+    {"id": "calc-2-3-4", "q": "what is 2 + 3 times 4"},
+    {"id": "calc-5-1-6", "q": "what is 5 + 1 times 6"},
+]
 
 
 @tool
@@ -39,7 +42,10 @@ def policy(messages: list[Any]) -> AIMessage:
     """The calculator policy plus a call to the local ``remember`` tool on the first turn."""
     reply = calculator_policy(messages)
     if messages[-1].type == "human" and reply.tool_calls:
-        calls = [*reply.tool_calls, {"name": "remember", "args": {"text": "started"}, "id": "call_note", "type": "tool_call"}]
+        calls = [
+            *reply.tool_calls,
+            {"name": "remember", "args": {"text": "started"}, "id": "call_note", "type": "tool_call"},
+        ]
         return AIMessage(content=reply.content, tool_calls=calls)
     return reply
 
@@ -52,10 +58,13 @@ def judge_server() -> Iterator[JudgeServer]:
 
 
 @pytest.fixture(scope="session")
-async def scored_groups(judge_server: JudgeServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[aa.TrajectoryGroup]]:
+async def scored_groups(
+    judge_server: JudgeServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[list[aa.TrajectoryGroup]]:
     """2 scenarios x 3 captured rollouts over a real MCP server, scored by RULER."""
-    import mcp_tools
     from langchain_openai import ChatOpenAI
+
+    import mcp_tools
     from mcp_tools.servers import server_command
 
     tools = await mcp_tools.load_tools(server_command("calculator"))

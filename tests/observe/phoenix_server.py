@@ -36,7 +36,7 @@ def _python() -> Path:
 
 
 def ensure_venv() -> tuple[Path | None, str]:
-    """The venv's python and a note (built or cached, seconds), or ``(None, reason)`` when it cannot be had."""
+    """The venv's python and a note (built or cached), or ``(None, reason)`` when it cannot be had."""
     if os.environ.get("ART_ADAPTERS_PHOENIX") == "0":
         return None, "ART_ADAPTERS_PHOENIX=0"
     if STAMP.is_file():

@@ -57,11 +57,18 @@ def test_each_rollout_is_a_trace_with_agent_generations_tools_and_scores(
             (root,) = [s for s in spans if s.parent is None]
             attrs = root.attributes
             assert kind(root) == "agent" and attrs["gen_ai.operation.name"] == "invoke_agent"
-            assert attrs["session.id"] == attrs["langfuse.session.id"] == group.id  # a group compares side by side
-            assert {f"scenario:{group.metadata['scenario_id']}", f"group:{group.id}", "step:2", "split:train"} <= set(
-                attrs["langfuse.trace.tags"]
+            assert (
+                attrs["session.id"] == attrs["langfuse.session.id"] == group.id
+            )  # a group compares side by side
+            assert {
+                f"scenario:{group.metadata['scenario_id']}",
+                f"group:{group.id}",
+                "step:2",
+                "split:train",
+            } <= set(attrs["langfuse.trace.tags"])
+            assert (
+                attrs["langfuse.trace.metadata.rollout_index"] == index == attrs["art_adapters.rollout.index"]
             )
-            assert attrs["langfuse.trace.metadata.rollout_index"] == index == attrs["art_adapters.rollout.index"]
             assert attrs["langfuse.trace.metadata.scenario_id"] == group.metadata["scenario_id"]
             assert attrs["art_adapters.reward"] == trajectory.reward
             assert attrs["art_adapters.metrics.prompt_tokens"] == trajectory.metrics["prompt_tokens"] > 0
@@ -81,11 +88,18 @@ def test_each_rollout_is_a_trace_with_agent_generations_tools_and_scores(
                 "multiply",
                 "remember",
             ]
-            assert json.loads(generations[0].attributes["gen_ai.tool.definitions"])[0]["function"]["name"] == "add"
+            assert (
+                json.loads(generations[0].attributes["gen_ai.tool.definitions"])[0]["function"]["name"]
+                == "add"
+            )
             assert generations[0].attributes["gen_ai.response.id"] == trajectory.messages[2].completion_id
 
             tools = sorted((s for s in spans if kind(s) == "tool"), key=lambda s: s.name)
-            assert [s.name for s in tools] == ["execute_tool remember", "tools/call add", "tools/call multiply"]
+            assert [s.name for s in tools] == [
+                "execute_tool remember",
+                "tools/call add",
+                "tools/call multiply",
+            ]
             mcp_add = tools[1].attributes
             assert mcp_add["mcp.method.name"] == "tools/call" and mcp_add["mcp.server.name"] == "calculator"
             record = next(r for r in trajectory.tool_records if r.name == "add")
@@ -100,7 +114,10 @@ def test_each_rollout_is_a_trace_with_agent_generations_tools_and_scores(
             ruler = scores["ruler"]
             assert ruler.attributes["gen_ai.evaluation.score.value"] == trajectory.metrics["ruler_score"]
             explanation = trajectory.metadata["ruler_explanation"]
-            assert explanation.startswith("because t") and ruler.attributes["gen_ai.evaluation.explanation"] == explanation
+            assert (
+                explanation.startswith("because t")
+                and ruler.attributes["gen_ai.evaluation.explanation"] == explanation
+            )
             (event,) = ruler.events
             assert event.name == "gen_ai.evaluation.result"
             assert event.attributes["gen_ai.evaluation.explanation"] == explanation
@@ -134,9 +151,10 @@ def test_exported_spans_import_back_into_the_same_trajectories(
             assert back.metadata[key] == original.metadata[key]
         assert back.metadata["step"] == 1 and back.metadata["model"] == "calc@1"
     # the same file, parsed first, and the live span processor on the observer agree
-    assert [t.id for t in observe.trajectories_from_otlp_json([json.loads(x) for x in path.read_text().splitlines()])] == [
-        t.id for t in imported
-    ]
+    assert [
+        t.id
+        for t in observe.trajectories_from_otlp_json([json.loads(x) for x in path.read_text().splitlines()])
+    ] == [t.id for t in imported]
 
 
 def test_live_span_processor_on_the_observer_assembles_the_same_conversations(
@@ -149,12 +167,29 @@ def test_live_span_processor_on_the_observer_assembles_the_same_conversations(
     assert [t.messages for t in capture.trajectories] == [t.messages for t in scored_groups[0].trajectories]
 
 
-def test_scores_logged_after_the_rollouts_land_in_their_traces(scored_groups: list[aa.TrajectoryGroup]) -> None:
+def test_scores_logged_after_the_rollouts_land_in_their_traces(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
     observer, exporter = memory_observer()
     group = scored_groups[1]
-    trace_ids = observer.log_rollouts([group.model_copy(update={"trajectories": [t.model_copy(update={"reward": None, "metrics": {}}) for t in group.trajectories]})], scores=False)
+    trace_ids = observer.log_rollouts(
+        [
+            group.model_copy(
+                update={
+                    "trajectories": [
+                        t.model_copy(update={"reward": None, "metrics": {}}) for t in group.trajectories
+                    ]
+                }
+            )
+        ],
+        scores=False,
+    )
     assert not [s for s in exporter.get_finished_spans() if kind(s) == "evaluator"]
-    roots = {f"{s.context.trace_id:032x}": s.context.span_id for s in exporter.get_finished_spans() if s.parent is None}
+    roots = {
+        f"{s.context.trace_id:032x}": s.context.span_id
+        for s in exporter.get_finished_spans()
+        if s.parent is None
+    }
     assert observer.log_scores(group) == 2 * len(group)
     observer.shutdown()
     scores = [s for s in exporter.get_finished_spans() if kind(s) == "evaluator"]
@@ -190,7 +225,9 @@ def test_unreachable_endpoint_never_slows_the_run_and_warns(
     caplog.set_level(logging.WARNING, logger="art_adapters.observe")
     port = free_port()  # nothing listens there
     observer = Observer(
-        ObserveConfig(otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces", export_timeout_s=1.0, schedule_delay_s=0.05)
+        ObserveConfig(
+            otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces", export_timeout_s=1.0, schedule_delay_s=0.05
+        )
     )
     started = time.perf_counter()
     for step in range(5):
@@ -216,31 +253,49 @@ def test_off_by_default_and_the_exporter_is_not_loaded_until_used() -> None:
         "from art_adapters import observe\n"
         "obs = observe.get_observer()\n"
         "assert not obs.enabled\n"
-        "g = aa.TrajectoryGroup(trajectories=[aa.Trajectory(messages=[aa.Message(role='user', content='x')])])\n"
+        "t = aa.Trajectory(messages=[aa.Message(role='user', content='x')])\n"
+        "g = aa.TrajectoryGroup(trajectories=[t])\n"
         "assert len(observe.log_rollouts([g], step=0)) == 1\n"
         "observe.log_train_metrics(0, {'loss': 1.0})\n"
-        "assert not [m for m in sys.modules if m.startswith(('opentelemetry.exporter', 'langfuse', 'matplotlib'))]\n"
+        "heavy = ('opentelemetry.exporter', 'langfuse', 'matplotlib')\n"
+        "assert not [m for m in sys.modules if m.startswith(heavy)]\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_settings_from_the_usual_environment_variables() -> None:
     cfg = ObserveConfig.from_env(
-        {"LANGFUSE_PUBLIC_KEY": "pk-lf-1", "LANGFUSE_SECRET_KEY": "sk-lf-1", "LANGFUSE_HOST": "http://lf:3000"}
+        {
+            "LANGFUSE_PUBLIC_KEY": "pk-lf-1",
+            "LANGFUSE_SECRET_KEY": "sk-lf-1",
+            "LANGFUSE_HOST": "http://lf:3000",
+        }
     )
     assert cfg.enabled and cfg.langfuse and cfg.langfuse_base_url == "http://lf:3000"
     assert cfg.langfuse_otlp_url({}) == "http://lf:3000/api/public/otel/v1/traces"
-    assert cfg.langfuse_otlp_url({"LANGFUSE_OTEL_TRACES_EXPORT_PATH": "v1/traces"}) == "http://lf:3000/v1/traces"
+    assert (
+        cfg.langfuse_otlp_url({"LANGFUSE_OTEL_TRACES_EXPORT_PATH": "v1/traces"}) == "http://lf:3000/v1/traces"
+    )
     assert cfg.langfuse_headers() == {"Authorization": "Basic cGstbGYtMTpzay1sZi0x"}
     cfg = ObserveConfig.from_env(
-        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006", "OTEL_EXPORTER_OTLP_HEADERS": "api_key=abc, x=1"}
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006",
+            "OTEL_EXPORTER_OTLP_HEADERS": "api_key=abc, x=1",
+        }
     )
-    assert cfg.otlp_endpoint == "http://127.0.0.1:6006/v1/traces" and cfg.otlp_headers == {"api_key": "abc", "x": "1"}
+    assert cfg.otlp_endpoint == "http://127.0.0.1:6006/v1/traces" and cfg.otlp_headers == {
+        "api_key": "abc",
+        "x": "1",
+    }
     assert not cfg.langfuse
     assert not ObserveConfig.from_env({}).enabled
-    assert ObserveConfig.from_env({}, otlp_endpoint="http://h:4318").otlp_endpoint == "http://h:4318/v1/traces"
+    assert (
+        ObserveConfig.from_env({}, otlp_endpoint="http://h:4318").otlp_endpoint == "http://h:4318/v1/traces"
+    )
     with pytest.raises(ConfigError, match="both keys"):
         ObserveConfig.from_env({"LANGFUSE_PUBLIC_KEY": "pk"})
     with pytest.raises(ConfigError, match="http"):
@@ -314,7 +369,9 @@ def test_langfuse_sdk_path_sends_spans_and_scores_with_the_explanation(
         assert by_trace[trace_id]["comment"] == trajectory.metadata["ruler_explanation"]
 
 
-def test_trace_ids_are_stable_within_a_run_and_differ_across_runs(scored_groups: list[aa.TrajectoryGroup]) -> None:
+def test_trace_ids_are_stable_within_a_run_and_differ_across_runs(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
     first = Observer(ObserveConfig(run="a")).log_rollouts(scored_groups)
     again = Observer(ObserveConfig(run="a")).log_rollouts(scored_groups)
     other = Observer(ObserveConfig(run="b")).log_rollouts(scored_groups)
@@ -358,12 +415,16 @@ async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
             raise outcome
         return outcome
 
-    groups = await aa.run_groups(rollout, [{"id": "mixed"}], n=3, max_concurrency=1, max_exceptions=2, progress=False)
+    groups = await aa.run_groups(
+        rollout, [{"id": "mixed"}], n=3, max_concurrency=1, max_exceptions=2, progress=False
+    )
     assert len(groups[0].trajectories) == 1 and len(groups[0].exceptions) == 2
     exporter = InMemorySpanExporter()
     path = tmp_path / "errors.jsonl"
     observer = Observer(
-        ObserveConfig(), span_processors=[SimpleSpanProcessor(exporter)], span_exporter=OtlpJsonFileExporter(path)
+        ObserveConfig(),
+        span_processors=[SimpleSpanProcessor(exporter)],
+        span_exporter=OtlpJsonFileExporter(path),
     )
     trace_ids = observer.log_rollouts(groups, step=5)
     observer.shutdown()
@@ -373,10 +434,17 @@ async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
     assert len(roots) == 3
     failed = [s for s in roots if "failed" in s.attributes["langfuse.trace.tags"]]
     assert len(failed) == 2
-    assert all(s.status.status_code.name == "ERROR" and "GraphFailed: graph crashed" in s.status.description for s in failed)
+    assert all(
+        s.status.status_code.name == "ERROR" and "GraphFailed: graph crashed" in s.status.description
+        for s in failed
+    )
     assert sorted(s.attributes["art_adapters.rollout.index"] for s in failed) == [1, 2]
-    tool_error = next(s for s in spans if s.attributes.get("gen_ai.tool.call.id") == good.tool_records[0].call_id
-                      and s.context.trace_id == int(trace_ids[0], 16))
+    tool_error = next(
+        s
+        for s in spans
+        if s.attributes.get("gen_ai.tool.call.id") == good.tool_records[0].call_id
+        and s.context.trace_id == int(trace_ids[0], 16)
+    )
     assert tool_error.status.status_code.name == "ERROR"
     assert tool_error.attributes["langfuse.observation.level"] == "ERROR"
 

@@ -1,4 +1,4 @@
-"""Metrics history (append-safe JSON Lines), group statistics, PNG charts and the ``plot`` command, W&B off."""
+"""Metrics history (append-safe JSON Lines), group statistics, PNG charts, the ``plot`` command, W&B off."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def test_group_metrics_of_a_real_scored_run(scored_groups: list[aa.TrajectoryGro
     assert group_metrics([*scored_groups, failed])["exception_rate"] == pytest.approx(1 / 7)
 
 
-def test_history_rows_per_step_and_split_append_safe(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_history_rows_per_step_and_split_append_safe(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     history = MetricsHistory(tmp_path / "run")  # a directory: metrics.jsonl inside
     assert history.path == tmp_path / "run" / "metrics.jsonl" and history.rows() == []
 
@@ -44,7 +46,9 @@ def test_history_rows_per_step_and_split_append_safe(tmp_path: Path, caplog: pyt
     for thread in threads:
         thread.join()
     lines = history.path.read_text().splitlines()
-    assert len(lines) == 200 and all(json.loads(line)["blob"] == "x" * 2000 for line in lines)  # no interleaving
+    assert len(lines) == 200 and all(
+        json.loads(line)["blob"] == "x" * 2000 for line in lines
+    )  # no interleaving
     assert history.series("reward_mean", "w2") == (list(range(50)), [2 + s / 100 for s in range(50)])
 
     history.append(3, {"loss": float("nan"), "kl": 0.5})  # NaN kept as a gap, not invalid JSON
@@ -63,14 +67,20 @@ def test_history_rows_per_step_and_split_append_safe(tmp_path: Path, caplog: pyt
 def fill_history(path: Path) -> MetricsHistory:
     history = MetricsHistory(path)
     for step in range(6):
-        history.append(step, {"reward_mean": 0.1 * step, "reward_std": 0.05, "reward_min": 0.0, "reward_max": 0.2 * step})
+        history.append(
+            step, {"reward_mean": 0.1 * step, "reward_std": 0.05, "reward_min": 0.0, "reward_max": 0.2 * step}
+        )
         history.append(step, {"loss": 1.0 / (step + 1), "kl": 0.01 * step}, split="train")
         if step % 2 == 0:
-            history.append(step, {"reward_mean": 0.08 * step, "reward_std": 0.02, "exception_rate": 0.0}, split="val")
+            history.append(
+                step, {"reward_mean": 0.08 * step, "reward_std": 0.02, "exception_rate": 0.0}, split="val"
+            )
     return history
 
 
-def test_observer_writes_rollout_and_train_rows(scored_groups: list[aa.TrajectoryGroup], tmp_path: Path) -> None:
+def test_observer_writes_rollout_and_train_rows(
+    scored_groups: list[aa.TrajectoryGroup], tmp_path: Path
+) -> None:
     observer = Observer(ObserveConfig(metrics_path=tmp_path / "metrics.jsonl", wandb=False))
     assert not observer.enabled  # no destination: files only
     observer.log_rollouts(scored_groups, step=0)
@@ -132,4 +142,3 @@ def test_plot_errors_are_clear(tmp_path: Path) -> None:
     history.append(0, {"something": 1})
     with pytest.raises(ConfigError, match="no reward, loss or KL"):
         plot_run(tmp_path)
-

@@ -44,7 +44,9 @@ def wait_for(server: PhoenixServer, project: str, count: int, timeout_s: float =
     return spans
 
 
-def check_rollout_traces(spans: list[dict], groups: list[aa.TrajectoryGroup], trace_ids: list[str], model: str) -> None:
+def check_rollout_traces(
+    spans: list[dict], groups: list[aa.TrajectoryGroup], trace_ids: list[str], model: str
+) -> None:
     traces: dict[str, list[dict]] = {}
     for span in spans:
         traces.setdefault(span["context"]["trace_id"], []).append(span)
@@ -60,16 +62,24 @@ def check_rollout_traces(spans: list[dict], groups: list[aa.TrajectoryGroup], tr
         llm = sorted((s for s in members if s["span_kind"] == "LLM"), key=lambda s: s["start_time"])
         assert len(llm) == 2 and all(s["attributes"]["gen_ai.request.model"] == model for s in llm)
         out = json.loads(llm[0]["attributes"]["gen_ai.output.messages"])
-        assert {p["name"] for p in out[0]["parts"] if p["type"] == "tool_call"} == {"add", "multiply", "remember"}
+        assert {p["name"] for p in out[0]["parts"] if p["type"] == "tool_call"} == {
+            "add",
+            "multiply",
+            "remember",
+        }
         tools = {s["name"]: s for s in members if s["span_kind"] == "TOOL"}
         assert set(tools) == {"tools/call add", "tools/call multiply", "execute_tool remember"}, kinds
         mcp = tools["tools/call add"]["attributes"]
         assert mcp["mcp.method.name"] == "tools/call" and mcp["mcp.session.id"].startswith("local-")
         assert tools["execute_tool remember"]["attributes"]["gen_ai.tool.call.result"] == "noted: started"
-        scores = {s["attributes"]["art_adapters.score.name"]: s for s in members if s["name"].startswith("score ")}
+        scores = {
+            s["attributes"]["art_adapters.score.name"]: s for s in members if s["name"].startswith("score ")
+        }
         ruler = scores["ruler"]
         assert ruler["attributes"]["gen_ai.evaluation.score.value"] == trajectory.metrics["ruler_score"]
-        assert ruler["attributes"]["gen_ai.evaluation.explanation"] == trajectory.metadata["ruler_explanation"]
+        assert (
+            ruler["attributes"]["gen_ai.evaluation.explanation"] == trajectory.metadata["ruler_explanation"]
+        )
         assert ruler["events"][0]["name"] == "gen_ai.evaluation.result"
         assert ruler["parent_id"] == root["context"]["span_id"]
 
@@ -79,7 +89,9 @@ def test_rollouts_scores_and_metrics_over_otlp_reach_phoenix(
 ) -> None:
     project = "art-adapters-otlp"
     observer = Observer(
-        ObserveConfig(otlp_endpoint=f"{phoenix.url}/v1/traces", project=project, run="e2e", metrics_path=tmp_path)
+        ObserveConfig(
+            otlp_endpoint=f"{phoenix.url}/v1/traces", project=project, run="e2e", metrics_path=tmp_path
+        )
     )
     trace_ids = observer.log_rollouts(scored_groups, step=1, model="calc@1")
     observer.log_train_metrics(1, {"loss": 0.42, "kl": 0.003})
