@@ -11,14 +11,27 @@
 Each call is recorded in the trajectory (a LangChain custom event carrying a
 ``ToolCallRecord``) and traced as an OTel span ``tools/call <tool>``. A server that
 crashes or hangs raises :class:`art_adapters.errors.ToolServerError` within the call
-timeout. Works with mcp 1.x and 2.x. Bundled servers live in :mod:`mcp_tools.servers`.
+timeout. Works with mcp 1.x and 2.x.
+
+For MCP-RL, :func:`generate_scenarios` has a chat model write tasks that need a
+server's tools, kept as :class:`Scenario` records in an editable JSONL file
+(:func:`save_scenarios`, :func:`load_scenarios`) and split with :func:`split_scenarios`. Bundled servers live in :mod:`mcp_tools.servers`.
 """
 
 from __future__ import annotations
 
 from mcp_tools._client import load_tools
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
+from mcp_tools._generate import ScenarioGenerationError, describe_tools, generate_scenarios
 from mcp_tools._rollout import Rollout, current_rollout, rollout
+from mcp_tools._scenarios import (
+    Scenario,
+    ScenarioFileError,
+    load_scenarios,
+    normalize_task,
+    save_scenarios,
+    split_scenarios,
+)
 from mcp_tools._session import McpSession
 from mcp_tools._tools import TOOL_RECORD_EVENT, McpTool
 
@@ -29,8 +42,17 @@ __all__ = [
     "McpSession",
     "McpTool",
     "Rollout",
+    "Scenario",
+    "ScenarioFileError",
+    "ScenarioGenerationError",
     "StdioServer",
     "current_rollout",
+    "describe_tools",
+    "generate_scenarios",
+    "load_scenarios",
     "load_tools",
+    "normalize_task",
     "rollout",
+    "save_scenarios",
+    "split_scenarios",
 ]

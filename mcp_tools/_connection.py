@@ -229,3 +229,39 @@ class ServerConnection:
                     return tools
 
         return await self._request("tools/list", call, self.config.connect_timeout_s)
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        """The server's resources (every page) as wire-form dicts; ``[]`` when it offers none."""
+
+        async def call(session: Any) -> list[dict[str, Any]]:
+            resources: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                params = _compat.list_params(cursor)
+                try:
+                    page = await (
+                        session.list_resources(params=params)
+                        if params is not None
+                        else session.list_resources()
+                    )
+                except _compat.McpProtocolError:  # no resources capability: method not found
+                    return resources
+                wire = _compat.to_wire(page)
+                resources.extend(wire.get("resources", []))
+                cursor = wire.get("nextCursor")
+                if not cursor:
+                    return resources
+
+        return await self._request("resources/list", call, self.config.connect_timeout_s)
+
+    async def read_resource(self, uri: str) -> str:
+        """The text of a resource (text blocks joined; binary blocks as ``[blob mime]``)."""
+
+        async def call(session: Any) -> str:
+            wire = _compat.to_wire(await session.read_resource(uri))
+            parts = []
+            for block in wire.get("contents", []):
+                parts.append(str(block["text"]) if "text" in block else f"[blob {block.get('mimeType', '')}]")
+            return "\n".join(parts)
+
+        return await self._request(f"resources/read {uri}", call, self.config.call_timeout_s)

@@ -121,6 +121,26 @@ class McpSession:
             self._listing = dict(zip(names, pages, strict=True))
         return self._listing
 
+    async def read_resources(self, *, max_chars: int = 4000) -> list[dict[str, Any]]:
+        """Every server's resources, each with its ``text`` read (cut to *max_chars*) and its ``server``.
+
+        Servers without resources contribute nothing; a resource that cannot be read keeps
+        no ``text`` (logged), so one bad resource does not hide the others.
+        """
+        from art_adapters.errors import ToolServerError
+
+        out: list[dict[str, Any]] = []
+        for name in self.servers:
+            connection = self.connection(name)
+            for resource in await connection.list_resources():
+                entry = {**resource, "server": name}
+                try:
+                    entry["text"] = (await connection.read_resource(str(resource["uri"])))[:max_chars]
+                except ToolServerError as exc:
+                    logger.warning("could not read MCP resource %s: %s", resource.get("uri"), exc)
+                out.append(entry)
+        return out
+
     async def call_tool(
         self, tool: str, arguments: dict[str, Any] | None = None, *, server: str | None = None
     ) -> dict[str, Any]:

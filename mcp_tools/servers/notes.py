@@ -35,6 +35,8 @@ __all__ = ["NotesStore", "StoreRegistry", "build_server", "load_seed", "main"]
 
 #: Per-session stores kept at once over HTTP (least recently used dropped first).
 MAX_SESSIONS = 512
+#: Notes listed by the ``notes://index`` resource.
+MAX_INDEX_NOTES = 200
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -203,6 +205,16 @@ class StoreRegistry:
             return NotesStore.copy_of_file(self._db)
         return NotesStore.from_seed(self._seed)
 
+    def starting_index(self) -> str:
+        """The notes a new session starts with (one line each: id, title, tags)."""
+        if self._shared is not None:
+            return self._shared.list_notes(None, MAX_INDEX_NOTES)
+        store = self._fresh()
+        try:
+            return store.list_notes(None, MAX_INDEX_NOTES)
+        finally:
+            store.db.close()
+
     def store_for(self, session_key: str) -> NotesStore:
         """The store of the MCP session *session_key* (see ``_compat.session_key``)."""
         if self._shared is not None:
@@ -233,6 +245,15 @@ def build_server(registry: StoreRegistry) -> Any:
             return action(registry.store_for(_compat.session_key(ctx)))
         except NoteError as exc:
             raise _compat.ServerToolError(str(exc)) from exc
+
+    @server.resource(
+        "notes://index",
+        name="notes-index",
+        description="The notes every session starts with: id, title and tags, newest first.",
+        mime_type="text/plain",
+    )
+    def notes_index() -> str:
+        return registry.starting_index()
 
     @server.tool()
     async def search_notes(query: str, ctx: _compat.ServerContext, limit: int = 5) -> str:
