@@ -454,3 +454,41 @@ async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
     assert (record.is_error, record.error, record.result) == (True, "ToolException: division by zero", None)
     assert back["traj-partial"].error.endswith("GraphFailed: graph crashed")
     assert back["traj-partial"].messages == partial.messages
+
+
+def test_token_usage_on_generations_when_known_per_call() -> None:
+    question = aa.Message(role="user", content="What is 2 + 3?")
+    single = aa.Trajectory(
+        messages=[question, aa.Message(role="assistant", content="5", completion_id="chatcmpl-1")],
+        metrics={"prompt_tokens": 31, "completion_tokens": 2, "total_tokens": 33},
+    )
+    call = aa.Message(role="assistant", content="", usage={"prompt_tokens": 40, "completion_tokens": 9})
+    call.tool_calls = [aa.ToolCall(id="c1", function={"name": "add", "arguments": '{"a": 2, "b": 3}'})]
+    two_calls = aa.Trajectory(
+        messages=[
+            question,
+            call,
+            aa.Message(role="tool", content="5", tool_call_id="c1"),
+            aa.Message(role="assistant", content="5"),
+        ],
+        metrics={"prompt_tokens": 90, "completion_tokens": 11},
+    )
+    observer, exporter = memory_observer()
+    observer.log_rollouts([aa.TrajectoryGroup(trajectories=[single, two_calls])], model="m@0")
+    observer.shutdown()
+    generations = sorted(
+        (s for s in exporter.get_finished_spans() if kind(s) == "generation"), key=lambda s: s.start_time
+    )
+    usage = [
+        (
+            s.attributes.get("gen_ai.usage.input_tokens"),
+            s.attributes.get("langfuse.observation.usage_details"),
+        )
+        for s in generations
+    ]
+    assert (
+        31,
+        json.dumps({"input": 31, "output": 2, "total": 33}),
+    ) in usage  # the run's only call: its totals
+    assert (40, json.dumps({"input": 40, "output": 9, "total": 49})) in usage  # a per-message usage field
+    assert (None, None) in usage  # several calls, no per-call record: not invented (totals stay on the root)
