@@ -82,9 +82,14 @@ class PhoenixServer:
         self.log_path = workdir / "phoenix.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
+        self._launched = 0.0
 
     def start(self, timeout_s: float = 120.0) -> Self:
         """Start and wait until ``/healthz`` answers; raises with the log's tail if it does not."""
+        return self.launch().wait(timeout_s)
+
+    def launch(self) -> Self:
+        """Start the process without waiting (so a slow start overlaps other setup)."""
         env = {
             **os.environ,
             "PHOENIX_WORKING_DIR": str(self.workdir),
@@ -93,7 +98,7 @@ class PhoenixServer:
             "PHOENIX_GRPC_PORT": str(free_port()),
             "PHOENIX_TELEMETRY_ENABLED": "false",
         }
-        started = time.monotonic()
+        self._launched = time.monotonic()
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [str(self.python), "-m", "phoenix.server.main", "serve"],
@@ -102,6 +107,15 @@ class PhoenixServer:
                 env=env,
                 cwd=self.workdir,
             )
+        return self
+
+    def wait(self, timeout_s: float = 120.0) -> Self:
+        """Wait until ``/healthz`` answers (at once when it already did)."""
+        if self.startup_s:
+            return self
+        if self.process is None:
+            raise RuntimeError("phoenix serve was not launched")
+        started = self._launched
         while time.monotonic() - started < timeout_s:
             if self.process.poll() is not None:
                 break

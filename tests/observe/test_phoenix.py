@@ -27,10 +27,21 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]
     python, note = ensure_venv()
     if python is None:
         pytest.skip(f"Phoenix unavailable: {note}")
-    server = PhoenixServer(python, tmp_path_factory.mktemp("phoenix")).start()
-    print(f"phoenix venv {note}; server healthy after {server.startup_s:.1f}s")  # shown with -s
-    yield server
-    server.stop()
+    server = PhoenixServer(
+        python, tmp_path_factory.mktemp("phoenix")
+    ).launch()  # starts while the run is made
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def ready(phoenix: PhoenixServer, scored_groups: list[aa.TrajectoryGroup]) -> PhoenixServer:
+    """Phoenix, healthy (waited for after the scored run, so its start overlaps the rollouts)."""
+    phoenix.wait()
+    print(f"phoenix healthy {phoenix.startup_s:.1f}s after launch")  # shown with -s
+    return phoenix
 
 
 def wait_for(server: PhoenixServer, project: str, count: int, timeout_s: float = 30.0) -> list[dict]:
@@ -85,12 +96,12 @@ def check_rollout_traces(
 
 
 def test_rollouts_scores_and_metrics_over_otlp_reach_phoenix(
-    phoenix: PhoenixServer, scored_groups: list[aa.TrajectoryGroup], tmp_path: Path
+    ready: PhoenixServer, scored_groups: list[aa.TrajectoryGroup], tmp_path: Path
 ) -> None:
     project = "art-adapters-otlp"
     observer = Observer(
         ObserveConfig(
-            otlp_endpoint=f"{phoenix.url}/v1/traces", project=project, run="e2e", metrics_path=tmp_path
+            otlp_endpoint=f"{ready.url}/v1/traces", project=project, run="e2e", metrics_path=tmp_path
         )
     )
     trace_ids = observer.log_rollouts(scored_groups, step=1, model="calc@1")
@@ -98,7 +109,7 @@ def test_rollouts_scores_and_metrics_over_otlp_reach_phoenix(
     observer.shutdown()
     assert observer.dropped_spans == 0 and observer.exported_spans > 0
     per_rollout = 1 + 2 + 3 + 2  # agent, generations, tool calls, scores
-    spans = wait_for(phoenix, project, per_rollout * len(trace_ids) + 1)
+    spans = wait_for(ready, project, per_rollout * len(trace_ids) + 1)
     check_rollout_traces(spans, scored_groups, trace_ids, "calc@1")
     (train,) = [s for s in spans if s["name"] == "train_step 1"]
     assert train["attributes"]["art_adapters.train.loss"] == 0.42
@@ -107,18 +118,18 @@ def test_rollouts_scores_and_metrics_over_otlp_reach_phoenix(
 
 
 def test_langfuse_sdk_path_reaches_phoenix(
-    phoenix: PhoenixServer, scored_groups: list[aa.TrajectoryGroup], monkeypatch: pytest.MonkeyPatch
+    ready: PhoenixServer, scored_groups: list[aa.TrajectoryGroup], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = "art-adapters-langfuse-sdk"
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-phoenix")
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-phoenix")
-    monkeypatch.setenv("LANGFUSE_BASE_URL", phoenix.url)
+    monkeypatch.setenv("LANGFUSE_BASE_URL", ready.url)
     monkeypatch.setenv("LANGFUSE_OTEL_TRACES_EXPORT_PATH", "v1/traces")
     observer = observe.configure(project=project, run="e2e-langfuse")  # the env vars alone turn Langfuse on
     assert observer.config.langfuse and observer.langfuse_client is not None
     trace_ids = observer.log_rollouts(scored_groups, step=2, model="calc@2")
     observer.shutdown()  # the SDK's score upload gets a 404 from Phoenix (not a Langfuse server): logged only
-    spans = wait_for(phoenix, project, 8 * len(trace_ids))
+    spans = wait_for(ready, project, 8 * len(trace_ids))
     check_rollout_traces(spans, scored_groups, trace_ids, "calc@2")
