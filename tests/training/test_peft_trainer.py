@@ -63,7 +63,9 @@ def _with_old_logprobs(
 def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
     trainer: PeftTrainer, toy: list[TrainingSequence], tmp_path: Path
 ) -> None:
-    # Old log-probs from our own forward pass: the first step is exactly on-policy.
+    # Old log-probs from our own forward pass (full logits): the first step is exactly on-policy,
+    # which also checks the step's loss-only logits path (transformers 5) against the full one.
+    assert trainer.select_logits
     batch = _with_old_logprobs(toy, trainer.score(toy, CONFIG))
     first = trainer.train_step(batch, CONFIG)
     assert first.ratio_mean == pytest.approx(1.0, abs=1e-5)

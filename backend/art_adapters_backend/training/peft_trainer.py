@@ -35,6 +35,10 @@ class PeftTrainer(LoraTrainer):
     """
 
     def __init__(self, model_path: str | os.PathLike[str], device: str = "cpu") -> None:
+        import transformers
+
+        # transformers 5 slices hidden states by a boolean (B, T) logits_to_keep (checked on 5.23).
+        self.select_logits = int(transformers.__version__.split(".")[0]) >= 5
         super().__init__(model_path, device)
 
     def _load_base(self) -> tuple[torch.nn.Module, int]:

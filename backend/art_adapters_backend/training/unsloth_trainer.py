@@ -50,6 +50,9 @@ class UnslothTrainer(LoraTrainer):
         max_seq_length: the longest sequence Unsloth prepares for, in tokens.
     """
 
+    #: Unsloth replaces the model's forward; keep the plain full-logits path.
+    select_logits = False
+
     def __init__(
         self, model_path: str | os.PathLike[str], device: str = "cuda", max_seq_length: int = 4096
     ) -> None:
