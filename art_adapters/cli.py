@@ -105,5 +105,71 @@ def plot(
         console.print(str(path))
 
 
+@app.command("train-mcp")
+def train_mcp(
+    server: Annotated[
+        str,
+        typer.Argument(
+            help="The MCP server: a stdio command ('python -m mcp_tools.servers.notes') or an HTTP URL."
+        ),
+    ],
+    scenarios: Annotated[
+        Path | None, typer.Option(help="Load scenarios from this JSONL file instead of generating them.")
+    ] = None,
+    n_scenarios: Annotated[
+        int, typer.Option(help="Scenarios to generate when --scenarios is not given.")
+    ] = 24,
+    run_dir: Annotated[Path, typer.Option(help="Run directory: scenarios, backend, metrics, plots.")] = Path(
+        ".art/mcp-rl"
+    ),
+    steps: Annotated[int, typer.Option(help="Training steps; 0 evaluates the base model only.")] = 4,
+    groups_per_step: Annotated[int, typer.Option(help="Scenarios per training step.")] = 2,
+    rollouts_per_group: Annotated[
+        int, typer.Option(help="Rollouts per scenario (GRPO group size, >= 2).")
+    ] = 4,
+    eval_every: Annotated[int, typer.Option(help="Evaluate on the validation split every N steps.")] = 2,
+    val_fraction: Annotated[float, typer.Option(help="Share of scenarios held out for validation.")] = 0.25,
+    max_turns: Annotated[int, typer.Option(help="Most model turns per rollout.")] = 4,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per model turn.")] = 128,
+    model_name: Annotated[str, typer.Option(help="The trainable model's name.")] = "mcp-agent",
+    base_model: Annotated[str, typer.Option(help="Base weights: bundled name or a model folder.")] = (
+        "smollm2-135m-instruct"
+    ),
+    backend_url: Annotated[
+        str | None,
+        typer.Option(help="A running backend (art-adapters serve); default: start the embedded one."),
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="ART_ADAPTERS_API_KEY", help="The backend's API key.")
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            help="RULER judge and scenario writer; default $ART_ADAPTERS_JUDGE_MODEL, else the base model."
+        ),
+    ] = None,
+    judge_base_url: Annotated[
+        str | None,
+        typer.Option(help="The judge's OpenAI-compatible endpoint (or $ART_ADAPTERS_JUDGE_BASE_URL)."),
+    ] = None,
+    judge_api_key: Annotated[
+        str | None, typer.Option(help="The judge endpoint's key (or $ART_ADAPTERS_JUDGE_API_KEY).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the train/validation split.")] = 0,
+) -> None:
+    """Train an agent to master an MCP server's tools: scenarios, ReAct agent, RULER rewards, GRPO."""
+    settings = dict(locals())
+    from .errors import ArtAdaptersError
+    from .mcp_rl import TrainMcpConfig, report, run_train_mcp
+
+    try:
+        config = TrainMcpConfig(**settings)
+        result = asyncio.run(run_train_mcp(config, console=console))
+    except (ArtAdaptersError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(code=2) from exc
+    report(result, console)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,122 @@
+"""MCP-RL pieces without the model: the ReAct agent, per-rollout MCP sessions (state isolation over stdio
+AND HTTP through run_groups), the judge choice and the train-mcp command's failure paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from capture_fakes import PolicyChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from typer.testing import CliRunner
+
+import art_adapters as aa
+import mcp_tools
+from art_adapters.cli import app
+from art_adapters.mcp_rl import TrainMcpConfig, build_agent, make_rollout, resolve_judge_model
+from mcp_tools import Scenario
+from mcp_tools.servers import server_command
+
+
+def notes_policy(messages: list[BaseMessage]) -> AIMessage:
+    """Create a note titled after the task's last word, then list the notes, then stop."""
+    title = next(m for m in messages if m.type == "human").content.split()[-1]
+    turn = sum(1 for m in messages if m.type == "ai")
+    if turn == 0:
+        args = {"title": title, "body": f"private to {title}"}
+        return AIMessage(content="", tool_calls=[{"name": "create_note", "args": args, "id": f"c-{title}"}])
+    if turn == 1:
+        return AIMessage(
+            content="", tool_calls=[{"name": "list_notes", "args": {"limit": 50}, "id": f"l-{title}"}]
+        )
+    return AIMessage(content="done")
+
+
+def endless_policy(messages: list[BaseMessage]) -> AIMessage:
+    """Always asks for another tool call."""
+    turn = sum(1 for m in messages if m.type == "ai")
+    return AIMessage(content="", tool_calls=[{"name": "list_notes", "args": {}, "id": f"l-{turn}"}])
+
+
+SCENARIOS = [Scenario(task=f"Please write down note {t}", difficulty=1) for t in ("alpha", "beta")]
+
+
+async def _check_isolation(server: object) -> None:
+    tools = await mcp_tools.load_tools(server, name="notes")
+    agent = build_agent(PolicyChatModel(policy=notes_policy), tools, max_turns=4)
+    groups = await aa.run_groups(make_rollout(agent), SCENARIOS, n=3, max_exceptions=0, progress=False)
+    sessions: set[str] = set()
+    for group, scenario in zip(groups, SCENARIOS, strict=True):
+        title = scenario.task.split()[-1]
+        assert len(group.trajectories) == 3
+        for trajectory in group.trajectories:
+            create, listing = trajectory.tool_records
+            assert create.result == "created note #13"  # every rollout starts from the seed's 12 notes
+            lines = listing.result.splitlines()
+            assert len(lines) == 13 and lines[0].startswith(f"#13 {title}")  # its own note, nobody else's
+            assert create.session_id == listing.session_id  # one session for the whole rollout
+            assert trajectory.metadata["task"] == scenario.task and trajectory.metadata["difficulty"] == 1
+            assert trajectory.metadata["mcp_sessions"] == [create.session_id]
+            sessions.add(create.session_id)
+    assert len(sessions) == 6  # a fresh session per rollout
+
+
+async def test_rollouts_get_fresh_isolated_sessions_over_stdio() -> None:
+    await _check_isolation(server_command("notes"))
+
+
+async def test_rollouts_get_fresh_isolated_sessions_over_http(notes_url: str) -> None:
+    await _check_isolation(notes_url)
+
+
+async def test_the_agent_stops_after_max_turns() -> None:
+    tools = await mcp_tools.load_tools(server_command("notes"))
+    model = PolicyChatModel(policy=endless_policy)
+    trajectory = await make_rollout(build_agent(model, tools, max_turns=3))(SCENARIOS[0])
+    assert model.calls == 3
+    assert len(trajectory.tool_records) == 2  # the third turn's calls are not run
+    with pytest.raises(aa.ConfigError, match="max_turns"):
+        build_agent(model, tools, max_turns=0)
+
+
+def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    local = PolicyChatModel(policy=endless_policy)
+    monkeypatch.delenv("ART_ADAPTERS_JUDGE_MODEL", raising=False)
+    config = TrainMcpConfig(server="x")
+    judge, line = resolve_judge_model(config, lambda: local)
+    assert judge is local and "base model" in line
+    monkeypatch.setenv("ART_ADAPTERS_JUDGE_MODEL", "env-judge")
+    judge, line = resolve_judge_model(config, lambda: local)
+    assert judge.model_name == "env-judge" and "$ART_ADAPTERS_JUDGE_MODEL" in line
+    flagged = TrainMcpConfig(server="x", judge_model="flag-judge", judge_base_url="http://127.0.0.1:9/v1")
+    judge, line = resolve_judge_model(flagged, lambda: local)
+    assert judge.model_name == "flag-judge" and "(--judge-model)" in line
+    with pytest.raises(ValueError, match="judge_base_url needs judge_model"):
+        TrainMcpConfig(server="x", judge_base_url="http://127.0.0.1:9/v1")
+
+
+def test_train_mcp_help_and_bad_inputs_fail_fast(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["train-mcp", "--help"])
+    assert result.exit_code == 0 and "--scenarios" in result.output and "--judge-model" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "Find my Lisbon hotel", "difficulty": 7}\n', encoding="utf-8")
+    result = runner.invoke(
+        app,
+        [
+            "train-mcp",
+            " ".join(server_command("notes")),
+            "--scenarios",
+            str(bad),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert f"{bad}:1: difficulty" in " ".join(result.output.split())
+    result = runner.invoke(
+        app, ["train-mcp", "python -m no_such_module_here", "--run-dir", str(tmp_path / "run")]
+    )
+    assert result.exit_code == 2 and "could not start MCP server" in " ".join(result.output.split())
+    result = runner.invoke(app, ["train-mcp", "x", "--rollouts-per-group", "1"])
+    assert result.exit_code == 2 and "rollouts_per_group" in result.output
