@@ -18,6 +18,12 @@ pytestmark = pytest.mark.slow
 CONFIG = TrainConfig(learning_rate=5e-4, micro_batch_size=2, lora_rank=8, lora_alpha=16)
 
 
+def transformers_5() -> bool:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0]) >= 5
+
+
 @pytest.fixture(scope="module")
 def trainer(bundled_path: Path) -> PeftTrainer:
     return PeftTrainer(bundled_path, device="cpu")
@@ -65,7 +71,7 @@ def test_ratio_is_one_on_policy_and_the_loss_falls_on_a_fixed_batch(
 ) -> None:
     # Old log-probs from our own forward pass (full logits): the first step is exactly on-policy,
     # which also checks the step's loss-only logits path (transformers 5) against the full one.
-    assert trainer.select_logits
+    assert trainer.select_logits or not transformers_5()
     batch = _with_old_logprobs(toy, trainer.score(toy, CONFIG))
     first = trainer.train_step(batch, CONFIG)
     assert first.ratio_mean == pytest.approx(1.0, abs=1e-5)
