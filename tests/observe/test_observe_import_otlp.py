@@ -1,0 +1,68 @@
+"""OTLP JSON from a third-party instrumentation (OpenInference's LangChain instrumentor, the way an OTel
+collector or backend would export it) imports into the trajectory our callback handler captured live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from langchain_core.tools import tool
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from test_langchain import QUESTION, planner_graph, summariser_policy
+
+import art_adapters as aa
+from art_adapters.observe import OtlpJsonFileExporter
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+def comparable(trajectory: aa.Trajectory) -> dict:
+    return {
+        "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
+        "tools": trajectory.tools,
+        "histories": [
+            [m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories
+        ],
+        "tool_records": sorted(
+            (r.call_id, r.name, str(r.arguments), r.result) for r in trajectory.tool_records
+        ),
+        "usage": {k: v for k, v in trajectory.metrics.items() if k.endswith("tokens")},
+    }
+
+
+async def test_openinference_spans_exported_as_otlp_json_import_as_the_captured_trajectory(
+    tmp_path: Path,
+) -> None:
+    module = pytest.importorskip("openinference.instrumentation.langchain")
+    path = tmp_path / "collector-export.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(path)))
+    instrumentor = module.LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        agent = react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply])
+        graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy))
+        handler = aa.TrajectoryCallbackHandler()
+        await graph.ainvoke(QUESTION, config={"callbacks": [handler]})
+        await graph.ainvoke(
+            {"messages": [("user", "what is 5 + 1 times 6")]}, config={"callbacks": [handler]}
+        )
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    imported = aa.trajectories_from_otlp_json(path)
+    assert len(imported) == 2 and all(len(t.additional_histories) == 2 for t in imported)
+    assert [comparable(t) for t in imported] == [comparable(t) for t in handler.trajectories]
+    assert imported[0].tool_records[0].source == "otel" and imported[0].metadata["capture"] == "otel"
