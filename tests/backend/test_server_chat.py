@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -111,23 +112,21 @@ async def test_n_seed_stop_and_json_response_format(local_backend: LocalBackend)
     record = await local_backend.get_token_record(first.id)
     assert len(record["choices"]) == 3 and record["n"] == 3 and record["seed"] == 11
 
-    stopped = await client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Count from 1 to 9, separated by commas."}],
-        temperature=0, max_tokens=16, stop=["3"],
-    )  # fmt: skip
-    assert (
-        "3" not in (stopped.choices[0].message.content or "") and stopped.choices[0].finish_reason == "stop"
-    )
-
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string", "maxLength": 10}},
         "required": ["city"],
     }
-    structured = await client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Name a city in France as JSON."}], temperature=0,
-        max_tokens=16, response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    count = [{"role": "user", "content": "Count from 1 to 9, separated by commas."}]
+    stopped, structured = await asyncio.gather(  # decoded together
+        client.chat.completions.create(model=MODEL, messages=count, temperature=0, max_tokens=16, stop=["3"]),
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Name a city in France as JSON."}], temperature=0,
+            max_tokens=16, response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+        ),
     )  # fmt: skip
+    assert "3" not in (stopped.choices[0].message.content or "")
+    assert stopped.choices[0].finish_reason == "stop"
     await client.close()
     data = json.loads(structured.choices[0].message.content or "")
     assert set(data) == {"city"} and isinstance(data["city"], str)

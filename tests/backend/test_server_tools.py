@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import openai
@@ -36,60 +37,66 @@ def _int_args(arguments: str) -> dict:
 
 
 @pytest.mark.slow
-async def test_named_and_required_tool_choice_force_a_valid_call(local_backend: LocalBackend) -> None:
+async def test_forced_tool_calls_named_required_and_streamed(local_backend: LocalBackend) -> None:
+    """Three forced calls sent together (decoded in one batch): named, required, and streamed."""
     client = _client(local_backend)
-    named = await client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=[ADD, MUL], temperature=0, max_tokens=40,
-        tool_choice={"type": "function", "function": {"name": "multiply"}},
-    )  # fmt: skip
+    named_choice = {"type": "function", "function": {"name": "multiply"}}
+
+    async def streamed() -> list:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[ADD],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=40,
+            stream=True,
+        )
+        return [chunk async for chunk in stream]
+
+    named, required, chunks = await asyncio.gather(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[ADD, MUL],
+            temperature=0,
+            max_tokens=40,
+            tool_choice=named_choice,
+        ),
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[ADD, MUL],
+            tool_choice="required",
+            temperature=0.7,
+            seed=3,
+            max_tokens=40,
+        ),
+        streamed(),
+    )
+    await client.close()
+
     choice = named.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [call] = choice.message.tool_calls or []
     assert call.type == "function" and call.function.name == "multiply" and call.id.startswith("call_")
     _int_args(call.function.arguments)
 
-    required = await client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=[ADD, MUL],
-        tool_choice="required",
-        temperature=0.7,
-        seed=3,
-        max_tokens=40,
-    )
-    await client.close()
     [call] = required.choices[0].message.tool_calls or []
     assert call.function.name in {"add", "multiply"}
     _int_args(call.function.arguments)
     record = await local_backend.get_token_record(required.id)
     assert record["constrained"] is True and record["choices"][0]["finish_reason"] == "tool_calls"
-    assert record["choices"][0]["text"].startswith("<tool_call>\n{") and record["choices"][0][
-        "text"
-    ].endswith("}\n</tool_call>")
+    text = record["choices"][0]["text"]
+    assert text.startswith("<tool_call>\n{") and text.endswith("}\n</tool_call>")
 
-
-@pytest.mark.slow
-async def test_streamed_tool_call_arrives_as_openai_deltas(local_backend: LocalBackend) -> None:
-    client = _client(local_backend)
-    stream = await client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=[ADD],
-        tool_choice="required",
-        temperature=0,
-        max_tokens=40,
-        stream=True,
-    )
-    chunks = [chunk async for chunk in stream]
-    await client.close()
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert deltas[0].role == "assistant"
     assert "".join(d.content or "" for d in deltas) == ""  # nothing of the call leaks into content
     parts = [tc for d in deltas for tc in d.tool_calls or []]
     assert parts[0].id and parts[0].function and parts[0].function.name == "add"
     assert {p.index for p in parts} == {0}
-    arguments = "".join(p.function.arguments or "" for p in parts if p.function)
-    assert _int_args(arguments)
+    assert _int_args("".join(p.function.arguments or "" for p in parts if p.function))
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
         "tool_calls"
     ]
