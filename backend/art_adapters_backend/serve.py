@@ -67,7 +67,11 @@ async def serve(config: ServeConfig) -> None:
     """Serve until SIGTERM/SIGINT, then close the engine and the stores."""
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
-    state = await ServerState.create(config)
+    try:
+        state = await ServerState.create(config)
+    except BaseException:
+        sock.close()
+        raise
     try:
         app = create_app(state)
         uv_config = uvicorn.Config(
