@@ -126,6 +126,9 @@ def test_kl_to_the_adapter_free_reference_starts_at_zero(
     with pytest.raises(RuntimeError, match="no adapter"):
         fresh.save_adapter(tmp_path / "x")
     assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="set lora_target_modules"):
+        fresh.train_step(toy, CONFIG.model_copy(update={"lora_target_modules": ("no_such_proj",)}))
+    assert not fresh.has_adapter
     config = CONFIG.model_copy(update={"beta": 0.1})
     first = fresh.train_step(toy, config)  # LoRA B starts at 0: the policy equals the reference
     assert first.kl == pytest.approx(0.0, abs=1e-7)
