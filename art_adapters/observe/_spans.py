@@ -180,6 +180,16 @@ def _usage(message: Message, single_call_totals: Mapping[str, Any] | None) -> di
     return out
 
 
+def _before_first_answer(messages: Sequence[Message]) -> list[Message]:
+    """The messages the agent started from (everything before the first assistant turn)."""
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "assistant":
+            break
+        out.append(message)
+    return out
+
+
 def _generation_windows(
     history: Sequence[Message], records: Sequence[ToolCallRecord], start: int, end: int
 ) -> list[tuple[int, int]]:
@@ -255,7 +265,7 @@ def trajectory_spans(
         "langfuse.trace.input": _json(first_user),
         "langfuse.trace.output": _json(last),
         "langfuse.observation.input": _json(
-            [m.to_openai() for m in trajectory.messages if m.role != "assistant"][:2]
+            [m.to_openai() for m in _before_first_answer(trajectory.messages)]
         ),
         "langfuse.observation.output": _json(last),
         f"{_PREFIX}.trajectory.id": trajectory.id,

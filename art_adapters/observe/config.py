@@ -15,6 +15,7 @@ Nothing is exported unless a destination is configured. Destinations, any combin
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from art_adapters.errors import ConfigError
 
 __all__ = ["ObserveConfig"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LANGFUSE_URL = "https://cloud.langfuse.com"
 
@@ -132,6 +135,13 @@ class ObserveConfig(BaseModel):
         """A config from the environment variables named in the module docstring; ``overrides`` win."""
         environ = os.environ if environ is None else environ
         values: dict[str, object] = {}
+        protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(
+            "OTEL_EXPORTER_OTLP_PROTOCOL"
+        )
+        if protocol and protocol != "http/protobuf":
+            logger.warning(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=%s: only http/protobuf is supported; using it", protocol
+            )
         traces = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         if traces:

@@ -318,7 +318,7 @@ class Observer:
         tags: Sequence[str] = (),
         failures: bool = True,
     ) -> list[str]:
-        """Export every trajectory of ``groups`` as one trace; returns their trace ids (32 hex digits).
+        """Export every rollout of ``groups`` as one trace; returns the successful ones' trace ids (32 hex).
 
         Args:
             groups: the groups (from :func:`~art_adapters.run_groups`, scored or not).

@@ -71,6 +71,9 @@ def test_each_rollout_is_a_trace_with_agent_generations_tools_and_scores(
             )
             assert attrs["langfuse.trace.metadata.scenario_id"] == group.metadata["scenario_id"]
             assert attrs["art_adapters.reward"] == trajectory.reward
+            started_from = json.loads(attrs["langfuse.observation.input"])
+            assert [m["role"] for m in started_from] == ["system", "user"]
+            assert json.loads(attrs["langfuse.trace.output"]) == trajectory.messages[-1].content
             assert attrs["art_adapters.metrics.prompt_tokens"] == trajectory.metrics["prompt_tokens"] > 0
             assert all(s.parent is None or s.parent.span_id == root.context.span_id for s in spans)
 
