@@ -63,6 +63,9 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+LOCAL_JUDGE_LINE = "judge: the base model on the backend"
+
+
 class TrainMcpConfig(BaseModel):
     """Settings of one ``train-mcp`` run. Every field is a ``train-mcp`` flag of the same name.
 
@@ -164,6 +167,17 @@ class TrainMcpResult(BaseModel):
     loop_result: Any = None
 
 
+#: Sampling temperature of the scenario writer (variety), when its model has a ``temperature`` field.
+GENERATOR_TEMPERATURE = 0.8
+
+
+def _with_temperature(model: BaseChatModel, temperature: float) -> BaseChatModel:
+    """A copy of *model* sampling at *temperature*, or *model* itself when it has no such field."""
+    if "temperature" in type(model).model_fields:
+        return model.model_copy(update={"temperature": temperature})
+    return model
+
+
 def resolve_judge_model(
     config: TrainMcpConfig, fallback: Callable[[], BaseChatModel]
 ) -> tuple[BaseChatModel, str]:
@@ -183,11 +197,11 @@ def resolve_judge_model(
         judge = ChatOpenAI(model=config.judge_model, base_url=base_url, api_key=api_key, temperature=0.0)
         return judge, f"judge: {config.judge_model} at {base_url or 'the OpenAI API'} (--judge-model)"
     if os.environ.get(JUDGE_MODEL_ENV, "").strip():
-        judge = default_generator()
+        judge = _with_temperature(default_generator(), 0.0)
         where = os.environ.get(JUDGE_BASE_URL_ENV) or "the OpenAI API"
         return judge, f"judge: {os.environ[JUDGE_MODEL_ENV]} at {where} (${JUDGE_MODEL_ENV})"
     return fallback(), (
-        "judge: the base model on the backend (no judge configured; set --judge-model or "
+        f"{LOCAL_JUDGE_LINE} (no judge configured; set --judge-model or "
         f"${JUDGE_MODEL_ENV} for a stronger one: a small local judge gives noisy rewards)"
     )
 
@@ -294,6 +308,7 @@ async def _mean_reward(
     scenarios: Sequence[Scenario],
     judge: BaseChatModel,
     config: TrainMcpConfig,
+    ruler_options: dict[str, Any],
 ) -> float:
     """Mean RULER reward over *scenarios* (groups of ``rollouts_per_group``)."""
     from .ruler import ruler_score_groups
@@ -302,7 +317,7 @@ async def _mean_reward(
     groups = await run_groups(
         rollout, scenarios, n=config.rollouts_per_group, timeout_s=config.rollout_timeout_s, progress=True
     )
-    scored = await ruler_score_groups(groups, judge=judge, swallow_exceptions=True)
+    scored = await ruler_score_groups(groups, judge=judge, swallow_exceptions=True, **ruler_options)
     rewards = [t.reward for g in scored for t in g.trajectories if t.reward is not None]
     if not rewards:
         raise ConfigError("no trajectory could be scored: check the judge (see the log)")
@@ -353,7 +368,14 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
 
         judge, judge_line = resolve_judge_model(config, base_model_chat)
         console.print(judge_line)
-        scenarios, scenarios_file = await _scenarios(config, tools, lambda: judge, console)
+        local_judge = judge_line.startswith(LOCAL_JUDGE_LINE)
+        # A small local judge: short explanations (its tokens are slow and its prose is noise), no deadline.
+        ruler_options: dict[str, Any] = (
+            {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
+        )
+        scenarios, scenarios_file = await _scenarios(
+            config, tools, lambda: _with_temperature(judge, GENERATOR_TEMPERATURE), console
+        )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
         agent = build_agent(
@@ -382,10 +404,12 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
                     system_prompt=config.system_prompt,
                     max_turns=config.max_turns,
                 )
-                result.baseline_reward = await _mean_reward(make_rollout(eval_agent), val, judge, config)
+                result.baseline_reward = await _mean_reward(
+                    make_rollout(eval_agent), val, judge, config, ruler_options
+                )
                 console.print(f"step-0 mean reward on validation: {result.baseline_reward:.3f}")
             return result
-        result.loop_result = await _train(model, rollout, train, val, judge, config, console)
+        result.loop_result = await _train(model, rollout, train, val, judge, ruler_options, config, console)
         result.step = await model.get_step()
         return result
     finally:
@@ -399,6 +423,7 @@ async def _train(
     train: Sequence[Scenario],
     val: Sequence[Scenario],
     judge: BaseChatModel,
+    ruler_options: dict[str, Any],
     config: TrainMcpConfig,
     console: Any,
 ) -> Any:

@@ -13,7 +13,14 @@ from typer.testing import CliRunner
 import art_adapters as aa
 import mcp_tools
 from art_adapters.cli import app
-from art_adapters.mcp_rl import TrainMcpConfig, build_agent, make_rollout, resolve_judge_model
+from art_adapters.mcp_rl import (
+    GENERATOR_TEMPERATURE,
+    TrainMcpConfig,
+    _with_temperature,
+    build_agent,
+    make_rollout,
+    resolve_judge_model,
+)
 from mcp_tools import Scenario
 from mcp_tools.servers import server_command
 
@@ -91,6 +98,12 @@ def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: p
     flagged = TrainMcpConfig(server="x", judge_model="flag-judge", judge_base_url="http://127.0.0.1:9/v1")
     judge, line = resolve_judge_model(flagged, lambda: local)
     assert judge.model_name == "flag-judge" and "(--judge-model)" in line
+    assert judge.temperature == 0.0  # judging is greedy...
+    writer = _with_temperature(judge, GENERATOR_TEMPERATURE)
+    assert (
+        writer.temperature == GENERATOR_TEMPERATURE and judge.temperature == 0.0
+    )  # ...writing scenarios is not
+    assert _with_temperature(local, 0.5) is local  # a model without a temperature field is used as it is
     with pytest.raises(ValueError, match="judge_base_url needs judge_model"):
         TrainMcpConfig(server="x", judge_base_url="http://127.0.0.1:9/v1")
 
