@@ -22,8 +22,8 @@ from .errors import (
     RolloutError,
     ToolServerError,
 )
-from .model import TrainableModel
-from .train_config import TrainConfig
+from .model import TrainableModel, TrainResult
+from .train_config import RetentionPolicy, TrainConfig
 from .trajectory import (
     History,
     Message,
@@ -72,6 +72,7 @@ __all__ = [
     "LocalBackend",
     "Message",
     "RemoteBackend",
+    "RetentionPolicy",
     "RolloutBudgetError",
     "RolloutError",
     "RolloutException",
@@ -80,6 +81,7 @@ __all__ = [
     "ToolSchema",
     "ToolServerError",
     "TrainConfig",
+    "TrainResult",
     "TrainableModel",
     "Trajectory",
     "TrajectoryCallbackHandler",

@@ -5,16 +5,21 @@
     model = TrainableModel(name="agent", project="demo", base_model="smollm2-135m-instruct")
     await model.register(backend)       # step 0 = the base weights, served as agent and agent@0
     llm = model.chat_model()             # a LangChain chat model on the latest step
+    result = await model.train(groups, config=TrainConfig(learning_rate=1e-4))
+    result.step, result.trained, result.metrics["loss"]
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from .errors import ConfigError
+from .train_config import RetentionPolicy, TrainConfig
+from .trajectory import TrajectoryGroup
 
 if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
@@ -22,7 +27,54 @@ if TYPE_CHECKING:
 
     from .backends import Backend
 
-__all__ = ["TrainableModel"]
+__all__ = ["DEFAULT_TRAIN_TIMEOUT_S", "CheckpointInfo", "TrainResult", "TrainableModel"]
+
+#: Default seconds ``TrainableModel.train`` waits for the backend's step (CPU steps take minutes).
+DEFAULT_TRAIN_TIMEOUT_S = 3600.0
+
+
+class TrainResult(BaseModel):
+    """What one ``await model.train(groups)`` did on the backend.
+
+    Attributes:
+        step: the model's latest step after the call: the new step when ``trained``, else
+            the unchanged previous step (no checkpoint is written for an untrained call).
+        trained: whether an optimizer update happened and a new checkpoint is served.
+        reason: why nothing was trained (e.g. every group had equal rewards); ``None`` when
+            ``trained``. Never a silent no-op: check ``trained`` or ``reason``.
+        metrics: flat scalars of the step: ``loss``, ``policy_loss``, ``kl`` (None when
+            beta=0), ``grad_norm``, ``clip_fraction``, ``ratio_mean``, ``tokens`` (loss
+            tokens), ``sequence_tokens``, ``sequences``, ``seconds`` (optimizer step),
+            ``learning_rate``, plus the data's ``groups``, ``groups_used``,
+            ``trajectories``, ``reward_mean``, ``reward_std``, ``record_turns``,
+            ``fallback_turns``, ``prefix_breaks``, ... and ``total_seconds`` (the whole
+            request: data, step, checkpoint, adapter load). Step-only keys are absent when
+            not ``trained``.
+        dropped: why groups were dropped: reason -> count (``zero_variance``,
+            ``too_few_scored``, ``no_sequences``).
+        groups_file: where the backend saved the groups (written and fsynced before training).
+        deleted_steps: checkpoints removed by the retention policy after this step.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    trained: bool
+    reason: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    dropped: dict[str, int] = Field(default_factory=dict)
+    groups_file: str | None = None
+    deleted_steps: list[int] = Field(default_factory=list)
+
+
+class CheckpointInfo(BaseModel):
+    """A servable checkpoint of a model (``step`` 0 is the base weights, no metrics)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    created: float | None = None
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -107,3 +159,73 @@ class TrainableModel(BaseModel):
 
         backend = self.backend
         return AsyncOpenAI(base_url=backend.openai_base_url, api_key=backend.api_key or "not-needed")
+
+    async def train(
+        self,
+        groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        timeout: float | None = DEFAULT_TRAIN_TIMEOUT_S,
+    ) -> TrainResult:
+        """Train one GRPO step on ``groups`` and serve the new checkpoint as ``name`` and ``name@step``.
+
+        The backend first saves the groups in its run directory (so a failed or interrupted step
+        can be trained again), builds exact-token sequences, trains one optimizer update, writes
+        the checkpoint atomically, loads it for serving and applies ``config.retention``.
+        Inference requests sent meanwhile wait and then complete.
+
+        Args:
+            groups: scored trajectory groups (``reward`` set on the trajectories).
+            config: the step's settings; default ``TrainConfig()``.
+            timeout: seconds to wait for the step (``None``: forever). Default one hour.
+
+        Returns:
+            :class:`TrainResult`; ``trained=False`` with a ``reason`` when no group carried
+            signal (no new step then).
+
+        Raises:
+            BackendRequestError: the backend refused (404 unknown model, 400 malformed groups
+                or config) or the step failed (500).
+        """
+        config = config or TrainConfig()
+        if not isinstance(config, TrainConfig):
+            raise ConfigError(f"config must be a TrainConfig, got {type(config).__name__}")
+        group_list = list(groups)
+        for i, group in enumerate(group_list):
+            if not isinstance(group, TrajectoryGroup):
+                raise ConfigError(f"groups[{i}] is a {type(group).__name__}, not a TrajectoryGroup")
+        body = {
+            "groups": [g.model_dump(mode="json") for g in group_list],
+            "config": config.model_dump(mode="json"),
+        }
+        data = await self.backend.request(
+            "POST", f"/art/models/{self.name}/train", json=body, timeout=timeout or 10.0**9
+        )
+        return TrainResult.model_validate(data)
+
+    async def checkpoints(self) -> list[CheckpointInfo]:
+        """The servable steps of this model with their metrics, oldest first (step 0 included)."""
+        data = await self.backend.request("GET", f"/art/models/{self.name}/checkpoints")
+        return [CheckpointInfo.model_validate(c) for c in data["data"]]
+
+    async def delete_checkpoints(
+        self,
+        steps: Iterable[int] | None = None,
+        *,
+        keep_latest: int = 1,
+        best_metric: str | None = None,
+        mode: Literal["max", "min"] = "max",
+    ) -> list[int]:
+        """Delete checkpoints; returns the deleted steps (they stop being served).
+
+        With ``steps``: delete exactly those (never step 0 or the latest: 400). Without:
+        apply the retention policy: keep the ``keep_latest`` newest and the best by
+        ``best_metric`` (see :class:`~art_adapters.train_config.RetentionPolicy`).
+        """
+        if steps is not None:
+            body: dict[str, Any] = {"steps": [int(s) for s in steps]}
+        else:
+            policy = RetentionPolicy(keep_latest=keep_latest, best_metric=best_metric, mode=mode)
+            body = {"retention": policy.model_dump(mode="json")}
+        data = await self.backend.request("POST", f"/art/models/{self.name}/checkpoints/delete", json=body)
+        return [int(s) for s in data["deleted"]]

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-__all__ = ["ImportanceLevel", "LossNormalization", "TrainConfig"]
+__all__ = ["ImportanceLevel", "LossNormalization", "RetentionPolicy", "TrainConfig"]
 
 #: Where the importance ratio is taken: per token (PPO/GRPO) or per sequence (GSPO).
 ImportanceLevel = Literal["token", "sequence"]
@@ -22,6 +22,26 @@ ImportanceLevel = Literal["token", "sequence"]
 LossNormalization = Literal["token", "sequence", "constant"]
 
 _Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+class RetentionPolicy(BaseModel):
+    """Which checkpoints to keep; the others are deleted (and stop being served).
+
+    Attributes:
+        keep_latest: the newest checkpoints kept, >= 1 (the latest is always kept). Default 1.
+        best_metric: also keep the checkpoint with the best value of this step metric (e.g.
+            ``"reward_mean"``: the mean reward of the groups that step trained on, i.e. of the
+            rollouts sampled from the step before it). ``None``: no "best" is kept.
+        mode: ``"max"`` (default) keeps the highest ``best_metric``, ``"min"`` the lowest.
+
+    Step 0 (the base weights) is never deleted.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keep_latest: PositiveInt = 1
+    best_metric: str | None = None
+    mode: Literal["max", "min"] = "max"
 
 
 class TrainConfig(BaseModel):
@@ -80,6 +100,8 @@ class TrainConfig(BaseModel):
             truncated. Default ``4096``.
         seed: seeds torch before the step (LoRA initialisation, dropout). ``None`` leaves the
             generator alone. Default ``0``.
+        retention: applied after the step's checkpoint is written (see :class:`RetentionPolicy`);
+            ``None`` (default) keeps every checkpoint.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -102,6 +124,7 @@ class TrainConfig(BaseModel):
     micro_batch_size: PositiveInt = 4
     max_sequence_length: PositiveInt = 4096
     seed: int | None = 0
+    retention: RetentionPolicy | None = None
 
     @model_validator(mode="after")
     def _check_combinations(self) -> TrainConfig:
