@@ -274,7 +274,12 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
 
 
 async def _scenarios(
-    config: TrainMcpConfig, tools: Sequence[BaseTool], generator: Callable[[], BaseChatModel], console: Any
+    config: TrainMcpConfig,
+    tools: Sequence[BaseTool],
+    generator: Callable[[], BaseChatModel],
+    console: Any,
+    *,
+    batch_size: int = 10,
 ) -> tuple[list[Scenario], Path]:
     import mcp_tools
 
@@ -290,7 +295,7 @@ async def _scenarios(
         console.print(f"generating {config.n_scenarios} scenarios from the server's tools")
         resources = await _resources(config.server)
         scenarios = await mcp_tools.generate_scenarios(
-            tools, n=config.n_scenarios, model=generator(), resources=resources
+            tools, n=config.n_scenarios, model=generator(), resources=resources, batch_size=batch_size
         )
     mcp_tools.save_scenarios(scenarios, target)
     return scenarios, target
@@ -374,7 +379,11 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
         )
         scenarios, scenarios_file = await _scenarios(
-            config, tools, lambda: _with_temperature(judge, GENERATOR_TEMPERATURE), console
+            config,
+            tools,
+            lambda: _with_temperature(judge, GENERATOR_TEMPERATURE),
+            console,
+            batch_size=4 if local_judge else 10,  # a small model's answers stay within its token limit
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")

@@ -220,6 +220,26 @@ async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structur
     return _content_text(reply.content)
 
 
+def _complete_items(text: str) -> list[Any]:
+    """The complete objects of a ``"scenarios": [...`` array cut short (e.g. by a token limit)."""
+    match = re.search(r'"scenarios"\s*:\s*\[', text)
+    if match is None:
+        return []
+    decoder = json.JSONDecoder()
+    items: list[Any] = []
+    position = match.end()
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        if position >= len(text) or text[position] != "{":
+            return items
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return items
+        items.append(item)
+
+
 def _parse_items(text: str) -> list[Any]:
     """The list of candidate items in an answer; raises ValueError when there is none."""
     stripped = text.strip()
@@ -235,7 +255,11 @@ def _parse_items(text: str) -> list[Any]:
         try:
             data, _ = json.JSONDecoder().raw_decode(stripped[start:])
         except json.JSONDecodeError as exc:
-            raise ValueError(f"malformed JSON ({exc.msg}): {text[:120]!r}") from None
+            salvaged = _complete_items(stripped)
+            if not salvaged:
+                raise ValueError(f"malformed JSON ({exc.msg}): {text[:120]!r}") from None
+            logger.info("scenario generator: answer cut short; kept its %d complete item(s)", len(salvaged))
+            data = salvaged
     if isinstance(data, dict):
         data = data.get("scenarios")
     if not isinstance(data, list):

@@ -125,6 +125,17 @@ async def test_more_than_asked_is_cut_to_exactly_n_in_one_call() -> None:
     ]
 
 
+async def test_an_answer_cut_short_keeps_its_complete_items() -> None:
+    cut = answer(("Find the note about my Lisbon hotel booking", 1), ("What is on my grocery list?", 1))[:-30]
+    model = ScriptedGenerator(script=[cut, answer(("What is on my grocery list this week?", 1))], prompts=[])
+    scenarios = await generate_scenarios(NOTES_TOOLS, n=2, model=model)
+    assert [s.task for s in scenarios] == [
+        "Find the note about my Lisbon hotel booking",
+        "What is on my grocery list this week?",
+    ]
+    assert "Write 1 new task." in model.prompts[1]
+
+
 async def test_endpoint_errors_are_retried_like_bad_answers() -> None:
     model = ScriptedGenerator(
         script=[ConnectionError("endpoint down"), answer(("Find the note about my Lisbon hotel booking", 1))],
