@@ -181,6 +181,13 @@ async def test_a_server_is_listed_with_its_tools_and_resources() -> None:
     assert "notes-index" in prompt and "#3 Lisbon trip [travel,personal]" in prompt  # the resource's text
 
 
+async def test_a_server_over_http_is_listed_too(notes_url: str) -> None:
+    model = ScriptedGenerator(script=[answer(("Which of my notes are about the car?", 2))], prompts=[])
+    assert len(await generate_scenarios(notes_url, n=1, model=model)) == 1
+    assert "search_notes(query: string, limit: integer (optional))" in model.prompts[0]
+    assert "#8 Car maintenance [personal,errands]" in model.prompts[0]
+
+
 async def test_tools_from_load_tools_are_described() -> None:
     tools = await mcp_tools.load_tools(server_command("calculator"))
     text = mcp_tools.describe_tools(tools)
