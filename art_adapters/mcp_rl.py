@@ -250,14 +250,17 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
 
     The agent runs inside ``mcp_tools.rollout()``, so its MCP tools open their own session
     on first use and close it at the end; the trajectory is captured by a
-    :class:`~art_adapters.TrajectoryCallbackHandler` and carries the scenario's ``task``
-    and ``difficulty`` in its metadata.
+    :class:`~art_adapters.TrajectoryCallbackHandler` and carries the scenario's ``task``,
+    ``difficulty`` and the rollout's MCP session ids in its metadata. A scenario may also be
+    a dict with ``task`` and ``difficulty`` (validated as a :class:`mcp_tools.Scenario`).
     """
     import mcp_tools
 
     from .capture.langchain import TrajectoryCallbackHandler
 
-    async def rollout(scenario: Scenario) -> Trajectory:
+    async def rollout(scenario: Scenario | dict[str, Any]) -> Trajectory:
+        if isinstance(scenario, dict):
+            scenario = mcp_tools.Scenario.model_validate(scenario)
         handler = TrajectoryCallbackHandler()
         async with mcp_tools.rollout() as scope:
             await agent.ainvoke({"messages": [("user", scenario.task)]}, config={"callbacks": [handler]})

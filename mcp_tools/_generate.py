@@ -174,7 +174,20 @@ def answer_schema(count: int, max_task_chars: int = MAX_TASK_CHARS) -> dict[str,
     }
 
 
-def _request_text(description: str, count: int, avoid: Sequence[str], instructions: str | None) -> str:
+def difficulty_plan(written: Sequence[int], count: int) -> list[int]:
+    """Difficulties to ask for next so that all five levels stay about equally common."""
+    counts = Counter({level: 0 for level in range(1, 6)})
+    counts.update(d for d in written if 1 <= d <= 5)
+    plan: list[int] = []
+    for _ in range(count):
+        level = min(range(1, 6), key=lambda d: (counts[d], d))
+        counts[level] += 1
+        plan.append(level)
+    return sorted(plan)
+
+
+def _request_text(description: str, count: int, written: Sequence[Scenario], instructions: str | None) -> str:
+    avoid = [s.task for s in written]
     parts = [description, ""]
     if instructions:
         parts += [f"Guidance: {instructions.strip()}", ""]
@@ -183,8 +196,9 @@ def _request_text(description: str, count: int, avoid: Sequence[str], instructio
         parts.append("Tasks already written (write different ones):")
         parts += [f"- {t}" for t in shown]
         parts.append("")
+    plan = ", ".join(str(d) for d in difficulty_plan([s.difficulty for s in written], count))
     parts.append(
-        f"Write {count} new task{'s' if count != 1 else ''}. Answer with JSON only: "
+        f"Write {count} new task{'s' if count != 1 else ''} (difficulties: {plan}). Answer with JSON only: "
         '{"scenarios": [{"task": "...", "difficulty": 1}]}'
     )
     return "\n".join(parts)
@@ -374,7 +388,7 @@ async def generate_scenarios(
         count = min(n - len(accepted), batch_size)
         messages = [
             SystemMessage(SYSTEM_PROMPT),
-            HumanMessage(_request_text(description, count, [s.task for s in accepted], instructions)),
+            HumanMessage(_request_text(description, count, accepted, instructions)),
         ]
         try:
             text = await asyncio.wait_for(

@@ -75,9 +75,9 @@ async def test_too_few_then_the_missing_ones_are_asked_for() -> None:
     scenarios = await generate_scenarios(NOTES_TOOLS, n=3, model=model)
     assert [s.difficulty for s in scenarios] == [1, 2, 3]
     assert len({s.id for s in scenarios}) == 3
-    assert "Write 3 new tasks" in model.prompts[0]
+    assert "Write 3 new tasks (difficulties: 1, 2, 3)" in model.prompts[0]
     # the retry asks for exactly the missing one and shows what is already written
-    assert "Write 1 new task." in model.prompts[1]
+    assert "Write 1 new task (difficulties: 3)." in model.prompts[1]  # the level still missing
     assert "- Find the note about my Lisbon hotel booking" in model.prompts[1]
     assert "search_notes(query: string)" in model.prompts[0]  # tools are described...
     assert "Never name a tool" in model.prompts[0]  # ...and must not be named
@@ -133,7 +133,7 @@ async def test_an_answer_cut_short_keeps_its_complete_items() -> None:
         "Find the note about my Lisbon hotel booking",
         "What is on my grocery list this week?",
     ]
-    assert "Write 1 new task." in model.prompts[1]
+    assert "Write 1 new task (" in model.prompts[1]
 
 
 async def test_endpoint_errors_are_retried_like_bad_answers() -> None:

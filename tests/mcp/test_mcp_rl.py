@@ -79,7 +79,10 @@ async def test_rollouts_get_fresh_isolated_sessions_over_http(notes_url: str) ->
 async def test_the_agent_stops_after_max_turns() -> None:
     tools = await mcp_tools.load_tools(server_command("notes"))
     model = PolicyChatModel(policy=endless_policy)
-    trajectory = await make_rollout(build_agent(model, tools, max_turns=3))(SCENARIOS[0])
+    trajectory = await make_rollout(build_agent(model, tools, max_turns=3))(
+        {"task": SCENARIOS[0].task, "difficulty": 2}  # a plain dict works too
+    )
+    assert trajectory.metadata["difficulty"] == 2
     assert model.calls == 3
     assert len(trajectory.tool_records) == 2  # the third turn's calls are not run
     with pytest.raises(aa.ConfigError, match="max_turns"):
