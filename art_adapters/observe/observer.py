@@ -27,6 +27,7 @@ The OTLP exporter, the Langfuse SDK and ``wandb`` are imported only when used.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -206,14 +207,24 @@ class Observer:
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
             logger.info("observe: Langfuse over plain OTLP at %s (scores as span attributes)", url)
             return
-        self._langfuse = sdk.Langfuse(
-            public_key=cfg.langfuse_public_key,
-            secret_key=cfg.langfuse_secret_key,
-            base_url=cfg.langfuse_base_url,
-            tracer_provider=provider,
-            should_export_span=lambda span: True,  # our provider carries only our spans
-            timeout=max(1, int(cfg.export_timeout_s)),
-        )
+        try:
+            self._langfuse = sdk.Langfuse(
+                public_key=cfg.langfuse_public_key,
+                secret_key=cfg.langfuse_secret_key,
+                base_url=cfg.langfuse_base_url,
+                tracer_provider=provider,
+                should_export_span=lambda span: True,  # our provider carries only our spans
+                timeout=max(1, int(cfg.export_timeout_s)),
+            )
+        except Exception as exc:  # an SDK that will not start must not stop the run
+            if cfg.use_langfuse_sdk:
+                raise ConfigError(f"the Langfuse SDK did not start: {type(exc).__name__}: {exc}") from exc
+            url = cfg.langfuse_otlp_url()
+            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            logger.warning(
+                "observe: the Langfuse SDK did not start (%s); spans over plain OTLP to %s", exc, url
+            )
+            return
         if getattr(getattr(self._langfuse, "_resources", None), "tracer_provider", provider) is not provider:
             # The SDK keeps one client per public key: an earlier one (maybe shut down) was returned,
             # with its own provider. Send our spans over plain OTLP; scores still go through the SDK.
@@ -335,7 +346,8 @@ class Observer:
             tags: extra trace tags.
 
         Also appends one ``split`` row (reward mean/std, exception rate, tokens, timings) to
-        the metrics history when ``metrics_path`` is set. Never raises for export problems.
+        the metrics history when ``metrics_path`` is set and ``step`` is given. Never raises
+        for export problems.
         """
         groups = list(groups)
         trace_ids: list[str] = []
@@ -478,4 +490,4 @@ class Observer:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
