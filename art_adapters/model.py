@@ -76,6 +76,7 @@ class CheckpointInfo(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     created: float | None = None
 
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 

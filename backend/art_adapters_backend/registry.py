@@ -213,6 +213,35 @@ class Registry:
         logger.info("model %r: step %d at %s", name, step, path)
         return updated
 
+    def remove_steps(self, name: str, steps: set[int] | frozenset[int]) -> ModelRecord:
+        """Stop serving checkpoint ``steps`` of ``name`` (training deletes their folders).
+
+        Raises:
+            NotFoundError: ``name`` is not registered.
+            BadRequestError: a step is 0 (the base weights), the latest step, or unknown.
+        """
+        with self._lock:
+            record = self._models.get(name)
+            if record is None:
+                raise NotFoundError(f"model {name!r} is not registered", code="model_not_found")
+            bad = sorted(s for s in steps if s == 0 or s == record.latest_step or s not in record.checkpoints)
+            if bad:
+                raise BadRequestError(
+                    f"cannot delete step(s) {bad} of {name!r}: step 0 (the base weights) and the latest "
+                    f"step {record.latest_step} are always kept; its steps are {record.steps}",
+                    param="steps",
+                )
+            updated = record.model_copy(
+                update={
+                    "steps": [s for s in record.steps if s not in steps],
+                    "checkpoints": {s: p for s, p in record.checkpoints.items() if s not in steps},
+                }
+            )
+            self._models[name] = updated
+            self._save()
+        logger.info("model %r: removed steps %s", name, sorted(steps))
+        return updated
+
     def served_names(self) -> list[str]:
         """Every ``model`` string that resolves: the base model, each ``name`` and ``name@step``."""
         names = [self.base_model]

@@ -58,6 +58,8 @@ __all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
 logger = logging.getLogger(__name__)
 
 OPTIMIZER_FILE = "optimizer.pt"
+#: Torch intra-op threads for training and inference (the engine honours it too).
+THREADS_ENV = "ART_ADAPTERS_TORCH_THREADS"
 STATE_FILE = "trainer_state.json"
 
 
@@ -174,6 +176,12 @@ class LoraTrainer(ABC):
     def __init__(self, model_path: str | os.PathLike[str], device: str = "cpu") -> None:
         self.model_path = Path(model_path)
         self.device = torch.device(device)
+        threads = os.environ.get(THREADS_ENV)
+        if threads:  # the same variable as the engine's: tests and loaded machines pin threads
+            try:
+                torch.set_num_threads(int(threads))
+            except ValueError:
+                raise ValueError(f"${THREADS_ENV} must be an integer, got {threads!r}") from None
         self.base, self.pad_token_id = self._load_base()
         self.model: PeftModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -219,6 +227,15 @@ class LoraTrainer(ABC):
         self.model = self._attach_lora(config)
         self.lora = {"r": config.lora_rank, "lora_alpha": config.lora_alpha}
         self._new_optimizer(config)
+
+    def reset_adapter(self) -> None:
+        """Drop the adapter and its optimizer (base weights untouched): the next step starts a fresh LoRA."""
+        if self.model is not None:
+            self.base = self.model.unload()
+        self.model = None
+        self.optimizer = None
+        self.lora = None
+        self.steps_done = 0
 
     def _new_optimizer(self, config: TrainConfig) -> None:
         assert self.model is not None

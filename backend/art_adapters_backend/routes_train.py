@@ -1,0 +1,85 @@
+"""The training API: ``POST /art/models/{name}/train``, checkpoints and retention.
+
+See :mod:`.training.service` for what one step does; ``docs/backend-api.md`` for the bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from art_adapters.train_config import RetentionPolicy, TrainConfig
+from art_adapters.trajectory import TrajectoryGroup
+
+from .training.service import TrainingService
+
+__all__ = ["TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "router", "training_service"]
+
+logger = logging.getLogger(__name__)
+
+#: Which trainer the server uses (``peft`` or ``unsloth``); ``serve --trainer`` sets it.
+TRAINER_ENV = "ART_ADAPTERS_TRAINER"
+
+router = APIRouter(prefix="/art/models", tags=["training"])
+
+
+class TrainRequest(BaseModel):
+    """Body of ``POST /art/models/{name}/train``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    groups: list[TrajectoryGroup] = Field(description="Scored trajectory groups (JSON of TrajectoryGroup).")
+    config: TrainConfig = Field(default_factory=TrainConfig, description="The step's TrainConfig.")
+
+
+class DeleteCheckpointsRequest(BaseModel):
+    """Body of ``POST /art/models/{name}/checkpoints/delete``: exactly one of ``steps`` or ``retention``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[int] | None = Field(default=None, description="Delete exactly these steps.")
+    retention: RetentionPolicy | None = Field(default=None, description="Or apply this policy.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> DeleteCheckpointsRequest:
+        if (self.steps is None) == (self.retention is None):
+            raise ValueError("give exactly one of 'steps' (a list of step numbers) or 'retention' (a policy)")
+        return self
+
+
+def training_service(request: Request) -> TrainingService:
+    """The app's training service, created on first use (it cleans partial checkpoints then)."""
+    app_state = request.app.state
+    service = getattr(app_state, "training", None)
+    if service is None:
+        service = TrainingService(app_state.server, trainer=os.environ.get(TRAINER_ENV, "peft"))
+        app_state.training = service
+    return service
+
+
+@router.post("/{name}/train", summary="Train one GRPO step on scored groups; serve the new checkpoint")
+async def train(name: str, body: TrainRequest, request: Request) -> dict[str, Any]:
+    """The ``TrainResult``: ``step``, ``trained``, ``reason``, ``metrics``, ``dropped``, ``groups_file``,
+    ``deleted_steps``. 404 for an unknown model, 400 for malformed groups or config."""
+    return await training_service(request).train(name, body.groups, body.config)
+
+
+@router.get("/{name}/checkpoints", summary="Servable steps with the metrics of the step that made them")
+async def list_checkpoints(name: str, request: Request) -> dict[str, Any]:
+    """``{"data": [{"step", "metrics", "created"}, ...]}``, step 0 (the base weights) first."""
+    return {"data": training_service(request).checkpoints(name)}
+
+
+@router.post("/{name}/checkpoints/delete", summary="Delete given steps, or apply a retention policy")
+async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request: Request) -> dict[str, Any]:
+    """``{"deleted": [steps]}``; step 0 and the latest step are never deleted (400 if named)."""
+    service = training_service(request)
+    service.state.registry.require(name)
+    if body.steps is not None:
+        return {"deleted": await service.delete_steps(name, set(body.steps)) if body.steps else []}
+    assert body.retention is not None
+    return {"deleted": await service.apply_retention(name, body.retention)}

@@ -1,0 +1,280 @@
+"""The server's training service: one GRPO step per ``POST /art/models/{name}/train``.
+
+Per request, for model ``name`` (one step at a time per model, others queue):
+
+1. the groups are written to ``run_dir/models/<name>/groups/step-<N>-<time>.jsonl`` and
+   fsynced, before anything else (a failed or killed step can be trained again from it);
+2. the trainer (one, lazily created, shared by the models; a copy of the base weights
+   separate from the engine's) is put on the model's latest checkpoint (adapter and optimizer
+   state), or a fresh LoRA at step 0;
+3. with the inference engine paused (requests queue and complete afterwards; ``/health``
+   and the HTTP server stay responsive because the step runs in a worker thread), the
+   sequences are built from the exact-token records (the chat template re-tokenises turns
+   without one), one optimizer update runs, and checkpoint ``N`` is written atomically
+   under ``run_dir/models/<name>/checkpoints/<N:06d>`` (temporary folder, fsync, rename);
+4. the registry serves it as ``name@N`` and ``name`` and the engine loads it at once;
+   older checkpoints stay servable until deleted; ``config.retention`` is applied.
+
+When nothing is trainable (every group had equal rewards, or no turn fits), no step is made
+and no checkpoint written: the result has ``trained=False`` and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from art_adapters.train_config import RetentionPolicy, TrainConfig
+from art_adapters.trajectory import TrajectoryGroup
+
+from .checkpoints import CheckpointStore
+
+if TYPE_CHECKING:
+    from ..state import ServerState
+    from .trainer import LoraTrainer
+
+__all__ = ["TRAINERS", "TrainingService", "write_groups_file"]
+
+logger = logging.getLogger(__name__)
+
+#: ``--trainer`` choices -> (module, class).
+TRAINERS = {
+    "peft": ("art_adapters_backend.training.peft_trainer", "PeftTrainer"),
+    "unsloth": ("art_adapters_backend.training.unsloth_trainer", "UnslothTrainer"),
+}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_groups_file(path: Path, groups: Sequence[TrajectoryGroup]) -> Path:
+    """Write ``groups`` as JSON Lines (``load_groups`` reads it), fsynced and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for group in groups:
+            handle.write(group.model_dump_json() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return path
+
+
+def _scalars(data: dict[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and v is not None
+    }
+
+
+class TrainingService:
+    """Trains the server's registered models; see the module docstring for one step.
+
+    Args:
+        state: the server's shared state (engine, registry, records, template).
+        trainer: ``"peft"`` (default) or ``"unsloth"``.
+    """
+
+    def __init__(self, state: ServerState, trainer: str = "peft") -> None:
+        if trainer not in TRAINERS:
+            raise ValueError(f"unknown trainer {trainer!r}; choose one of {sorted(TRAINERS)}")
+        self.state = state
+        self.trainer_kind = trainer
+        self.root = state.config.run_dir / "models"
+        self._trainer: LoraTrainer | None = None
+        self._trainer_on: tuple[str, int] | None = None  # (model, step) the trainer's adapter holds
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._trainer_lock = asyncio.Lock()
+        self._stores: dict[str, CheckpointStore] = {}
+        for record in state.registry.list():
+            self._reconcile(record.name)
+
+    # ------------------------------------------------------------------ disk layout
+
+    def store(self, name: str) -> CheckpointStore:
+        """The checkpoint store of ``name`` (opening it removes partial writes)."""
+        store = self._stores.get(name)
+        if store is None:
+            store = self._stores[name] = CheckpointStore(self.root / name / "checkpoints")
+        return store
+
+    def groups_dir(self, name: str) -> Path:
+        """Where the groups of ``name``'s train requests are saved."""
+        return self.root / name / "groups"
+
+    def _reconcile(self, name: str) -> None:
+        """Serve complete checkpoints newer than the registry knows (a crash after rename, before registry save)."""
+        record = self.state.registry.require(name)
+        for checkpoint in self.store(name).checkpoints():
+            if checkpoint.step > record.latest_step:
+                logger.warning("model %r: registering checkpoint %d found on disk", name, checkpoint.step)
+                record = self.state.registry.add_step(name, checkpoint.step, checkpoint.path)
+
+    # ------------------------------------------------------------------ the trainer
+
+    def _new_trainer(self) -> LoraTrainer:
+        import importlib
+
+        from ..bundled import resolve_model_path
+
+        module, cls = TRAINERS[self.trainer_kind]
+        trainer_cls = getattr(importlib.import_module(module), cls)
+        config = self.state.config
+        path = resolve_model_path(config.base_model, config.cache_dir)
+        return trainer_cls(path, device=config.device)
+
+    def _prepare_trainer(
+        self, name: str, step: int, adapter_path: str | None, config: TrainConfig
+    ) -> LoraTrainer:
+        """The trainer holding ``name``'s checkpoint ``step`` (worker thread)."""
+        if self._trainer is None:
+            self._trainer = self._new_trainer()
+        trainer = self._trainer
+        if self._trainer_on != (name, step):
+            self._trainer_on = None
+            if adapter_path is None:
+                trainer.reset_adapter()
+            else:
+                trainer.load_adapter(adapter_path, config)
+            self._trainer_on = (name, step)
+        return trainer
+
+    def _step(
+        self,
+        name: str,
+        step: int,
+        adapter_path: str | None,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+    ) -> tuple[dict[str, Any], Path | None]:
+        """Train and checkpoint (worker thread); returns the result fields and the new checkpoint."""
+        trainer = self._prepare_trainer(name, step, adapter_path, config)
+        state = self.state
+        try:
+            result = trainer.train_groups(groups, state.records.get, state.template.encode, config)
+        except BaseException:
+            self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
+            raise
+        data = result.data.model_dump()
+        dropped = data.pop("groups_dropped")
+        metrics: dict[str, Any] = dict(data)
+        if not result.trained:
+            return {"trained": False, "reason": result.nothing_trainable_reason, "metrics": metrics,
+                    "dropped": dropped}, None  # fmt: skip
+        assert result.step is not None
+        step_metrics = result.step.model_dump()
+        step_metrics.pop("step")
+        metrics.update(step_metrics)
+        new_step = step + 1
+        try:
+            checkpoint = self.store(name).write(new_step, trainer.write_adapter, _scalars(metrics))
+        except BaseException:
+            self._trainer_on = None
+            raise
+        self._trainer_on = (name, new_step)
+        return {"trained": True, "reason": None, "metrics": metrics, "dropped": dropped}, checkpoint.path
+
+    # ------------------------------------------------------------------ the API
+
+    async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, Any]:
+        """One training request for ``name``; returns the ``TrainResult`` body."""
+        registry = self.state.registry
+        registry.require(name)
+        if not groups:
+            step = registry.require(name).latest_step
+            return {"trained": False, "reason": "no trajectory groups were given", "metrics": {"groups": 0},
+                    "dropped": {}, "step": step, "groups_file": None, "deleted_steps": []}  # fmt: skip
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            started = time.perf_counter()
+            record = registry.require(name)
+            step = record.latest_step
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            groups_file = (
+                self.groups_dir(name) / f"step-{step + 1:06d}-{stamp}-{time.time_ns() % 10**9:09d}.jsonl"
+            )
+            await asyncio.to_thread(write_groups_file, groups_file, groups)
+            adapter_path = record.checkpoints.get(step)
+            async with self._trainer_lock, self._paused():
+                body, checkpoint = await asyncio.to_thread(
+                    self._step, name, step, adapter_path, groups, config
+                )
+            if checkpoint is not None:
+                step += 1
+                registry.add_step(name, step, checkpoint)
+                await self.state.adapter_for(registry.resolve(f"{name}@{step}"))
+            deleted: list[int] = []
+            if checkpoint is not None and config.retention is not None:
+                deleted = await self.apply_retention(name, config.retention)
+            body["metrics"]["total_seconds"] = time.perf_counter() - started
+            body.update(step=step, groups_file=str(groups_file), deleted_steps=deleted)
+            logger.info(
+                "model %r: train request -> step %d (trained=%s) in %.1f s",
+                name, step, body["trained"], body["metrics"]["total_seconds"],
+            )  # fmt: skip
+            return body
+
+    def _paused(self) -> Any:
+        paused = getattr(self.state.engine, "paused", None)
+        if paused is None:
+            return contextlib.nullcontext()
+        return paused()
+
+    def checkpoints(self, name: str) -> list[dict[str, Any]]:
+        """Servable steps of ``name`` (0 first) with the metrics of the step that made them."""
+        record = self.state.registry.require(name)
+        on_disk = {c.step: c for c in self.store(name).checkpoints()}
+        out = []
+        for step in record.steps:
+            c = on_disk.get(step)
+            out.append({"step": step, "metrics": c.metrics if c else {}, "created": c.created if c else None})
+        return out
+
+    async def delete_steps(self, name: str, steps: set[int]) -> list[int]:
+        """Stop serving ``steps`` of ``name``, unload them from the engine and delete their folders."""
+        self.state.registry.remove_steps(name, steps)
+        for step in sorted(steps):
+            await self._unload(f"{name}@{step}")
+            path = self.store(name).path(step)
+            if path.exists():
+                await asyncio.to_thread(self.store(name).delete, step)
+        return sorted(steps)
+
+    async def apply_retention(self, name: str, policy: RetentionPolicy) -> list[int]:
+        """Keep the ``keep_latest`` newest and the best by ``best_metric``; delete the other steps (never 0)."""
+        record = self.state.registry.require(name)
+        trained = [s for s in record.steps if s != 0]
+        keep = set(trained[-policy.keep_latest :])
+        if policy.best_metric is not None:
+            scored = [
+                c
+                for c in self.store(name).checkpoints()
+                if c.step in trained and policy.best_metric in c.metrics
+            ]
+            if scored:
+                pick = max if policy.mode == "max" else min
+                keep.add(pick(scored, key=lambda c: c.metrics[policy.best_metric]).step)
+        doomed = {s for s in trained if s not in keep}
+        return await self.delete_steps(name, doomed) if doomed else []
+
+    async def _unload(self, key: str) -> None:
+        loaded: set[str] = self.state._loaded_adapters
+        if key not in loaded:
+            return
+        unload = getattr(self.state.engine, "unload_adapter", None)
+        if unload is not None:
+            await unload(key)
+        loaded.discard(key)
