@@ -419,7 +419,6 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
                 result.baseline_reward = await _mean_reward(
                     make_rollout(eval_agent), val, judge, config, ruler_options
                 )
-                console.print(f"step-0 mean reward on validation: {result.baseline_reward:.3f}")
             return result
         result.loop_result = await _train(model, rollout, train, val, judge, ruler_options, config, console)
         result.step = await model.get_step()
