@@ -323,6 +323,7 @@ async def generate_scenarios(
     structured: bool = True,
     timeout_s: float | None = 300.0,
     max_task_chars: int = MAX_TASK_CHARS,
+    existing: Sequence[Scenario] = (),
 ) -> list[Scenario]:
     """Have *model* write *n* distinct, realistic tasks that need *tools* (without naming them).
 
@@ -342,6 +343,8 @@ async def generate_scenarios(
         structured: ask for ``response_format`` json_schema where the model supports it.
         timeout_s: seconds one generator call may take; ``None``: no limit.
         max_task_chars: longest task accepted, in characters.
+        existing: scenarios you already have (e.g. ``load_scenarios(file)``): the new ones
+            differ from them, and the generator sees them; they are not returned.
 
     Returns:
         Exactly *n* :class:`~mcp_tools.Scenario` objects, in the order written.
@@ -377,7 +380,8 @@ async def generate_scenarios(
     from langchain_core.messages import HumanMessage, SystemMessage
 
     accepted: list[Scenario] = []
-    seen: set[str] = set()
+    existing = list(existing)
+    seen: set[str] = {normalize_task(s.task) for s in existing}
     rejected: Counter[str] = Counter()
     examples: dict[str, str] = {}
     last_error: str | None = None
@@ -388,7 +392,7 @@ async def generate_scenarios(
         count = min(n - len(accepted), batch_size)
         messages = [
             SystemMessage(SYSTEM_PROMPT),
-            HumanMessage(_request_text(description, count, accepted, instructions)),
+            HumanMessage(_request_text(description, count, [*existing, *accepted], instructions)),
         ]
         try:
             text = await asyncio.wait_for(

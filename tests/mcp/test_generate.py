@@ -136,6 +136,18 @@ async def test_an_answer_cut_short_keeps_its_complete_items() -> None:
     assert "Write 1 new task (" in model.prompts[1]
 
 
+async def test_existing_scenarios_are_shown_and_never_repeated() -> None:
+    have = [mcp_tools.Scenario(task="Find my Lisbon hotel booking number", difficulty=1)]
+    model = ScriptedGenerator(
+        script=[answer(("find my Lisbon hotel booking number", 2), ("Which notes mention the car?", 2))],
+        prompts=[],
+    )
+    scenarios = await generate_scenarios(NOTES_TOOLS, n=1, model=model, existing=have)
+    assert [s.task for s in scenarios] == ["Which notes mention the car?"]
+    assert "- Find my Lisbon hotel booking number" in model.prompts[0]
+    assert "(difficulties: 2)" in model.prompts[0]  # level 1 is already covered
+
+
 async def test_endpoint_errors_are_retried_like_bad_answers() -> None:
     model = ScriptedGenerator(
         script=[ConnectionError("endpoint down"), answer(("Find the note about my Lisbon hotel booking", 1))],
