@@ -217,7 +217,7 @@ def choice_body(sequence: GeneratedSequence, prepared: PreparedChat, state: Serv
         message["tool_calls"] = [call.to_openai() for call in calls]
     logprobs = None
     if prepared.want_logprobs:
-        entries = state.token_texts.content(sequence.token_ids, sequence.logprobs, sequence.top_logprobs)
+        entries = state.token_texts.content(sequence.text_token_ids, sequence.logprobs, sequence.top_logprobs)
         logprobs = {"content": entries, "refusal": None}
     return {
         "index": sequence.index,

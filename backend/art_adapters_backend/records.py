@@ -29,7 +29,8 @@ class ChoiceRecord(BaseModel):
 
     Attributes:
         index: the choice's index in the response.
-        completion_token_ids: the sampled token ids (EOS excluded).
+        completion_token_ids: the sampled token ids, ending with the EOS (``<|im_end|>``)
+            when the choice stopped by sampling it (so training covers ending the turn).
         logprobs: one log-probability per sampled token, as the engine computed it.
         top_logprobs: per token, the most likely ``[token_id, logprob]`` pairs (when asked for).
         finish_reason: ``stop``, ``length`` or ``tool_calls``.

@@ -43,12 +43,13 @@ class _Choice:
     text: str = ""
     pending_logprobs: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
+    eos: bool = False
 
     def sequence(self) -> GeneratedSequence:
         return GeneratedSequence(
             index=self.index, token_ids=self.token_ids, logprobs=self.logprobs, text=self.text,
             finish_reason=self.finish_reason or "stop",  # type: ignore[arg-type]
-            top_logprobs=self.top_logprobs if self.has_top else None,
+            top_logprobs=self.top_logprobs if self.has_top else None, eos=self.eos,
         )  # fmt: skip
 
 
@@ -93,10 +94,11 @@ class _Stream:
             choice.has_top = True
             choice.top_logprobs.extend([[(int(t), float(lp)) for t, lp in row] for row in delta.top_logprobs])
         choice.text += delta.text
+        choice.eos = choice.eos or delta.eos
         out: list[str] = []
         if self.prepared.want_logprobs:
             choice.pending_logprobs.extend(
-                self.state.token_texts.content(delta.token_ids, delta.logprobs, delta.top_logprobs)
+                self.state.token_texts.content(delta.text_token_ids, delta.logprobs, delta.top_logprobs)
             )
         shown = choice.parser.feed(delta.text) if choice.parser is not None else delta.text
         if shown:

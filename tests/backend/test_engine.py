@@ -87,10 +87,14 @@ async def test_greedy_is_deterministic_and_stops_at_eos(engine: TorchEngine) -> 
     [second] = await engine.generate(GenerationRequest(prompt, greedy(24)))
     assert first.token_ids == second.token_ids and first.text == second.text
     assert "Paris" in first.text
-    assert first.finish_reason == "stop"  # EOS, which is not part of the tokens
-    assert engine.tokenizer.eos_token_id not in first.token_ids
-    assert engine.tokenizer.decode(first.token_ids) == first.text
+    assert first.finish_reason == "stop" and first.eos  # the sampled EOS ends the tokens, adds no text
+    assert first.token_ids[-1] == engine.tokenizer.eos_token_id
+    assert engine.tokenizer.eos_token_id not in first.text_token_ids
+    assert engine.tokenizer.decode(first.text_token_ids) == first.text
     assert len(first.logprobs) == len(first.token_ids) and first.top_logprobs is None
+    # Its log-prob is the model's, like every sampled token's (training needs it).
+    expected = forward_logprobs(engine.model, prompt, first.token_ids, temperature=1.0)
+    assert abs(first.logprobs[-1] - expected[-1]) < 1e-3
 
 
 async def test_seed_reproduces_and_choices_differ(engine: TorchEngine) -> None:

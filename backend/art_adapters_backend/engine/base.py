@@ -78,7 +78,10 @@ class GeneratedSequence:
 
     Attributes:
         index: the choice's index within its request.
-        token_ids: the sampled token ids (stop strings' tokens included, EOS excluded).
+        token_ids: the sampled token ids (stop strings' tokens included). When the choice ended
+            by sampling an end-of-sequence token (``<|im_end|>``), that token is the last id and
+            ``eos`` is True: it was sampled, so training learns when to end a turn; it adds no
+            text and is not shown in OpenAI ``logprobs.content``, but counts in ``usage``.
         logprobs: the log-probability of each sampled token under the distribution it was
             sampled from (logits divided by the temperature; raw logits when greedy), taken
             before top-p truncation and constraint masking, so a plain forward pass of
@@ -86,6 +89,7 @@ class GeneratedSequence:
         top_logprobs: per token, the ``top_logprobs`` most likely ``(token_id, logprob)``.
         text: the decoded text, cut before any stop string.
         finish_reason: ``"stop"`` (EOS, stop string, constraint done) or ``"length"``.
+        eos: whether ``token_ids[-1]`` is the sampled end-of-sequence token.
     """
 
     index: int
@@ -94,11 +98,20 @@ class GeneratedSequence:
     text: str
     finish_reason: FinishReason
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    eos: bool = False
+
+    @property
+    def text_token_ids(self) -> list[int]:
+        """``token_ids`` without the final EOS: the tokens behind ``text``."""
+        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 @dataclass
 class SequenceDelta:
-    """New output of one choice while streaming; ``finish_reason`` set on its last delta."""
+    """New output of one choice while streaming; ``finish_reason`` set on its last delta.
+
+    ``eos``: this (last) delta's final token id is the sampled end-of-sequence token (no text).
+    """
 
     index: int
     token_ids: list[int]
@@ -106,6 +119,12 @@ class SequenceDelta:
     text: str
     finish_reason: FinishReason | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    eos: bool = False
+
+    @property
+    def text_token_ids(self) -> list[int]:
+        """``token_ids`` without the final EOS."""
+        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 class ContextLengthError(ValueError):

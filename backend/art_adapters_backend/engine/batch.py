@@ -199,9 +199,10 @@ class Batch:
         token = sampled.token_id
         row.last_token = token
         row.n_tokens += 1
-        if token in self.eos_token_ids:
+        if token in self.eos_token_ids:  # sampled: reported (and trained on), adds no text
             row.finish = "stop"
-            self._report(row, [], [], None)
+            top = [sampled.top_logprobs] if sampled.top_logprobs is not None else None
+            self._report(row, [token], [sampled.logprob], top, eos=True)
             return
         if row.decoder is not None:
             row.decoder.accept(token)
@@ -214,8 +215,9 @@ class Batch:
         self._report(row, [token], [sampled.logprob], top)
 
     def _report(
-        self, row: Row, token_ids: list[int], logprobs: list[float], top: list[list[tuple[int, float]]] | None
-    ) -> None:
+        self, row: Row, token_ids: list[int], logprobs: list[float], top: list[list[tuple[int, float]]] | None,
+        *, eos: bool = False,
+    ) -> None:  # fmt: skip
         """Send one delta for ``row`` (its last when finished) and count a finished choice."""
         final = row.finish is not None
         if final and not token_ids and row.job.request.params.top_logprobs > 0:
@@ -228,6 +230,7 @@ class Batch:
                 text=row.tracker.delta(final=final),
                 finish_reason=row.finish,
                 top_logprobs=top,
+                eos=eos,
             )
         )
         if final:

@@ -179,6 +179,7 @@ class TorchEngine:
         tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
         texts: list[list[str]] = [[] for _ in range(n)]
         finish: list[Any] = [None] * n
+        eos = [False] * n
         async for delta in self.stream(request):
             i = delta.index
             token_ids[i] += delta.token_ids
@@ -188,6 +189,7 @@ class TorchEngine:
                 tops[i] += delta.top_logprobs
             if delta.finish_reason is not None:
                 finish[i] = delta.finish_reason
+            eos[i] = eos[i] or delta.eos
         return [
             GeneratedSequence(
                 index=i,
@@ -196,6 +198,7 @@ class TorchEngine:
                 text="".join(texts[i]),
                 finish_reason=finish[i],
                 top_logprobs=tops[i] if request.params.top_logprobs > 0 else None,
+                eos=eos[i],
             )
             for i in range(n)
         ]
