@@ -47,9 +47,11 @@ def test_sync_sdk_plain_chat(local_backend: LocalBackend) -> None:
 @pytest.mark.slow
 async def test_async_sdk_streaming_reassembles_to_the_greedy_answer(local_backend: LocalBackend) -> None:
     client = _async_client(local_backend)
-    plain = await client.chat.completions.create(model=MODEL, messages=HELLO, temperature=0, max_tokens=10)
+    plain = await client.chat.completions.create(
+        model=MODEL, messages=HELLO, temperature=0, max_tokens=10, logprobs=True
+    )
     stream = await client.chat.completions.create(
-        model=MODEL, messages=HELLO, temperature=0, max_tokens=10, stream=True,
+        model=MODEL, messages=HELLO, temperature=0, max_tokens=10, stream=True, logprobs=True,
         stream_options={"include_usage": True},
     )  # fmt: skip
     chunks = [chunk async for chunk in stream]
@@ -64,6 +66,14 @@ async def test_async_sdk_streaming_reassembles_to_the_greedy_answer(local_backen
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.model_dump() == plain.usage.model_dump() if plain.usage else False
     assert all(c.usage is None for c in chunks[:-1])
+    streamed_logprobs = [
+        e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content or []
+    ]
+    plain_logprobs = plain.choices[0].logprobs.content if plain.choices[0].logprobs else None
+    assert [e.token for e in streamed_logprobs] == [e.token for e in plain_logprobs or []]
+    assert [e.logprob for e in streamed_logprobs] == pytest.approx(
+        [e.logprob for e in plain_logprobs or []], abs=1e-4
+    )
     # The streamed completion is recorded too.
     record = await local_backend.get_token_record(chunks[0].id)
     assert record["stream"] is True and record["choices"][0]["text"] == plain.choices[0].message.content
