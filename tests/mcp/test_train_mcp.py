@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import art_adapters as aa
-from art_adapters.cli import app
 from mcp_tools import Scenario, load_scenarios, save_scenarios
 from mcp_tools.servers import server_command
 
@@ -21,9 +21,14 @@ SCENARIOS = [
 ]
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    result = CliRunner().invoke(app, args)
-    return result.exit_code, " ".join(result.output.split())
+async def _invoke(args: list[str]) -> tuple[int, str]:
+    """Run the real command line in its own process (one event loop, as a user runs it)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "art_adapters.cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    output, _ = await process.communicate()
+    return process.returncode or 0, " ".join(output.decode().split())
 
 
 async def test_train_mcp_steps_0_evaluates_the_base_model_and_says_how_to_use_it(
@@ -31,8 +36,7 @@ async def test_train_mcp_steps_0_evaluates_the_base_model_and_says_how_to_use_it
 ) -> None:
     scenarios = save_scenarios(SCENARIOS, tmp_path / "in.jsonl")
     run_dir = tmp_path / "run"
-    code, output = await asyncio.to_thread(
-        _invoke,
+    code, output = await _invoke(
         [
             "train-mcp",
             " ".join(server_command("calculator")),
