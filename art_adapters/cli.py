@@ -53,6 +53,11 @@ def serve(
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port to this file once serving (useful with --port 0).")
     ] = None,
+    engine: Annotated[
+        str, typer.Option(help="Inference engine: 'torch' (CPU/CUDA, in process) or 'vllm' (CUDA, own process).")
+    ] = "torch",
+    trainer: Annotated[str, typer.Option(help="LoRA trainer: 'peft' or 'unsloth' (CUDA).")] = "peft",
+    device: Annotated[str, typer.Option(help="Torch device of the engine and trainer: 'cpu', 'cuda'.")] = "cpu",
 ) -> None:
     """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
     try:
@@ -63,8 +68,9 @@ def serve(
         raise typer.Exit(code=2) from exc
     try:
         config = ServeConfig(
-            host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file
-        )
+            host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
+            engine=engine, trainer=trainer, device=device,
+        )  # fmt: skip
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(code=2) from exc

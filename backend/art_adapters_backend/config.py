@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, model_validator
 
@@ -44,6 +45,9 @@ class ServeConfig(BaseModel):
         max_n: the largest ``n`` (choices per request) accepted. Default 16.
         graceful_shutdown_s: seconds to let in-flight requests finish on SIGTERM. Default 5.
         log_level: uvicorn's log level. Default ``info``.
+        engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
+            subprocess on a CUDA GPU, slept during training steps).
+        trainer: ``peft`` (default; transformers + PEFT) or ``unsloth`` (CUDA).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +65,8 @@ class ServeConfig(BaseModel):
     max_n: PositiveInt = 16
     graceful_shutdown_s: float = Field(default=5.0, ge=0)
     log_level: str = "info"
+    engine: Literal["torch", "vllm"] = "torch"
+    trainer: Literal["peft", "unsloth"] = "peft"
 
     @model_validator(mode="after")
     def _check_exposure(self) -> ServeConfig:

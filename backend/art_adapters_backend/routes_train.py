@@ -21,7 +21,7 @@ __all__ = ["TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "router", 
 
 logger = logging.getLogger(__name__)
 
-#: Which trainer the server uses (``peft`` or ``unsloth``); ``serve --trainer`` sets it.
+#: Overrides the trainer ``serve --trainer`` chose (``peft`` or ``unsloth``).
 TRAINER_ENV = "ART_ADAPTERS_TRAINER"
 
 router = APIRouter(prefix="/art/models", tags=["training"])
@@ -56,7 +56,9 @@ def training_service(request: Request) -> TrainingService:
     app_state = request.app.state
     service = getattr(app_state, "training", None)
     if service is None:
-        service = TrainingService(app_state.server, trainer=os.environ.get(TRAINER_ENV, "peft"))
+        config = app_state.server.config
+        trainer = os.environ.get(TRAINER_ENV) or getattr(config, "trainer", "peft")
+        service = TrainingService(app_state.server, trainer=trainer)
         app_state.training = service
     return service
 

@@ -66,9 +66,14 @@ class ServerState:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
         started = time.perf_counter()
-        engine = await asyncio.to_thread(
-            TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size
-        )
+        if config.engine == "vllm":
+            from .engine.vllm_engine import VllmEngine
+
+            engine: Any = await asyncio.to_thread(VllmEngine.load, path, log_path=run_dir / "vllm.log")
+        else:
+            engine = await asyncio.to_thread(
+                TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size
+            )
         await engine.start()
         logger.info(
             "engine for %s loaded from %s in %.1f s", config.base_model, path, time.perf_counter() - started

@@ -1,0 +1,74 @@
+"""The other engine and trainer behind the same server: ``serve --engine vllm`` and ``--trainer unsloth``.
+
+Each runs where its dependency imports (vLLM: installed and a CUDA GPU; Unsloth: installed, on
+CPU too) and is skipped with the reason elsewhere. Both go through the real HTTP API: sample,
+train one step, and the new checkpoint answers as ``name@1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import uuid
+from pathlib import Path
+
+import pytest
+
+from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_adapters.trajectory import Message
+from art_adapters_backend.engine.vllm_engine import vllm_available
+
+pytestmark = pytest.mark.slow
+
+
+async def _sample_train_serve(backend: LocalBackend) -> None:
+    model = TrainableModel(name=f"gpu-{uuid.uuid4().hex[:6]}")
+    await model.register(backend)
+    client = model.openai_client()
+    prompt = [Message(role="user", content="Name a fruit.")]
+    response = await client.chat.completions.create(
+        model=model.name, messages=[m.to_openai() for m in prompt], n=4, temperature=1.0, max_tokens=6, seed=3
+    )
+    record = await backend.get_token_record(response.id)
+    for choice in record["choices"]:  # exact tokens with one log-prob each
+        assert len(choice["logprobs"]) == len(choice["completion_token_ids"]) > 0
+    group = TrajectoryGroup(
+        trajectories=[
+            Trajectory(
+                messages=[*prompt, Message(role="assistant", content=c.message.content, completion_id=response.id,
+                                           choice_index=c.index)],  # fmt: skip
+                reward=float(c.index == 0),
+            )
+            for c in response.choices
+        ]
+    )
+    train = asyncio.create_task(model.train([group], config=TrainConfig(learning_rate=1e-4)))
+    await asyncio.sleep(0.5)
+    during = await client.chat.completions.create(  # waits while the engine is paused / asleep
+        model=model.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
+    )
+    result = await train
+    assert result.trained and result.step == 1 and result.metrics["record_turns"] == 4
+    assert during.choices[0].finish_reason in ("stop", "length")
+    after = await client.chat.completions.create(
+        model=f"{model.name}@1", messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
+    )
+    assert (await backend.get_token_record(after.id))["step"] == 1
+    await client.close()
+
+
+@pytest.mark.skipif(vllm_available() is not None, reason=f"vLLM engine: {vllm_available()}")
+async def test_vllm_engine_serves_trains_and_hot_loads(tmp_path: Path) -> None:
+    async with LocalBackend(run_dir=tmp_path / "run", extra_args=["--engine", "vllm", "--device", "cuda"]) as backend:
+        await _sample_train_serve(backend)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("unsloth") is None,
+    reason="unsloth not installed (pip install --no-deps unsloth==2026.10.9 unsloth_zoo==2026.10.9)",
+)
+async def test_unsloth_trainer_behind_the_server(tmp_path: Path) -> None:
+    async with LocalBackend(run_dir=tmp_path / "run", extra_args=["--trainer", "unsloth"]) as backend:
+        await _sample_train_serve(backend)
+        log = (tmp_path / "run" / "server.log").read_text()
+        assert "unsloth" in log.lower()
