@@ -148,6 +148,9 @@ async def test_models_list_and_health(local_backend: LocalBackend) -> None:
         models = (await http.get("/v1/models")).json()
         assert models["object"] == "list" and MODEL in [m["id"] for m in models["data"]]
         assert all(m["object"] == "model" for m in models["data"])
+        assert (await http.get(f"/v1/models/{MODEL}")).json()["id"] == MODEL
+        missing = await http.get("/v1/models/nope@3")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
         openapi = (await http.get("/openapi.json")).json()
         assert {"/v1/chat/completions", "/art/models", "/art/completions/{completion_id}"} <= set(
             openapi["paths"]
