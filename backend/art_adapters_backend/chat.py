@@ -14,6 +14,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -285,9 +286,12 @@ def make_record(
     )
 
 
-def choice_record(sequence: GeneratedSequence, finish_reason: str) -> ChoiceRecord:
-    """The record of one finished sequence."""
+def choice_record(
+    sequence: GeneratedSequence, finish_reason: str, tool_call_ids: Sequence[str] = ()
+) -> ChoiceRecord:
+    """The record of one finished sequence (with the ids of the tool calls returned for it)."""
     return ChoiceRecord(
+        tool_call_ids=list(tool_call_ids),
         index=sequence.index,
         completion_token_ids=list(sequence.token_ids),
         logprobs=[float(x) for x in sequence.logprobs],

@@ -18,8 +18,8 @@ token ids, not only for text. Exact-token training relies on it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel
 
@@ -159,6 +159,17 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
+class _Exact(str):
+    """A segment whose token ids are known exactly (a sampled turn): encoded as ``ids``."""
+
+    ids: list[int]
+
+    def __new__(cls, text: str, ids: list[int]) -> Self:
+        obj = super().__new__(cls, text)
+        obj.ids = list(ids)
+        return obj
+
+
 class ChatTemplate:
     """ChatML rendering with Hermes-style tools for one tokenizer.
 
@@ -173,6 +184,9 @@ class ChatTemplate:
         self.tokenizer = tokenizer
         self.default_system_prompt = default_system_prompt
         self._cache: dict[str, list[int]] = {}
+        #: message -> the exact token ids this server sampled for that tool-call turn, or None
+        #: (set by the server: :class:`~.sampled_turns.SampledTurns`).
+        self.sampled_turns: Callable[[Mapping[str, Any]], list[int] | None] | None = None
 
     def segments(
         self,
@@ -200,7 +214,12 @@ class ChatTemplate:
             elif role == "user":
                 self._turn(out, "user", _content_text(message.get("content")))
             elif role == "assistant":
-                self._turn(out, "assistant", self.assistant_text(message))
+                exact = self.sampled_turns(message) if self.sampled_turns and message.get("tool_calls") else None
+                if exact is not None:
+                    text = self.tokenizer.decode(exact)
+                    out.extend([f"{_IM_START}assistant\n", _Exact(text, exact), f"{_IM_END}\n"])
+                else:
+                    self._turn(out, "assistant", self.assistant_text(message))
             elif role == "tool":
                 text = "<tool_response>\n" + _content_text(message.get("content")) + "\n</tool_response>"
                 self._turn(out, "user", text)
@@ -249,7 +268,7 @@ class ChatTemplate:
         """The prompt token ids (segment by segment, so histories extend as token prefixes)."""
         ids: list[int] = []
         for segment in self.segments(messages, tools, add_generation_prompt=add_generation_prompt):
-            ids.extend(self._encode_segment(segment))
+            ids.extend(segment.ids if isinstance(segment, _Exact) else self._encode_segment(segment))
         return ids
 
     def _encode_segment(self, segment: str) -> list[int]:

@@ -35,6 +35,8 @@ class ChoiceRecord(BaseModel):
         top_logprobs: per token, the most likely ``[token_id, logprob]`` pairs (when asked for).
         finish_reason: ``stop``, ``length`` or ``tool_calls``.
         text: the decoded text as the engine returned it (before tool-call parsing).
+        tool_call_ids: the ids of the tool calls parsed from ``text`` and returned to the client;
+            a later request that sends them back is rendered with these exact tokens.
     """
 
     index: int
@@ -43,6 +45,7 @@ class ChoiceRecord(BaseModel):
     top_logprobs: list[list[tuple[int, float]]] | None = None
     finish_reason: str
     text: str
+    tool_call_ids: list[str] = Field(default_factory=list)
 
 
 class CompletionRecord(BaseModel):
@@ -92,6 +95,7 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._index: dict[str, tuple[int, int]] = {}
+        self._calls: dict[str, tuple[str, int]] = {}  # tool-call id -> (completion id, choice index)
         self._load()
         self._file = self.path.open("ab")
         self._read_fd = os.open(self.path, os.O_RDONLY)
@@ -107,11 +111,12 @@ class RecordStore:
                 if not line.endswith(b"\n"):
                     break  # torn by a crash mid-write: never acknowledged
                 try:
-                    record_id = CompletionRecord.model_validate_json(line).id
+                    record = CompletionRecord.model_validate_json(line)
                 except ValueError:
                     logger.warning("skipping an unreadable line at byte %d of %s", offset, self.path)
                 else:
-                    self._index[record_id] = (offset, len(line))
+                    self._index[record.id] = (offset, len(line))
+                    self._index_calls(record)
                 good_end = end
                 offset = end
         if good_end < self.path.stat().st_size:
@@ -129,6 +134,21 @@ class RecordStore:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._index[record.id] = (offset, len(line))
+            self._index_calls(record)
+
+    def _index_calls(self, record: CompletionRecord) -> None:
+        for choice in record.choices:
+            for call_id in choice.tool_call_ids:
+                self._calls[call_id] = (record.id, choice.index)
+
+    def tool_call_choice(self, call_id: str) -> tuple[CompletionRecord, ChoiceRecord] | None:
+        """The record and choice that issued tool-call id ``call_id``, or ``None``."""
+        where = self._calls.get(call_id)
+        record = self.get(where[0]) if where is not None else None
+        if record is None or where is None:
+            return None
+        choice = next((c for c in record.choices if c.index == where[1]), None)
+        return None if choice is None else (record, choice)
 
     async def put(self, record: CompletionRecord) -> None:
         """Append ``record`` durably without blocking the event loop."""

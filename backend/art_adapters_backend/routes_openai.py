@@ -72,7 +72,8 @@ async def create_chat_completion(
     except ContextLengthError as exc:
         raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
     content, finish_reasons = response_body(prepared, sequences, state)
-    records = [choice_record(seq, reason) for seq, reason in zip(
-        sorted(sequences, key=lambda s: s.index), finish_reasons, strict=True)]  # fmt: skip
+    call_ids = [[c["id"] for c in choice["message"].get("tool_calls") or []] for choice in content["choices"]]
+    records = [choice_record(seq, reason, ids) for seq, reason, ids in zip(
+        sorted(sequences, key=lambda s: s.index), finish_reasons, call_ids, strict=True)]  # fmt: skip
     await state.records.put(make_record(prepared, records, state, stream=False))
     return JSONResponse(content)

@@ -53,7 +53,11 @@ class ServerState:
     _loaded_adapters: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        from .sampled_turns import SampledTurns
+
         self.template = ChatTemplate(self.tokenizer)
+        eos = getattr(self.engine, "eos_token_ids", None) or {self.tokenizer.eos_token_id}
+        self.template.sampled_turns = SampledTurns(self.records, set(eos))  # exact tokens of issued tool calls
         self.token_texts = TokenTexts(self.tokenizer)
 
     @classmethod

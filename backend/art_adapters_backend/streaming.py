@@ -44,6 +44,7 @@ class _Choice:
     pending_logprobs: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     eos: bool = False
+    call_ids: list[str] = field(default_factory=list)
 
     def sequence(self) -> GeneratedSequence:
         return GeneratedSequence(
@@ -129,12 +130,13 @@ class _Stream:
             out.append(self.chunk(choice.index, {"tool_calls": [args]}))
         if calls:
             choice.finish_reason = "tool_calls"
+            choice.call_ids = [call.id for call in calls]
         out.append(self.chunk(choice.index, {}, finish_reason=choice.finish_reason))
         return out
 
     async def finish(self) -> list[str]:
         """Record the completion, then the usage chunk (if asked) and ``[DONE]``."""
-        records = [choice_record(c.sequence(), c.finish_reason or "stop") for c in self.choices]
+        records = [choice_record(c.sequence(), c.finish_reason or "stop", c.call_ids) for c in self.choices]
         await self.state.records.put(make_record(self.prepared, records, self.state, stream=True))
         out = []
         if self.include_usage:

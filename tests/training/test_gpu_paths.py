@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from art_adapters_backend.engine.vllm_engine import vllm_available
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 from art_adapters.trajectory import Message
-from art_adapters_backend.engine.vllm_engine import vllm_available
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +35,15 @@ async def _sample_train_serve(backend: LocalBackend) -> None:
     group = TrajectoryGroup(
         trajectories=[
             Trajectory(
-                messages=[*prompt, Message(role="assistant", content=c.message.content, completion_id=response.id,
-                                           choice_index=c.index)],  # fmt: skip
+                messages=[
+                    *prompt,
+                    Message(
+                        role="assistant",
+                        content=c.message.content,
+                        completion_id=response.id,
+                        choice_index=c.index,
+                    ),
+                ],
                 reward=float(c.index == 0),
             )
             for c in response.choices
@@ -59,7 +66,9 @@ async def _sample_train_serve(backend: LocalBackend) -> None:
 
 @pytest.mark.skipif(vllm_available() is not None, reason=f"vLLM engine: {vllm_available()}")
 async def test_vllm_engine_serves_trains_and_hot_loads(tmp_path: Path) -> None:
-    async with LocalBackend(run_dir=tmp_path / "run", extra_args=["--engine", "vllm", "--device", "cuda"]) as backend:
+    async with LocalBackend(
+        run_dir=tmp_path / "run", extra_args=["--engine", "vllm", "--device", "cuda"]
+    ) as backend:
         await _sample_train_serve(backend)
 
 

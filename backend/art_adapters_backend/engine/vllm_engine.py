@@ -121,7 +121,9 @@ class VllmEngine:
         deadline = time.monotonic() + startup_timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with code {process.returncode}; see {log_path or 'its log'}")
+                raise RuntimeError(
+                    f"vllm serve exited with code {process.returncode}; see {log_path or 'its log'}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
                     break
