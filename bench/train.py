@@ -128,6 +128,17 @@ def main() -> None:
         result.loss.backward()
         trainer.optimizer.zero_grad(set_to_none=True)
 
+    with torch.no_grad():  # prefix sharing must score the completions exactly like the full forward
+        model.eval()
+        out = model(input_ids=ids[:1, :P], use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(G)
+        logits = model(input_ids=completions, past_key_values=cache, use_cache=False).logits
+        full = torch.cat([out.logits[:, -1:].expand(G, -1, -1), logits[:, :-1]], dim=1)
+        shared_lp = torch.gather(torch.log_softmax(full, -1), 2, completions.unsqueeze(-1)).squeeze(-1)
+        reference = torch.tensor(trainer.score(seqs, config))[:, P:]
+        print(f"shared-prefix vs full-sequence log-probs: max |diff| = {(shared_lp - reference).abs().max():.2e}")
+
     results = {}
     for name, fn in (("ours", ours), ("shared", shared), ("floor", floor)):
         seconds = timed(fn, args.repeats)
