@@ -161,10 +161,15 @@ def train_mcp(
     judge_api_key: Annotated[
         str | None, typer.Option(help="The judge endpoint's key (or $ART_ADAPTERS_JUDGE_API_KEY).")
     ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of training rollouts.")] = 1.0,
+    learning_rate: Annotated[float, typer.Option(help="LoRA learning rate.")] = 2e-4,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="The agent's system prompt (a worked example helps a small model).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the train/validation split.")] = 0,
 ) -> None:
     """Train an agent to master an MCP server's tools: scenarios, ReAct agent, RULER rewards, GRPO."""
-    settings = dict(locals())
+    settings = {k: v for k, v in locals().items() if v is not None or k != "system_prompt"}
     from .errors import ArtAdaptersError
     from .mcp_rl import TrainMcpConfig, report, run_train_mcp
 
