@@ -98,6 +98,11 @@ class TrainConfig(BaseModel):
         max_sequence_length: longest training sequence, in tokens (prompt + completions of a
             conversation). Longer sequences are dropped and counted in the metrics, never
             truncated. Default ``4096``.
+        share_prefix: forward the prompt a group's sequences share ONCE per micro-batch (its KV
+            cache repeated for the rows, gradients flowing through it) instead of once per
+            sequence. Same loss and gradient to float precision; micro-batches then never mix
+            groups. Used when the shared part is at least 32 tokens. Default ``True``
+            (``bench/train.py``: 3.6x tokens/s on 8 x (512 + 32) tokens on CPU).
         seed: seeds torch before the step (LoRA initialisation, dropout). ``None`` leaves the
             generator alone. Default ``0``.
         retention: applied after the step's checkpoint is written (see :class:`RetentionPolicy`);
@@ -123,6 +128,7 @@ class TrainConfig(BaseModel):
     max_grad_norm: PositiveFloat | None = 1.0
     micro_batch_size: PositiveInt = 4
     max_sequence_length: PositiveInt = 4096
+    share_prefix: bool = True
     seed: int | None = 0
     retention: RetentionPolicy | None = None
 

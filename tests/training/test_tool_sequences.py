@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import openai
+import pytest
 from art_adapters_backend.chat_template import ChatTemplate, render_tool_call
 from art_adapters_backend.training.data import build_sequences
 
@@ -40,6 +41,7 @@ EXAMPLE = [
 ]
 
 
+@pytest.mark.slow
 async def test_tool_conversations_are_one_sequence_each(local_backend: LocalBackend, tokenizer: Any) -> None:
     client = openai.AsyncOpenAI(base_url=local_backend.openai_base_url, api_key="unused", max_retries=0)
     question = {"role": "user", "content": "Now compute 12 + 30 with the add tool."}

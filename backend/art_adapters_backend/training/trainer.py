@@ -76,7 +76,7 @@ class StepMetrics(BaseModel):
         ratio_mean: mean importance ratio over loss tokens (1.0 when fully on-policy).
         sequences: sequences trained on; micro_batches: forward/backward passes.
         tokens: loss tokens; sequence_tokens: all tokens fed (prompt, context, completions).
-        padded_tokens: tokens including right-padding (sequence_tokens + padding).
+        padded_tokens: tokens fed, right-padding included (a shared prefix counts once).
         seconds: wall-clock time of the step.
         learning_rate: the step size used.
         step: optimizer updates done by this trainer so far, including this one.
@@ -116,10 +116,48 @@ class GroupsStepResult(BaseModel):
     step: StepMetrics | None = None
 
 
-class _Batch:
-    """Right-padded tensors of one micro-batch."""
+#: The least number of shared leading tokens worth forwarding once per micro-batch.
+MIN_SHARED_PREFIX = 32
 
-    def __init__(self, sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device) -> None:
+
+def shared_prefix_length(sequences: Sequence[TrainingSequence]) -> int:
+    """Leading tokens all ``sequences`` share and none carries loss on, leaving each row >= 1 token."""
+    first = sequences[0].token_ids
+    n = min(len(s.token_ids) for s in sequences) - 1
+    for seq in sequences:
+        n = min(n, seq.loss_mask.index(1) if 1 in seq.loss_mask else n)
+        i = 0
+        while i < n and seq.token_ids[i] == first[i]:
+            i += 1
+        n = i
+    return max(n, 0)
+
+
+def _suffix(seq: TrainingSequence, start: int) -> TrainingSequence:
+    return seq.model_copy(
+        update={
+            "token_ids": seq.token_ids[start:],
+            "loss_mask": seq.loss_mask[start:],
+            "old_logprobs": seq.old_logprobs[start:],
+        }
+    )
+
+
+class _Batch:
+    """Right-padded tensors of one micro-batch.
+
+    With ``prefix_len`` L > 0 the rows share their first L tokens: ``prefix_ids`` (1, L) holds
+    them once, and ``input_ids``, ``loss_mask``, ``old_logprobs`` hold only the rest (B, T - L);
+    ``attention_mask`` covers prefix and rest (B, T).
+    """
+
+    def __init__(
+        self, sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device, prefix_len: int = 0
+    ) -> None:
+        self.prefix_len = prefix_len
+        self.prefix_ids = torch.tensor([sequences[0].token_ids[:prefix_len]], dtype=torch.long).to(device)  # (1, L)
+        if prefix_len:
+            sequences = [_suffix(s, prefix_len) for s in sequences]
         width = max(len(s.token_ids) for s in sequences)
         n = len(sequences)
         self.input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # (B, T)
@@ -134,6 +172,10 @@ class _Batch:
             self.old_logprobs[row, :length] = torch.tensor(
                 [math.nan if x is None else x for x in seq.old_logprobs], dtype=torch.float32
             )
+        if prefix_len:  # the shared prefix is attended by every row
+            self.attention_mask = torch.cat(
+                [torch.ones((n, prefix_len), dtype=torch.long), self.attention_mask], dim=1
+            )  # (B, L + T')
         self.advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)  # (B,)
         self.temperatures = torch.tensor([s.temperature for s in sequences], dtype=torch.float32)  # (B,)
         for name in (
@@ -250,12 +292,27 @@ class LoraTrainer(ABC):
 
     # ------------------------------------------------------------------ the step
 
-    def _micro_batches(self, sequences: Sequence[TrainingSequence], size: int) -> list[_Batch]:
-        ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
-        return [
-            _Batch(ordered[i : i + size], self.pad_token_id, self.device)
-            for i in range(0, len(ordered), size)
-        ]
+    def _micro_batches(
+        self, sequences: Sequence[TrainingSequence], size: int, share_prefix: bool = False
+    ) -> list[_Batch]:
+        if not share_prefix:
+            ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
+            return [
+                _Batch(ordered[i : i + size], self.pad_token_id, self.device)
+                for i in range(0, len(ordered), size)
+            ]
+        by_group: dict[str, list[TrainingSequence]] = {}
+        for seq in sequences:
+            by_group.setdefault(seq.group_id, []).append(seq)
+        batches = []
+        for members in by_group.values():
+            ordered = sorted(members, key=lambda s: len(s.token_ids), reverse=True)
+            for i in range(0, len(ordered), size):
+                chunk = ordered[i : i + size]
+                shared = shared_prefix_length(chunk) if len(chunk) > 1 else 0
+                prefix = shared if shared >= MIN_SHARED_PREFIX else 0
+                batches.append(_Batch(chunk, self.pad_token_id, self.device, prefix))
+        return batches
 
     #: Whether the model accepts a boolean (B, T) ``logits_to_keep`` (transformers 5), so the LM
     #: head runs only before loss tokens: (N, V) logits instead of (B, T, V), a memory saving for
@@ -268,6 +325,8 @@ class LoraTrainer(ABC):
         temperature: torch.Tensor | float = batch.temperatures
         if bool((batch.temperatures == 1.0).all()):
             temperature = 1.0
+        if batch.prefix_len:
+            return self._shared_prefix_logprobs(batch, temperature)
         if loss_only and self.select_logits:
             keep = logits_keep_mask(batch.loss_mask)  # (B, T)
             logits = self.model(
@@ -276,6 +335,22 @@ class LoraTrainer(ABC):
             return kept_token_logprobs(logits, batch.input_ids, keep, temperature)
         logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
+
+    def _shared_prefix_logprobs(self, batch: _Batch, temperature: torch.Tensor | float) -> torch.Tensor:
+        """(B, T') log-probs of the rows' own tokens, the shared prefix forwarded once (with grad)."""
+        assert self.model is not None
+        rows = batch.input_ids.shape[0]
+        out = self.model(input_ids=batch.prefix_ids, use_cache=True)  # (1, L) once
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(rows)  # (B, ...) views of the same keys/values: grads accumulate
+        rest = self.model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, past_key_values=cache, use_cache=False
+        ).logits  # (B, T', V)
+        first = out.logits[:, -1:, :].expand(rows, -1, -1)  # (B, 1, V): predicts each row's first own token
+        last_prefix = batch.prefix_ids[:, -1:].expand(rows, -1)  # (B, 1)
+        logits = torch.cat([first, rest], dim=1)  # (B, T' + 1, V)
+        ids = torch.cat([last_prefix, batch.input_ids], dim=1)  # (B, T' + 1)
+        return token_logprobs(logits, ids, temperature)[:, 1:]  # (B, T')
 
     @torch.no_grad()
     def score(
@@ -325,7 +400,7 @@ class LoraTrainer(ABC):
             torch.manual_seed(config.seed + self.steps_done)
         settings = LossSettings.from_config(config)
         totals = BatchTotals(sequences=len(sequences), tokens=total_tokens, max_tokens=config.max_tokens)
-        batches = self._micro_batches(sequences, config.micro_batch_size)
+        batches = self._micro_batches(sequences, config.micro_batch_size, config.share_prefix)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = policy = kl = ratio = 0.0
@@ -351,7 +426,7 @@ class LoraTrainer(ABC):
             ratio += out.ratio_sum
             low += out.clipped_low
             high += out.clipped_high
-            padded += batch.input_ids.numel()
+            padded += batch.input_ids.numel() + batch.prefix_len  # the shared prefix is fed once
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
