@@ -40,6 +40,7 @@ from .trajectory import (
 if TYPE_CHECKING:
     from .capture.langchain import TrajectoryCallbackHandler
     from .capture.otel import TrajectorySpanProcessor
+    from .loop import LoopConfig, LoopResult, combined_scorer, ruler_scorer, train_loop, verifiable_scorer
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
     from .ruler import combine_rewards, ruler_score_group, ruler_score_groups
     from .runner import RolloutBudgetError, run_groups, run_groups_sync
@@ -51,6 +52,12 @@ _LAZY: dict[str, str] = {
     "TrajectoryCallbackHandler": ".capture.langchain",
     "TrajectorySpanProcessor": ".capture.otel",
     "RolloutBudgetError": ".runner",
+    "LoopConfig": ".loop",
+    "LoopResult": ".loop",
+    "combined_scorer": ".loop",
+    "ruler_scorer": ".loop",
+    "train_loop": ".loop",
+    "verifiable_scorer": ".loop",
     "run_groups": ".runner",
     "run_groups_sync": ".runner",
     "combine_rewards": ".ruler",
@@ -70,6 +77,8 @@ __all__ = [
     "History",
     "JudgeError",
     "LocalBackend",
+    "LoopConfig",
+    "LoopResult",
     "Message",
     "RemoteBackend",
     "RetentionPolicy",
@@ -88,14 +97,18 @@ __all__ = [
     "TrajectoryGroup",
     "TrajectorySpanProcessor",
     "combine_rewards",
+    "combined_scorer",
     "load_groups",
     "ruler_score_group",
     "ruler_score_groups",
+    "ruler_scorer",
     "run_groups",
     "run_groups_sync",
     "save_groups",
+    "train_loop",
     "trajectories_from_langfuse",
     "trajectories_from_otlp_json",
+    "verifiable_scorer",
 ]
 
 
