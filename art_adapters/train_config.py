@@ -102,7 +102,7 @@ class TrainConfig(BaseModel):
             cache repeated for the rows, gradients flowing through it) instead of once per
             sequence. Same loss and gradient to float precision; micro-batches then never mix
             groups. Used when the shared part is at least 32 tokens. Default ``True``
-            (``bench/train.py``: 3.6x tokens/s on 8 x (512 + 32) tokens on CPU).
+            (``bench/train.py``, 8 x (512 + 32) tokens on CPU: 3.6-7.6x tokens/s).
         seed: seeds torch before the step (LoRA initialisation, dropout). ``None`` leaves the
             generator alone. Default ``0``.
         retention: applied after the step's checkpoint is written (see :class:`RetentionPolicy`);
