@@ -128,7 +128,9 @@ def train_mcp(
     run_dir: Annotated[Path, typer.Option(help="Run directory: scenarios, backend, metrics, plots.")] = Path(
         ".art/mcp-rl"
     ),
-    steps: Annotated[int, typer.Option(help="Training steps; 0 evaluates the base model only.")] = 4,
+    steps: Annotated[
+        int, typer.Option(help="Train until the model is at this step (a rerun resumes); 0 only evaluates.")
+    ] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Scenarios per training step.")] = 2,
     rollouts_per_group: Annotated[
         int, typer.Option(help="Rollouts per scenario (GRPO group size, >= 2).")
@@ -170,6 +172,9 @@ def train_mcp(
 ) -> None:
     """Train an agent to master an MCP server's tools: scenarios, ReAct agent, RULER rewards, GRPO."""
     settings = {k: v for k, v in locals().items() if v is not None or k != "system_prompt"}
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):  # keep the progress lines readable
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     from .errors import ArtAdaptersError
     from .mcp_rl import TrainMcpConfig, report, run_train_mcp
 

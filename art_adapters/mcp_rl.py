@@ -7,7 +7,9 @@
    (``mcp_tools.generate_scenarios``), saved as ``scenarios.jsonl`` in the run directory
    so they can be edited and reused; split into train and validation (seeded);
 3. build a ReAct agent (:func:`build_agent`) on the trainable model with those tools;
-4. train with the training loop (:mod:`art_adapters.loop`), groups scored by RULER.
+4. train with the training loop (:mod:`art_adapters.loop`): groups scored by RULER, a
+   held-out evaluation of the greedy agent every few steps, ``metrics.jsonl`` and the
+   plots (``plots/reward.png``...) in the run directory.
 
 Every rollout runs inside ``mcp_tools.rollout()`` (:func:`make_rollout`): it gets a fresh
 MCP session, so a stateful server (the bundled notes server gives each session its own
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from mcp_tools import Scenario
 
     from .backends import Backend
+    from .loop import LoopResult
     from .model import TrainableModel
     from .trajectory import Trajectory
 
@@ -88,7 +91,8 @@ class TrainMcpConfig(BaseModel):
         judge_model, judge_base_url, judge_api_key: the RULER judge (and scenario generator),
             any OpenAI-compatible endpoint; default: the ``ART_ADAPTERS_JUDGE_*`` environment,
             else the base model on the backend.
-        steps: training steps (default 4); 0 evaluates the base model and stops.
+        steps: train until the model is at this step (default 4; a rerun on the same backend
+            resumes); 0, or the model's current step, only evaluates.
         groups_per_step: scenarios per training step (default 2).
         rollouts_per_group: rollouts of each scenario, the GRPO group size (default 4, >= 2).
         eval_every: evaluate on the validation split every this many steps (default 2).
@@ -147,9 +151,9 @@ class TrainMcpResult(BaseModel):
         owned_backend: whether the run started the embedded backend (under ``run_dir/backend``).
         step: the model's latest step at the end.
         train_size, val_size: scenarios in each split.
-        baseline_reward: mean RULER reward of the step-0 model on the validation split
-            (``None`` when there was no validation split or training ran instead).
-        loop_result: what the training loop returned (its own record), when it ran.
+        evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
+        plots: the charts written under ``run_dir/plots``.
+        loop_result: what the training loop returned (:class:`~art_adapters.loop.LoopResult`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -163,7 +167,8 @@ class TrainMcpResult(BaseModel):
     step: int
     train_size: int
     val_size: int
-    baseline_reward: float | None = None
+    evals: list[tuple[int, float | None]] = Field(default_factory=list)
+    plots: list[Path] = Field(default_factory=list)
     loop_result: Any = None
 
 
@@ -311,27 +316,6 @@ async def _resources(server: str) -> list[dict[str, Any]]:
         return await session.read_resources()
 
 
-async def _mean_reward(
-    rollout: Callable[[Scenario], Awaitable[Trajectory]],
-    scenarios: Sequence[Scenario],
-    judge: BaseChatModel,
-    config: TrainMcpConfig,
-    ruler_options: dict[str, Any],
-) -> float:
-    """Mean RULER reward over *scenarios* (groups of ``rollouts_per_group``)."""
-    from .ruler import ruler_score_groups
-    from .runner import run_groups
-
-    groups = await run_groups(
-        rollout, scenarios, n=config.rollouts_per_group, timeout_s=config.rollout_timeout_s, progress=True
-    )
-    scored = await ruler_score_groups(groups, judge=judge, swallow_exceptions=True, **ruler_options)
-    rewards = [t.reward for g in scored for t in g.trajectories if t.reward is not None]
-    if not rewards:
-        raise ConfigError("no trajectory could be scored: check the judge (see the log)")
-    return sum(rewards) / len(rewards)
-
-
 async def _start_backend(config: TrainMcpConfig) -> tuple[Backend, bool]:
     from .backends import LocalBackend, RemoteBackend
 
@@ -408,20 +392,19 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             train_size=len(train),
             val_size=len(val),
         )
-        if config.steps == 0:
-            if val:
-                eval_agent = build_agent(
-                    model.chat_model(step=0, temperature=0.0, max_tokens=config.max_tokens),
-                    tools,
-                    system_prompt=config.system_prompt,
-                    max_turns=config.max_turns,
-                )
-                result.baseline_reward = await _mean_reward(
-                    make_rollout(eval_agent), val, judge, config, ruler_options
-                )
-            return result
-        result.loop_result = await _train(model, rollout, train, val, judge, ruler_options, config, console)
+        eval_agent = build_agent(  # greedy, on whatever step is latest when it runs
+            model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
+            tools,
+            system_prompt=config.system_prompt,
+            max_turns=config.max_turns,
+        )
+        loop_result = await _train(
+            model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console
+        )
+        result.loop_result = loop_result
+        result.evals = [(e.step, e.reward_mean) for e in loop_result.evals]
         result.step = await model.get_step()
+        result.plots = _plots(config.run_dir, console)
         return result
     finally:
         if owned:
@@ -431,22 +414,62 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
 async def _train(
     model: TrainableModel,
     rollout: Callable[[Scenario], Awaitable[Trajectory]],
+    eval_rollout: Callable[[Scenario], Awaitable[Trajectory]],
     train: Sequence[Scenario],
     val: Sequence[Scenario],
     judge: BaseChatModel,
     ruler_options: dict[str, Any],
     config: TrainMcpConfig,
     console: Any,
-) -> Any:
-    """Hand over to the training loop (:mod:`art_adapters.loop`)."""
+) -> LoopResult:
+    """Hand over to the training loop: RULER scores, held-out evaluation, metrics in ``run_dir``."""
+    from .loop import LoopConfig, ruler_scorer, train_loop
+    from .train_config import TrainConfig
+
+    loop_config = LoopConfig(
+        steps=config.steps,
+        groups_per_step=config.groups_per_step,
+        rollouts_per_group=config.rollouts_per_group,
+        eval_every=config.eval_every,
+        rollout_timeout_s=config.rollout_timeout_s,
+        seed=config.seed,
+        run_dir=config.run_dir,
+        train=TrainConfig(learning_rate=config.learning_rate),
+    )
+
+    def on_step(step: Any) -> None:
+        reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
+        state = "trained" if step.trained else f"not trained ({step.reason})"
+        console.print(f"step {step.step}: mean reward {reward}, {state}")
+
+    def on_eval(report: Any) -> None:
+        reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
+        console.print(
+            f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
+        )
+
+    return await train_loop(
+        model,
+        rollout,
+        train,
+        score=ruler_scorer(judge, **ruler_options),
+        config=loop_config,
+        val_scenarios=val,
+        eval_rollout=eval_rollout,
+        on_step=on_step,
+        on_eval=on_eval,
+    )
+
+
+def _plots(run_dir: Path, console: Any) -> list[Path]:
+    """The run's charts (``run_dir/plots``); none, with a note, when there is nothing to plot or no matplotlib."""
+    from .observe.plot import plot_run
+
     try:
-        from . import loop
-    except ImportError as exc:
-        raise ConfigError(
-            "the training loop (art_adapters.loop) is not available in this install; "
-            "run with --steps 0 to evaluate the base model only"
-        ) from exc
-    raise NotImplementedError(f"wire {loop.__name__} here")  # replaced once the loop's API is fixed
+        return plot_run(run_dir)
+    except ConfigError as exc:
+        console.print(f"no plots: {exc}")
+        return []
 
 
 def report(result: TrainMcpResult, console: Any) -> None:
@@ -455,8 +478,10 @@ def report(result: TrainMcpResult, console: Any) -> None:
     console.print(
         f"scenarios: {result.scenarios_file} ({result.train_size} train, {result.val_size} validation)"
     )
-    if result.baseline_reward is not None:
-        console.print(f"step-0 mean reward on validation: {result.baseline_reward:.3f}")
+    for step, reward in result.evals:
+        console.print(f"validation mean reward at step {step}: {'-' if reward is None else f'{reward:.3f}'}")
+    for path in result.plots:
+        console.print(f"plot: {path}")
     console.print(
         f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
     )

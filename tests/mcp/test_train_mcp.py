@@ -1,8 +1,12 @@
-"""``art-adapters train-mcp`` end to end on the real backend and model, tiny settings."""
+"""``art-adapters train-mcp`` end to end: the real command line, backend, model, MCP server and training
+loop, one GRPO step with tiny settings. The judge is the scripted OpenAI-compatible judge server of the
+RULER tests (scores 1, 1/2, 1/3... so every group carries signal); the real local judge is exercised by
+tests/ruler and scenario generation by test_generate_local.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -13,6 +17,9 @@ import art_adapters as aa
 from mcp_tools import Scenario, load_scenarios, save_scenarios
 from mcp_tools.servers import server_command
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ruler"))
+from judge_server import JudgeServer  # the RULER tests' scripted judge
+
 pytestmark = pytest.mark.slow
 
 SCENARIOS = [
@@ -21,46 +28,62 @@ SCENARIOS = [
 ]
 
 
-async def _invoke(args: list[str]) -> tuple[int, str]:
+async def _invoke(args: list[str], cache_dir: Path) -> tuple[int, str]:
     """Run the real command line in its own process (one event loop, as a user runs it)."""
+    env = {**os.environ, "COLUMNS": "200", "ART_ADAPTERS_CACHE_DIR": str(cache_dir)}  # a fresh RULER cache
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "art_adapters.cli", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
     )  # fmt: skip
     output, _ = await process.communicate()
     return process.returncode or 0, " ".join(output.decode().split())
 
 
-async def test_train_mcp_steps_0_evaluates_the_base_model_and_says_how_to_use_it(
+async def test_train_mcp_trains_one_step_evaluates_plots_and_says_how_to_use_it(
     local_backend: aa.LocalBackend, tmp_path: Path
 ) -> None:
     scenarios = save_scenarios(SCENARIOS, tmp_path / "in.jsonl")
     run_dir = tmp_path / "run"
-    code, output = await _invoke(
-        [
-            "train-mcp",
-            " ".join(server_command("calculator")),
-            "--scenarios", str(scenarios),
-            "--run-dir", str(run_dir),
-            "--backend-url", local_backend.base_url,
-            "--steps", "0",
-            "--val-fraction", "0.5",
-            "--rollouts-per-group", "2",
-            "--max-turns", "1",
-            "--max-tokens", "32",
-            "--model-name", "mcp-e2e",
-        ],
-    )  # fmt: skip
+    with JudgeServer() as judge:
+        judge_url = judge.url
+        code, output = await _invoke(
+            [
+                "train-mcp",
+                " ".join(server_command("calculator")),
+                "--scenarios", str(scenarios),
+                "--run-dir", str(run_dir),
+                "--backend-url", local_backend.base_url,
+                "--judge-model", "scripted-judge",
+                "--judge-base-url", judge_url,
+                "--steps", "1",
+                "--groups-per-step", "1",
+                "--val-fraction", "0.5",
+                "--rollouts-per-group", "3",
+                "--max-turns", "1",
+                "--max-tokens", "24",
+                "--model-name", "mcp-e2e",
+            ],
+            tmp_path / "ruler-cache",
+        )  # fmt: skip
+        judged = list(judge.requests)
     assert code == 0, output
     assert "6 tools (add, subtract, multiply, divide, power, sqrt)" in output
-    assert "judge: the base model on the backend" in output
+    assert f"judge: scripted-judge at {judge_url} (--judge-model)" in output
     assert "1 train, 1 validation" in output
-    assert "step-0 mean reward on validation:" in output
+    assert "eval at step 0: mean reward" in output and "eval at step 1: mean reward" in output
+    assert "step 1: mean reward" in output and ", trained" in output
     assert f"run directory: {run_dir.resolve()}" in output
-    assert 'model = aa.TrainableModel(name="mcp-agent"' not in output
-    assert (
-        'aa.TrainableModel(name="mcp-e2e", project="mcp-rl")' in output
-        and "model.chat_model(step=0)" in output
-    )
-    assert f'aa.RemoteBackend("{local_backend.base_url}")' in output
-    assert load_scenarios(run_dir / "scenarios.jsonl") == SCENARIOS  # kept with the run, editable
+    assert 'aa.TrainableModel(name="mcp-e2e", project="mcp-rl")' in output
+    assert "model.chat_model(step=1)" in output and f'aa.RemoteBackend("{local_backend.base_url}")' in output
+    # the judge saw the step-0 evaluation and the training group; the step-1 evaluation too unless its
+    # greedy answer did not change (then RULER's cache answered); all through RULER's json_schema
+    assert len(judged) in (2, 3)
+    assert all(r["response_format"]["type"] == "json_schema" for r in judged)
+    # the run directory holds the scenarios (editable), the metrics and the reward plot
+    assert load_scenarios(run_dir / "scenarios.jsonl") == SCENARIOS
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {(r["split"], r["step"]) for r in rows} >= {("val", 0), ("train", 1), ("val", 1)}
+    assert (run_dir / "plots" / "reward.png").stat().st_size > 0
+    model = aa.TrainableModel(name="mcp-e2e", project="mcp-rl")
+    await model.register(local_backend)
+    assert await model.get_step() == 1
