@@ -159,6 +159,8 @@ class LoopResult(BaseModel):
 
 def unscored_reason(group: TrajectoryGroup) -> str | None:
     """Why ``group`` cannot be trained on as scored, or ``None`` when every trajectory has a reward."""
+    if group.metadata.get("scorer_error"):
+        return f"reward function: {group.metadata['scorer_error']}"
     ruler = group.metadata.get("ruler")
     if isinstance(ruler, Mapping) and ruler.get("status") == "unscored":
         return f"judge: {ruler.get('reason')}"

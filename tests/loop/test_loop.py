@@ -2,13 +2,12 @@
 unscored groups reported (never dropped silently).
 
 The task is tiny so a step is quick: "What is a + b?" answered in at most 4 sampled tokens,
-rewarded 1.0 when the reply is a bare integer (the bundled model does that about one time
-in five at temperature 1.0, so groups have a spread to learn from).
+rewarded for brevity, 1 / (1 + characters): replies sampled at temperature 1.0 almost never
+all have the same length, so every group has a spread to train on.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -50,10 +49,10 @@ def make_rollout(model: TrainableModel) -> Any:
     return rollout
 
 
-def bare_integer(trajectory: Trajectory, scenario: dict[str, Any]) -> float:
+def brevity(trajectory: Trajectory, scenario: dict[str, Any]) -> float:
     if scenario["id"] == "bad":
         raise ValueError("this scenario's checker is broken")
-    return 1.0 if re.fullmatch(r"\s*\d+\s*", trajectory.messages[-1].content or "") else 0.0
+    return 1.0 / (1.0 + len((trajectory.messages[-1].content or "").strip()))
 
 
 def loop_config(run_dir: Path, steps: int, **kw: Any) -> LoopConfig:
@@ -71,7 +70,7 @@ async def test_resume_after_interruption_continues_and_evaluates_every_k(
     train = scenarios("t", 8)
     train[train.index(_batch(train, 0, 2, seed=0)[0])] = {"id": "bad", "a": 1, "b": 2}  # in the first batch
     val = scenarios("v", 2)
-    rollout, score = make_rollout(model), verifiable_scorer(bare_integer)
+    rollout, score = make_rollout(model), verifiable_scorer(brevity)
     seen: list[Any] = []
 
     def stop_after_first(report: Any) -> None:

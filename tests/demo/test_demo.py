@@ -1,0 +1,39 @@
+"""``art-adapters demo`` end to end with the smallest settings, in its own process (as a user runs it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_short_demo_prints_the_table_writes_the_plot_and_answers(tmp_path: Path) -> None:
+    run_dir = tmp_path / "demo"
+    env = {**os.environ, "COLUMNS": "160", "ART_ADAPTERS_JUDGE_MODEL": "", "OPENAI_API_KEY": ""}
+    env.setdefault("ART_ADAPTERS_TORCH_THREADS", "1")
+    command = [
+        sys.executable, "-m", "art_adapters.cli", "demo", "--run-dir", str(run_dir), "--steps", "1",
+        "--groups", "1", "--rollouts", "3", "--eval-size", "1", "--eval-samples", "1", "--train-size", "2",
+        "--question", "What is 20 + 22?",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    assert "rewards: the verifiable check" in out
+    assert "held-out questions (never trained on)" in out and "correct add(a, b) call" in out
+    assert (run_dir / "plots" / "reward.png").stat().st_size > 1000
+    assert (run_dir / "metrics.jsonl").read_text().count('"split": "val"') >= 1
+    assert "human: What is 20 + 22?" in out and "ai:" in out
+
+
+def test_demo_rejects_bad_settings() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "art_adapters.cli", "demo", "--rollouts", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "rollouts" in done.stdout and "greater than or equal to 2" in done.stdout
