@@ -1,0 +1,40 @@
+"""The loop's pure parts: the batch order, what counts as unscored, the config's checks."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from art_adapters import Trajectory, TrajectoryGroup
+from art_adapters.loop import LoopConfig, _batch, unscored_reason
+
+
+def test_batches_cover_every_scenario_once_per_epoch_and_are_reproducible() -> None:
+    scenarios = list(range(10))
+    first_epoch = [s for i in range(5) for s in _batch(scenarios, i, 2, seed=7)]
+    assert sorted(first_epoch) == scenarios
+    assert first_epoch != scenarios  # shuffled
+    assert _batch(scenarios, 3, 2, seed=7) == _batch(scenarios, 3, 2, seed=7)
+    assert [s for i in range(5, 10) for s in _batch(scenarios, i, 2, seed=7)] != first_epoch  # reshuffled
+    assert len(_batch([1, 2, 3], 0, 5, seed=0)) == 5  # wraps into the next epoch
+
+
+def test_unscored_reason_names_each_case() -> None:
+    scored = TrajectoryGroup(trajectories=[Trajectory(reward=1.0), Trajectory(reward=0.0)])
+    assert unscored_reason(scored) is None
+    partly = TrajectoryGroup(trajectories=[Trajectory(reward=1.0), Trajectory()])
+    assert unscored_reason(partly) == "1 of 2 trajectories have no reward"
+    judged = scored.model_copy(update={"metadata": {"ruler": {"status": "unscored", "reason": "timeout"}}})
+    assert unscored_reason(judged) == "judge: timeout"
+    broken = scored.model_copy(update={"metadata": {"scorer_error": "KeyError: 'x'"}})
+    assert unscored_reason(broken) == "reward function: KeyError: 'x'"
+    assert "no trajectory" in (unscored_reason(TrajectoryGroup(trajectories=[])) or "")
+
+
+def test_config_rejects_bad_values() -> None:
+    with pytest.raises(ValidationError, match="rollouts_per_group"):
+        LoopConfig(steps=1, rollouts_per_group=1)
+    with pytest.raises(ValidationError, match="steps"):
+        LoopConfig(steps=-1)
+    with pytest.raises(ValidationError, match="extra"):
+        LoopConfig(steps=1, step=2)
