@@ -155,7 +155,9 @@ class _Batch:
         self, sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device, prefix_len: int = 0
     ) -> None:
         self.prefix_len = prefix_len
-        self.prefix_ids = torch.tensor([sequences[0].token_ids[:prefix_len]], dtype=torch.long).to(device)  # (1, L)
+        self.prefix_ids = torch.tensor([sequences[0].token_ids[:prefix_len]], dtype=torch.long).to(
+            device
+        )  # (1, L)
         if prefix_len:
             sequences = [_suffix(s, prefix_len) for s in sequences]
         width = max(len(s.token_ids) for s in sequences)
@@ -344,7 +346,10 @@ class LoraTrainer(ABC):
         cache = out.past_key_values
         cache.batch_repeat_interleave(rows)  # (B, ...) views of the same keys/values: grads accumulate
         rest = self.model(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, past_key_values=cache, use_cache=False
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            past_key_values=cache,
+            use_cache=False,
         ).logits  # (B, T', V)
         first = out.logits[:, -1:, :].expand(rows, -1, -1)  # (B, 1, V): predicts each row's first own token
         last_prefix = batch.prefix_ids[:, -1:].expand(rows, -1)  # (B, 1)
