@@ -5,8 +5,10 @@ See :mod:`.training.service` for what one step does; ``docs/backend-api.md`` for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,7 +26,19 @@ logger = logging.getLogger(__name__)
 #: Overrides the trainer ``serve --trainer`` chose (``peft`` or ``unsloth``).
 TRAINER_ENV = "ART_ADAPTERS_TRAINER"
 
-router = APIRouter(prefix="/art/models", tags=["training"])
+
+@contextlib.asynccontextmanager
+async def _startup(app: Any) -> AsyncIterator[None]:
+    """Open the training service at startup: partial checkpoints are removed and checkpoints a
+    crash left unregistered are served before the first request."""
+    try:
+        _service(app.state)
+    except Exception:  # the first training request retries it and reports the error
+        logger.exception("could not open the training service at startup")
+    yield
+
+
+router = APIRouter(prefix="/art/models", tags=["training"], lifespan=_startup)
 
 
 class TrainRequest(BaseModel):
@@ -52,8 +66,11 @@ class DeleteCheckpointsRequest(BaseModel):
 
 
 def training_service(request: Request) -> TrainingService:
-    """The app's training service, created on first use (it cleans partial checkpoints then)."""
-    app_state = request.app.state
+    """The app's training service (opened at startup, else on first use)."""
+    return _service(request.app.state)
+
+
+def _service(app_state: Any) -> TrainingService:
     service = getattr(app_state, "training", None)
     if service is None:
         config = app_state.server.config

@@ -86,14 +86,19 @@ async def test_kill_during_train_step_then_restart(tmp_path: Path) -> None:
         await backend.close()
 
     [saved] = list(groups_dir.glob("step-000002-*.jsonl"))
+    # Whether or not the kill caught the checkpoint mid-write, leave a partial one as it would.
+    partial = checkpoints / ".tmp-000002-deadbeef"
+    partial.mkdir(exist_ok=True)
+    (partial / "adapter_config.json").write_text("{")
 
     backend = LocalBackend(run_dir=run_dir)
     await backend.start()
     try:
+        # Cleaned at startup, before any training request.
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["000001"], killed_mid_write
         await model.register(backend)  # idempotent
         assert await model.get_step() == 1
         assert [c.step for c in await model.checkpoints()] == [0, 1]
-        assert sorted(p.name for p in checkpoints.iterdir()) == ["000001"], killed_mid_write  # no partial
         client = model.openai_client()
         reply = await client.chat.completions.create(
             model=model.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
