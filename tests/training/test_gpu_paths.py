@@ -81,3 +81,31 @@ async def test_unsloth_trainer_behind_the_server(tmp_path: Path) -> None:
         await _sample_train_serve(backend)
         log = (tmp_path / "run" / "server.log").read_text()
         assert "unsloth" in log.lower()
+
+
+async def test_vllm_engine_reads_documented_completion_shapes_without_vllm() -> None:
+    """The response parsing of the thin vLLM path (token ids, EOS, log-probs), on the documented shapes."""
+    from art_adapters_backend.engine.base import Constraint, GenerationRequest, SamplingParams
+    from art_adapters_backend.engine.vllm_engine import VllmEngine
+
+    engine = VllmEngine(Path("."), None, None, "http://127.0.0.1:9", context_length=64, eos_token_ids={2})
+    params = SamplingParams(temperature=0.7, max_tokens=8)
+    with_ids = {"index": 0, "text": "Hi", "finish_reason": "stop", "token_ids": [5, 6, 2],
+                "logprobs": {"tokens": ["token_id:5", "token_id:6", "token_id:2"],
+                             "token_logprobs": [-0.1, -0.2, -0.3]}}  # fmt: skip
+    seq = engine._sequence(0, with_ids, params)
+    assert seq.token_ids == [5, 6, 2] and seq.eos and seq.text_token_ids == [5, 6]
+    assert seq.logprobs == [-0.1, -0.2, -0.3] and seq.finish_reason == "stop"
+    older = {"index": 1, "text": "Hi", "finish_reason": "length",
+             "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.1, -0.2]}}  # fmt: skip
+    seq = engine._sequence(1, older, params)
+    assert seq.token_ids == [5, 6] and not seq.eos and seq.finish_reason == "length"
+    body = engine._body(GenerationRequest([1, 2, 3], params, n=2, adapter="m@1"))
+    assert body["model"] == "m@1" and body["prompt"] == [1, 2, 3] and body["logprobs"] == 0
+    with pytest.raises(ValueError, match="forced tool calls"):
+        engine._body(
+            GenerationRequest([1], params, constraint=Constraint({"type": "object"}, prefix="<tool_call>\n"))
+        )
+    with pytest.raises(ValueError, match="context length"):
+        engine._body(GenerationRequest(list(range(60)), params))
+    await engine.close()
