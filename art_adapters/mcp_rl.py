@@ -288,6 +288,7 @@ async def _scenarios(
     console: Any,
     *,
     batch_size: int = 10,
+    task_pattern: str | None = None,
 ) -> tuple[list[Scenario], Path]:
     import mcp_tools
 
@@ -303,7 +304,12 @@ async def _scenarios(
         console.print(f"generating {config.n_scenarios} scenarios from the server's tools")
         resources = await _resources(config.server)
         scenarios = await mcp_tools.generate_scenarios(
-            tools, n=config.n_scenarios, model=generator(), resources=resources, batch_size=batch_size
+            tools,
+            n=config.n_scenarios,
+            model=generator(),
+            resources=resources,
+            batch_size=batch_size,
+            task_pattern=task_pattern,
         )
     mcp_tools.save_scenarios(scenarios, target)
     return scenarios, target
@@ -370,7 +376,9 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             tools,
             lambda: _with_temperature(judge, GENERATOR_TEMPERATURE),
             console,
-            batch_size=4 if local_judge else 10,  # a small model's answers stay within its token limit
+            # a small model: short answers within its token limit, kept on plain words
+            batch_size=4 if local_judge else 10,
+            task_pattern=mcp_tools.PLAIN_TASK_PATTERN if local_judge else None,
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")

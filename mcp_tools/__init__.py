@@ -22,7 +22,12 @@ from __future__ import annotations
 
 from mcp_tools._client import load_tools
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
-from mcp_tools._generate import ScenarioGenerationError, describe_tools, generate_scenarios
+from mcp_tools._generate import (
+    PLAIN_TASK_PATTERN,
+    ScenarioGenerationError,
+    describe_tools,
+    generate_scenarios,
+)
 from mcp_tools._rollout import Rollout, current_rollout, rollout
 from mcp_tools._scenarios import (
     Scenario,
@@ -36,6 +41,7 @@ from mcp_tools._session import McpSession
 from mcp_tools._tools import TOOL_RECORD_EVENT, McpTool
 
 __all__ = [
+    "PLAIN_TASK_PATTERN",
     "TOOL_RECORD_EVENT",
     "HttpServer",
     "McpClientConfig",

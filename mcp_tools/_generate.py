@@ -32,7 +32,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ScenarioGenerationError", "default_generator", "describe_tools", "generate_scenarios"]
+__all__ = [
+    "PLAIN_TASK_PATTERN",
+    "ScenarioGenerationError",
+    "default_generator",
+    "describe_tools",
+    "generate_scenarios",
+]
 
 #: Environment variables naming the configured judge (also the default scenario generator).
 JUDGE_MODEL_ENV = "ART_ADAPTERS_JUDGE_MODEL"
@@ -40,6 +46,14 @@ JUDGE_BASE_URL_ENV = "ART_ADAPTERS_JUDGE_BASE_URL"
 JUDGE_API_KEY_ENV = "ART_ADAPTERS_JUDGE_API_KEY"
 
 _SCHEMA_NAME = "scenarios"
+#: Words (of two letters or more) a task needs: "2.2.0.1" or "baedaaaahh" is not a request.
+MIN_TASK_WORDS = 3
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+#: A ``task_pattern`` for small generators: one line of 3-30 plain words starting with a capital.
+#: Under schema-constrained decoding it keeps a 135M model on words instead of digits and
+#: punctuation; strong models do not need it (it forbids quotes, colons, slashes, newlines).
+PLAIN_TASK_PATTERN = r"^[A-Z][a-z]*( [A-Za-z0-9+?.,'#-]+){2,29}$"
 _AVOID_SHOWN = 40
 _RESOURCE_TEXT_CHARS = 2000
 
@@ -149,8 +163,13 @@ def describe_tools(tools: Sequence[Any], resources: Sequence[Mapping[str, Any]] 
     return "\n".join(lines)
 
 
-def answer_schema(count: int, max_task_chars: int = MAX_TASK_CHARS) -> dict[str, Any]:
+def answer_schema(
+    count: int, max_task_chars: int = MAX_TASK_CHARS, task_pattern: str | None = None
+) -> dict[str, Any]:
     """The JSON schema of one answer: ``{"scenarios": [{"task", "difficulty"}] * count}``."""
+    task: dict[str, Any] = {"type": "string", "minLength": MIN_TASK_CHARS, "maxLength": max_task_chars}
+    if task_pattern is not None:
+        task["pattern"] = task_pattern
     return {
         "type": "object",
         "properties": {
@@ -159,7 +178,7 @@ def answer_schema(count: int, max_task_chars: int = MAX_TASK_CHARS) -> dict[str,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "task": {"type": "string", "minLength": MIN_TASK_CHARS, "maxLength": max_task_chars},
+                        "task": task,
                         "difficulty": {"type": "integer", "enum": [1, 2, 3, 4, 5]},
                     },
                     "required": ["task", "difficulty"],
@@ -324,6 +343,7 @@ async def generate_scenarios(
     timeout_s: float | None = 300.0,
     max_task_chars: int = MAX_TASK_CHARS,
     existing: Sequence[Scenario] = (),
+    task_pattern: str | None = None,
 ) -> list[Scenario]:
     """Have *model* write *n* distinct, realistic tasks that need *tools* (without naming them).
 
@@ -345,6 +365,9 @@ async def generate_scenarios(
         max_task_chars: longest task accepted, in characters.
         existing: scenarios you already have (e.g. ``load_scenarios(file)``): the new ones
             differ from them, and the generator sees them; they are not returned.
+        task_pattern: a regular expression every task must match, also sent in the schema
+            (``pattern``) so constrained decoding enforces it; :data:`PLAIN_TASK_PATTERN`
+            keeps small models on words. Default: none (any text of 3+ words).
 
     Returns:
         Exactly *n* :class:`~mcp_tools.Scenario` objects, in the order written.
@@ -370,6 +393,11 @@ async def generate_scenarios(
         raise ConfigError(
             "no tools to write scenarios for: the tool list (or the server's tool listing) is empty"
         )
+    if task_pattern is not None:
+        try:
+            re.compile(task_pattern)
+        except re.error as exc:
+            raise ConfigError(f"task_pattern is not a valid regular expression: {exc}") from exc
     specs = [_tool_spec(t) for t in tools]
     tool_names = [s["name"] for s in specs]
     generator = model if model is not None else default_generator()
@@ -396,7 +424,8 @@ async def generate_scenarios(
         ]
         try:
             text = await asyncio.wait_for(
-                _ask(generator, messages, answer_schema(count, max_task_chars), structured), timeout_s
+                _ask(generator, messages, answer_schema(count, max_task_chars, task_pattern), structured),
+                timeout_s,
             )
             items = _parse_items(text)
         except TimeoutError:
@@ -416,7 +445,7 @@ async def generate_scenarios(
             continue
         added = 0
         for item in items:
-            reason, scenario = _check_item(item, tool_names, seen, max_task_chars)
+            reason, scenario = _check_item(item, tool_names, seen, max_task_chars, task_pattern)
             if scenario is None:
                 rejected[reason] += 1
                 examples.setdefault(reason, repr(item)[:100])
@@ -447,7 +476,7 @@ async def generate_scenarios(
 
 
 def _check_item(
-    item: Any, tool_names: Sequence[str], seen: set[str], max_task_chars: int
+    item: Any, tool_names: Sequence[str], seen: set[str], max_task_chars: int, task_pattern: str | None
 ) -> tuple[str, Scenario | None]:
     if not isinstance(item, dict):
         return "malformed item", None
@@ -463,6 +492,10 @@ def _check_item(
     except ValidationError as exc:
         fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
         return ("bad difficulty" if "difficulty" in fields else "bad task"), None
+    if len(_WORD.findall(scenario.task)) < MIN_TASK_WORDS:
+        return "not a sentence", None
+    if task_pattern is not None and re.fullmatch(task_pattern, scenario.task) is None:
+        return "does not match task_pattern", None
     named = _named_tool(scenario.task, tool_names)
     if named is not None:
         return "names a tool", None

@@ -148,6 +148,27 @@ async def test_existing_scenarios_are_shown_and_never_repeated() -> None:
     assert "(difficulties: 2)" in model.prompts[0]  # level 1 is already covered
 
 
+async def test_garbage_is_not_a_task_and_a_pattern_is_enforced_and_sent() -> None:
+    model = ScriptedGenerator(
+        script=[
+            answer(("2.2.0.1.13, 4", 1), ("baedaaaahh aaa", 1), ("Find: my Lisbon hotel note", 2)),
+            answer(("Find my Lisbon hotel note", 2)),
+        ],
+        prompts=[],
+    )
+    scenarios = await generate_scenarios(
+        NOTES_TOOLS, n=1, model=model, task_pattern=mcp_tools.PLAIN_TASK_PATTERN, max_retries=1
+    )
+    assert [s.task for s in scenarios] == ["Find my Lisbon hotel note"]  # the colon broke the pattern
+    schema = mcp_tools._generate.answer_schema(1, task_pattern=mcp_tools.PLAIN_TASK_PATTERN)
+    assert (
+        schema["properties"]["scenarios"]["items"]["properties"]["task"]["pattern"]
+        == mcp_tools.PLAIN_TASK_PATTERN
+    )
+    with pytest.raises(ConfigError, match="task_pattern is not a valid regular expression"):
+        await generate_scenarios(NOTES_TOOLS, n=1, model=model, task_pattern="([")
+
+
 async def test_endpoint_errors_are_retried_like_bad_answers() -> None:
     model = ScriptedGenerator(
         script=[ConnectionError("endpoint down"), answer(("Find the note about my Lisbon hotel booking", 1))],
