@@ -190,8 +190,10 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                     retention=RetentionPolicy(keep_latest=1),
                 ),
             )
-            with console.status(f"evaluating step {start} on {len(held_out)} held-out questions"):
-                before = await evaluate(model, make_rollout(evaluator), held_out, check_scorer, loop_config)
+            with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
+                before = await evaluate(
+                    model, make_rollout(evaluator), held_out, check_scorer, loop_config, progress=bar.update
+                )
             console.print(f"step {before.step}: held-out correct {before.metrics.get('correct_mean', 0):.0%}")
 
             def on_step(report: Any) -> None:
@@ -204,11 +206,12 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                     + (f"; [yellow]{len(report.unscored)} groups unscored[/yellow]" if report.unscored else "")
                 )
 
-            with console.status(f"training {config.steps} steps ({config.groups} x {config.rollouts} rollouts each)"):
+            with _Bar(console, "training: rollouts of step 1") as bar:
                 result = await train_loop(
                     model, make_rollout(sampler), train, score=scorer, config=loop_config,
                     val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
-                    on_step=on_step,
+                    on_step=lambda report: (on_step(report), bar.next_step(report, loop_config.steps)),
+                    progress=bar.update,
                 )  # fmt: skip
             if result.stopped:
                 console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
@@ -223,6 +226,42 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
         )  # fmt: skip
     finally:
         await backend.close()
+
+
+class _Bar:
+    """A rich progress bar of the current batch of rollouts, fed by ``run_groups``' progress callback."""
+
+    def __init__(self, console: Console, description: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(), console=console, transient=True,
+        )  # fmt: skip
+        self._task = self._progress.add_task(description, total=None, note="")
+        self._label = description
+
+    def __enter__(self) -> _Bar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, state: Any) -> None:
+        """Show a ``RunProgress``: rollouts done of total, mean reward, failures."""
+        note = f"reward {state.mean_reward:.2f}" if state.mean_reward is not None else ""
+        if state.exceptions:
+            note += f" [red]{state.exceptions} failed[/red]"
+        label = self._label if state.done < state.total else f"{self._label}: rollouts done"
+        self._progress.update(self._task, total=state.total, completed=state.done, note=note, description=label)
+
+    def next_step(self, report: Any, last: int) -> None:
+        """After a step: label the next batch (or the final evaluation)."""
+        self._label = (
+            f"training: rollouts of step {report.step + 1}" if report.step < last else "evaluating on held-out questions"
+        )
+        self._progress.update(self._task, completed=0, description=self._label, note="")
 
 
 def _plot(run_dir: Path, console: Console) -> Path | None:

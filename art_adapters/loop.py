@@ -79,7 +79,8 @@ class LoopConfig(BaseModel):
             iteration moves on to the next scenarios. Default 3.
         seed: seeds the per-epoch shuffle of the training scenarios.
         run_dir: where ``metrics.jsonl`` is written; ``None``: no metrics file.
-        progress: show ``run_groups``' progress bar.
+        progress: show ``run_groups``' progress bar (a terminal or notebook only); the
+            ``progress`` argument of :func:`train_loop` replaces it with a callback.
         train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
             via ``train.retention``).
     """
@@ -246,14 +247,19 @@ async def evaluate(
     scenarios: Sequence[Any],
     score: Scorer,
     config: LoopConfig,
+    progress: Callable[[Any], None] | None = None,
 ) -> EvalReport:
-    """Mean reward of ``rollout`` (typically a greedy agent on the latest step) on ``scenarios``."""
+    """Mean reward of ``rollout`` (typically a greedy agent on the latest step) on ``scenarios``.
+
+    ``progress`` receives ``run_groups``' :class:`~art_adapters.runner.RunProgress` after each rollout.
+    """
     from .runner import run_groups
 
     step = await model.get_step()
     groups = await run_groups(
         rollout, list(scenarios), n=config.eval_rollouts, max_concurrency=config.max_concurrency,
-        timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions, progress=config.progress,
+        timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+        progress=progress or config.progress,
     )  # fmt: skip
     scored = await score(groups, list(scenarios))
     rewards = _rewards(scored)
@@ -303,6 +309,7 @@ async def train_loop(
     eval_score: Scorer | None = None,
     on_step: Callable[[StepReport], None] | None = None,
     on_eval: Callable[[EvalReport], None] | None = None,
+    progress: Callable[[Any], None] | None = None,
 ) -> LoopResult:
     """Train ``model`` from its current step up to ``config.steps`` (see the module docstring).
 
@@ -316,6 +323,8 @@ async def train_loop(
         eval_rollout: the rollout used for evaluation (e.g. a greedy agent); default ``rollout``.
         eval_score: the scorer of evaluations; default ``score``.
         on_step, on_eval: called with each report as it is made (progress display).
+        progress: receives ``run_groups``' :class:`~art_adapters.runner.RunProgress` after every
+            rollout (training and evaluation) instead of its own progress bar.
 
     Raises:
         ConfigError: no training scenarios.
@@ -334,7 +343,7 @@ async def train_loop(
     )
 
     async def run_eval() -> None:
-        report = await evaluate(model, eval_rollout, val_scenarios, eval_score, config)
+        report = await evaluate(model, eval_rollout, val_scenarios, eval_score, config, progress)
         result.evals.append(report)
         if on_eval is not None:
             on_eval(report)
@@ -347,7 +356,8 @@ async def train_loop(
         batch_index += 1
         groups = await run_groups(
             rollout, scenarios, n=config.rollouts_per_group, max_concurrency=config.max_concurrency,
-            timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions, progress=config.progress,
+            timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+            progress=progress or config.progress,
         )  # fmt: skip
         scored = await score(groups, scenarios)
         usable, unscored = [], []
