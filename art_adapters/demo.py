@@ -167,7 +167,9 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
         async with mcp_tools.rollout():  # one calculator session for every rollout (stateless server)
             tools = await mcp_tools.load_tools(CALCULATOR_SERVER)
             console.print(f"calculator MCP server: {', '.join(t.name for t in tools)}")
-            sampler = build_agent(model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens), tools)
+            sampler = build_agent(
+                model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens), tools
+            )
             evaluator = build_agent(
                 model.chat_model(temperature=config.eval_temperature, max_tokens=config.max_tokens), tools
             )
@@ -203,10 +205,10 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                 console.print(
                     f"step {report.step}: {state}; train reward {reward}"
                     + (f", loss {loss:.4f}" if isinstance(loss, float) else "")
-                    + (f"; [yellow]{len(report.unscored)} groups unscored[/yellow]" if report.unscored else "")
+                    + (f"; [yellow]unscored groups: {len(report.unscored)}[/yellow]" * bool(report.unscored))
                 )
 
-            with _Bar(console, "training: rollouts of step 1") as bar:
+            with _Bar(console, f"training: rollouts of step {start + 1}") as bar:
                 result = await train_loop(
                     model, make_rollout(sampler), train, score=scorer, config=loop_config,
                     val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
@@ -235,8 +237,8 @@ class _Bar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-            TimeElapsedColumn(), console=console, transient=True,
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=True,
         )  # fmt: skip
         self._task = self._progress.add_task(description, total=None, note="")
         self._label = description
@@ -254,13 +256,14 @@ class _Bar:
         if state.exceptions:
             note += f" [red]{state.exceptions} failed[/red]"
         label = self._label if state.done < state.total else f"{self._label}: rollouts done"
-        self._progress.update(self._task, total=state.total, completed=state.done, note=note, description=label)
+        self._progress.update(
+            self._task, total=state.total, completed=state.done, note=note, description=label
+        )
 
     def next_step(self, report: Any, last: int) -> None:
         """After a step: label the next batch (or the final evaluation)."""
-        self._label = (
-            f"training: rollouts of step {report.step + 1}" if report.step < last else "evaluating on held-out questions"
-        )
+        more = report.step < last
+        self._label = f"training: rollouts of step {report.step + 1}" if more else "evaluating held-out"
         self._progress.update(self._task, completed=0, description=self._label, note="")
 
 
@@ -285,6 +288,7 @@ async def _answer(agent: Any, question: str, console: Console) -> str | None:
     for message in state["messages"]:
         calls = getattr(message, "tool_calls", None)
         text = message.content if isinstance(message.content, str) else str(message.content)
-        console.print(f"[bold]{message.type}[/bold]: {text}" + (f"  tool_calls={calls}" if calls else ""), highlight=False)
+        line = f"[bold]{message.type}[/bold]: {text}" + (f"  tool_calls={calls}" if calls else "")
+        console.print(line, highlight=False)
     last = state["messages"][-1]
     return last.content if isinstance(last.content, str) else None

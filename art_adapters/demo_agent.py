@@ -178,9 +178,8 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[AddScenario], Awaitable
 
     async def rollout(scenario: AddScenario) -> Trajectory:
         handler = TrajectoryCallbackHandler()
-        await agent.ainvoke(
-            {"messages": [("user", scenario.question)]}, config={"callbacks": [handler], "recursion_limit": 12}
-        )
+        config = {"callbacks": [handler], "recursion_limit": 12}
+        await agent.ainvoke({"messages": [("user", scenario.question)]}, config=config)
         trajectory = handler.trajectory
         if trajectory is None:
             raise RuntimeError(f"the agent run on {scenario.id} produced no trajectory")

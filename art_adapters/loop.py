@@ -11,7 +11,8 @@
 
 Each step (counted from the model's current step, so a restarted loop resumes where the
 backend is and never redoes a finished step; with ``run_dir`` it also continues after the
-last batch of scenarios it logged) takes the next ``groups_per_step`` training scenarios (the dataset is reshuffled each epoch from ``seed``), runs
+last batch of scenarios it logged) takes the next ``groups_per_step`` training scenarios
+(the dataset is reshuffled each epoch from ``seed``), runs
 ``rollouts_per_group`` rollouts of each with :func:`~art_adapters.run_groups`, scores them,
 and trains one step with ``model.train``. Groups the scorer could not score are reported
 in the step's :class:`StepReport` (and logged), never dropped silently. Metrics go to the
@@ -205,7 +206,9 @@ def ruler_scorer(judge: Any, **options: Any) -> Scorer:
     return score
 
 
-def combined_scorer(judge: Any, reward: Callable[[Trajectory, Any], float], weight: float = 0.5, **options: Any) -> Scorer:
+def combined_scorer(
+    judge: Any, reward: Callable[[Trajectory, Any], float], weight: float = 0.5, **options: Any
+) -> Scorer:
     """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``."""
     if not 0.0 <= weight <= 1.0:
         raise ConfigError(f"weight must be in [0, 1], got {weight}")
@@ -215,10 +218,8 @@ def combined_scorer(judge: Any, reward: Callable[[Trajectory, Any], float], weig
         from .ruler import combine_rewards
 
         scored = await ruler(await verifiable(groups, scenarios), scenarios)
-        return [
-            g if unscored_reason(g) else combine_rewards(g, {"ruler_score": weight, "independent_reward": 1 - weight})
-            for g in scored
-        ]
+        weights = {"ruler_score": weight, "independent_reward": 1 - weight}
+        return [g if unscored_reason(g) else combine_rewards(g, weights) for g in scored]
 
     return score
 
@@ -293,7 +294,8 @@ def _next_batch(config: LoopConfig, start: int) -> int:
         return start
     from .observe.metrics import MetricsHistory
 
-    logged = [r["batch"] for r in MetricsHistory(config.run_dir).rows("train") if isinstance(r.get("batch"), int)]
+    rows = MetricsHistory(config.run_dir).rows("train")
+    logged = [r["batch"] for r in rows if isinstance(r.get("batch"), int)]
     return max(start, max(logged) + 1) if logged else start
 
 
@@ -359,14 +361,20 @@ async def train_loop(
             timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
             progress=progress or config.progress,
         )  # fmt: skip
-        scored = await score(groups, scenarios)
+        scored = list(await score(groups, scenarios))
+        if len(scored) != len(groups):
+            raise ConfigError(
+                f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
+                "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
+            )
         usable, unscored = [], []
         for group in scored:
             reason = unscored_reason(group)
             if reason is None:
                 usable.append(group)
             else:
-                unscored.append({"group": group.id, "scenario_id": group.metadata.get("scenario_id"), "reason": reason})
+                scenario = group.metadata.get("scenario_id")
+                unscored.append({"group": group.id, "scenario_id": scenario, "reason": reason})
                 logger.warning("step %d: group %s not trained on: %s", step + 1, group.id, reason)
         rewards = _rewards(usable)
         report = StepReport(
@@ -383,7 +391,8 @@ async def train_loop(
             report.metrics = {k: v for k, v in trained.metrics.items() if isinstance(v, int | float | None)}
         else:
             report.reason = "no group could be scored"
-        report.metrics = _log(config, report.step, scored, {**report.metrics, "batch": report.batch, "unscored_groups": len(unscored)}, split="train")
+        extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(unscored)}
+        report.metrics = _log(config, report.step, scored, extra, split="train")
         result.steps.append(report)
         if on_step is not None:
             on_step(report)
@@ -393,7 +402,8 @@ async def train_loop(
             if untrained >= config.max_untrained:
                 result.stopped = (
                     f"{untrained} iterations in a row trained nothing (last: {report.reason}); check the "
-                    "scorer and the rewards' spread (a group whose rollouts all score the same carries no signal)"
+                    "scorer and the rewards' spread (a group whose rollouts all score the same carries no "
+                    "signal)"
                 )
                 logger.warning("training loop stopped at step %d: %s", step, result.stopped)
                 break

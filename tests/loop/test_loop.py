@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain_openai import ChatOpenAI
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory
+from art_adapters import ConfigError, LocalBackend, TrainableModel, TrainConfig, Trajectory
 from art_adapters.loop import LoopConfig, _batch, ruler_scorer, train_loop, verifiable_scorer
 from art_adapters.observe.metrics import MetricsHistory
 from art_adapters.trajectory import Message
@@ -40,7 +40,10 @@ def make_rollout(model: TrainableModel) -> Any:
             Message(role="user", content=f"What is {scenario['a']} + {scenario['b']}?"),
         ]
         response = await client.chat.completions.create(
-            model=model.served_name(), messages=[m.to_openai() for m in history], temperature=1.0, max_tokens=4
+            model=model.served_name(),
+            messages=[m.to_openai() for m in history],
+            temperature=1.0,
+            max_tokens=4,
         )
         choice = response.choices[0]
         reply = Message(role="assistant", content=choice.message.content, completion_id=response.id)
@@ -57,7 +60,8 @@ def brevity(trajectory: Trajectory, scenario: dict[str, Any]) -> float:
 
 def loop_config(run_dir: Path, steps: int, **kw: Any) -> LoopConfig:
     return LoopConfig(
-        steps=steps, groups_per_step=2, rollouts_per_group=6, eval_rollouts=2, run_dir=run_dir, progress=False,
+        steps=steps, groups_per_step=2, rollouts_per_group=6, eval_rollouts=2, run_dir=run_dir,
+        progress=False,
         train=TrainConfig(learning_rate=1e-4, lora_rank=4, lora_alpha=8, seed=0), **kw,
     )  # fmt: skip
 
@@ -117,7 +121,9 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_groups_the_judge_cannot_score_are_reported(local_backend: LocalBackend, tmp_path: Path) -> None:
+async def test_groups_the_judge_cannot_score_are_reported(
+    local_backend: LocalBackend, tmp_path: Path
+) -> None:
     model = TrainableModel(name="loop-unscored", project="loop-tests")
     await model.register(local_backend)
     judge = ChatOpenAI(
@@ -138,3 +144,18 @@ async def test_groups_the_judge_cannot_score_are_reported(local_backend: LocalBa
     assert result.unscored == [{"step": 0, **u} for u in report.unscored]
     (row,) = MetricsHistory(tmp_path).rows("train")
     assert row["unscored_groups"] == 2
+
+
+async def test_a_scorer_that_drops_groups_is_an_error(local_backend: LocalBackend, tmp_path: Path) -> None:
+    model = TrainableModel(name="loop-drop", project="loop-tests")
+    await model.register(local_backend)
+
+    async def drops_one(groups: list[Any], scenarios: list[Any]) -> list[Any]:
+        return groups[1:]
+
+    with pytest.raises(ConfigError, match="returned 1 groups for 2"):
+        await train_loop(
+            model, make_rollout(model), scenarios("d", 2), score=drops_one,
+            config=loop_config(tmp_path, steps=1).model_copy(update={"rollouts_per_group": 2}),
+        )  # fmt: skip
+    assert await model.get_step() == 0
