@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from art_adapters import Trajectory, TrajectoryGroup
+from art_adapters import ConfigError, Trajectory, TrajectoryGroup
 from art_adapters.loop import LoopConfig, _batch, unscored_reason
 
 
@@ -38,3 +38,31 @@ def test_config_rejects_bad_values() -> None:
         LoopConfig(steps=-1)
     with pytest.raises(ValidationError, match="extra"):
         LoopConfig(steps=1, step=2)
+
+
+async def test_combined_scorer_reports_a_judge_failure_as_unscored() -> None:
+    import socket
+
+    from langchain_openai import ChatOpenAI
+
+    from art_adapters.loop import combined_scorer, verifiable_scorer
+    from art_adapters.trajectory import Message
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = ChatOpenAI(model="x", base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=5)
+    group = TrajectoryGroup(
+        trajectories=[
+            Trajectory(messages=[Message(role="user", content="hi"), Message(role="assistant", content=c)])
+            for c in ("a", "bb")
+        ]
+    )
+    length = verifiable_scorer(lambda t, scenario: len(t.messages[-1].content or ""))
+    (scored,) = await length([group], [None])
+    assert scored.rewards == [1.0, 2.0] and group.rewards == [None, None]  # a copy is scored
+    combined = combined_scorer(judge, lambda t, scenario: 1.0, weight=0.5, max_retries=0, cache=False)
+    (unscored,) = await combined([group], [None])
+    assert (unscored_reason(unscored) or "").startswith("judge:")
+    with pytest.raises(ConfigError, match="weight"):
+        combined_scorer(judge, lambda t, s: 1.0, weight=1.5)
