@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
+from .loop import EvalReport
+
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .loop import EvalReport, Scorer
+    from .loop import Scorer
 
 __all__ = ["DemoConfig", "DemoResult", "resolve_judge", "run_demo"]
 
@@ -87,8 +89,8 @@ class DemoConfig(BaseModel):
 class DemoResult(BaseModel):
     """Where the demo ended: the evaluations before and after, the plot, the final answer."""
 
-    before: Any
-    after: Any
+    before: EvalReport
+    after: EvalReport
     start_step: int
     final_step: int
     scorer: str
