@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import openai
@@ -40,14 +39,8 @@ async def test_eight_concurrent_requests_all_complete_batched(local_backend: Loc
         assert response.usage is not None
         return response.id, response.usage.completion_tokens
 
-    start = time.perf_counter()
-    _, single_tokens = await ask(0)
-    single_s = time.perf_counter() - start
-
     before = await _stats(local_backend)
-    start = time.perf_counter()
     results = await asyncio.gather(*(ask(i) for i in range(8)))
-    concurrent_s = time.perf_counter() - start
     after = await _stats(local_backend)
     await client.close()
 
@@ -59,7 +52,4 @@ async def test_eight_concurrent_requests_all_complete_batched(local_backend: Loc
     # Decoded together: on average several sequences advanced per decode step ...
     assert tokens / max(steps, 1) >= 2.5, (tokens, steps)
     assert after["max_batch_size_seen"] >= 4
-    # ... so 8 requests took far less than 8 times one (per token, to be fair to early stops).
-    per_token_single = single_s / max(single_tokens, 1)
-    per_token_concurrent = concurrent_s / max(tokens, 1)
-    assert per_token_concurrent < 0.6 * per_token_single, (single_s, single_tokens, concurrent_s, tokens)
+    # Wall-clock speed-up is measured by bench/inference.py, not asserted here (noisy machines).
