@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from art_adapters.content import content_text
 from art_adapters.errors import ArtAdaptersError, ConfigError
 from mcp_tools._scenarios import MAX_TASK_CHARS, MIN_TASK_CHARS, Scenario, normalize_task
 
@@ -223,18 +224,6 @@ def _request_text(description: str, count: int, written: Sequence[Scenario], ins
     return "\n".join(parts)
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            b if isinstance(b, str) else str(b.get("text", ""))
-            for b in content
-            if isinstance(b, str) or b.get("type") == "text"
-        )
-    return "" if content is None else str(content)
-
-
 async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structured: bool) -> str:
     if structured:
         try:
@@ -245,12 +234,12 @@ async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structur
             logger.debug("generator %s: no json_schema structured output (%s); asking plainly", model, exc)
         else:
             result = await runnable.ainvoke(messages)
-            text = _content_text(result["raw"].content) if result.get("raw") is not None else ""
+            text = content_text(result["raw"].content) if result.get("raw") is not None else ""
             if not text.strip() and result.get("parsed") is not None:
                 return json.dumps(result["parsed"])
             return text
     reply = await model.ainvoke(messages)
-    return _content_text(reply.content)
+    return content_text(reply.content)
 
 
 def _complete_items(text: str) -> list[Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..content import content_text
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,18 +46,6 @@ class Judge(Protocol):
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Send ``messages``; return the answer's text."""
         ...
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            block if isinstance(block, str) else str(block.get("text", ""))
-            for block in content
-            if isinstance(block, str) or block.get("type") == "text"
-        )
-    return "" if content is None else str(content)
 
 
 class LangChainJudge:
@@ -104,9 +93,9 @@ class LangChainJudge:
         runnable = self._runnable(schema)
         if runnable is None:
             reply = await self.model.ainvoke(lc_messages)
-            return _content_text(reply.content)
+            return content_text(reply.content)
         result = await runnable.ainvoke(lc_messages)
-        text = _content_text(result["raw"].content) if result.get("raw") is not None else ""
+        text = content_text(result["raw"].content) if result.get("raw") is not None else ""
         if not text.strip() and isinstance(result.get("parsed"), dict):
             import json
 
@@ -152,7 +141,7 @@ class LiteLLMJudge:
                 "json_schema": {"name": _SCHEMA_NAME, "schema": schema},
             }
         response = await self._litellm.acompletion(model=self.model, messages=messages, **kwargs)
-        return _content_text(response.choices[0].message.content)
+        return content_text(response.choices[0].message.content)
 
 
 def resolve_judge(judge: Any, *, structured: StructuredMode = "auto") -> Judge:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel
 
+from art_adapters.content import content_text
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -149,16 +151,6 @@ def _tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[d
     return out
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI text parts
-        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
-    return str(content)
-
-
 class _Exact(str):
     """A segment whose token ids are known exactly (a sampled turn): encoded as ``ids``."""
 
@@ -207,12 +199,12 @@ class ChatTemplate:
         for i, message in enumerate(dicts):
             role = message.get("role")
             if role in ("system", "developer"):
-                text = _content_text(message.get("content"))
+                text = content_text(message.get("content"))
                 if i == 0 and tool_dicts:
                     text = (text + "\n\n" if text else "") + tools_system_block(tool_dicts)
                 self._turn(out, "system", text)
             elif role == "user":
-                self._turn(out, "user", _content_text(message.get("content")))
+                self._turn(out, "user", content_text(message.get("content")))
             elif role == "assistant":
                 exact = self.sampled_turns(message) if self.sampled_turns and message.get("tool_calls") else None
                 if exact is not None:
@@ -221,7 +213,7 @@ class ChatTemplate:
                 else:
                     self._turn(out, "assistant", self.assistant_text(message))
             elif role == "tool":
-                text = "<tool_response>\n" + _content_text(message.get("content")) + "\n</tool_response>"
+                text = "<tool_response>\n" + content_text(message.get("content")) + "\n</tool_response>"
                 self._turn(out, "user", text)
             else:
                 raise ValueError(f"unknown message role {role!r}")
@@ -232,7 +224,7 @@ class ChatTemplate:
     @staticmethod
     def assistant_text(message: Mapping[str, Any]) -> str:
         """The text of an assistant turn: its content, then its tool calls as ``<tool_call>`` blocks."""
-        text = _content_text(message.get("content"))
+        text = content_text(message.get("content"))
         calls = [
             render_tool_call((call.get("function") or {}).get("name", ""), (call.get("function") or {}).get("arguments", "{}"))
             for call in message.get("tool_calls") or []
