@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import random
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..threads import THREADS_ENV, set_torch_threads
 from .base import (
     ContextLengthError,
     EngineStats,
@@ -56,8 +56,6 @@ __all__ = ["THREADS_ENV", "EngineClosedError", "TorchEngine"]
 
 logger = logging.getLogger(__name__)
 
-THREADS_ENV = "ART_ADAPTERS_TORCH_THREADS"
-"""Environment variable: torch's intra-op thread count when ``TorchEngine.load`` is not given one."""
 
 
 class EngineClosedError(RuntimeError):
@@ -122,15 +120,7 @@ class TorchEngine:
 
         from ..bundled import load_tokenizer
 
-        if num_threads is None and os.environ.get(THREADS_ENV):
-            try:
-                num_threads = int(os.environ[THREADS_ENV])
-            except ValueError:
-                raise ValueError(f"${THREADS_ENV} must be an integer, got {os.environ[THREADS_ENV]!r}") from None
-        if num_threads is not None:
-            if num_threads < 1:
-                raise ValueError(f"num_threads must be at least 1, got {num_threads}")
-            torch.set_num_threads(num_threads)
+        set_torch_threads(num_threads)
         started = time.monotonic()
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype, local_files_only=True)

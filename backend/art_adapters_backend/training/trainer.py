@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from art_adapters.train_config import TrainConfig
 
+from ..threads import set_torch_threads
 from .checkpoints import atomic_directory
 from .data import (
     BuildMetrics,
@@ -58,8 +59,6 @@ __all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
 logger = logging.getLogger(__name__)
 
 OPTIMIZER_FILE = "optimizer.pt"
-#: Torch intra-op threads for training and inference (the engine honours it too).
-THREADS_ENV = "ART_ADAPTERS_TORCH_THREADS"
 STATE_FILE = "trainer_state.json"
 
 
@@ -220,12 +219,7 @@ class LoraTrainer(ABC):
     def __init__(self, model_path: str | os.PathLike[str], device: str = "cpu") -> None:
         self.model_path = Path(model_path)
         self.device = torch.device(device)
-        threads = os.environ.get(THREADS_ENV)
-        if threads:  # the same variable as the engine's: tests and loaded machines pin threads
-            try:
-                torch.set_num_threads(int(threads))
-            except ValueError:
-                raise ValueError(f"${THREADS_ENV} must be an integer, got {threads!r}") from None
+        set_torch_threads()  # $ART_ADAPTERS_TORCH_THREADS, as the engine: tests and loaded machines pin threads
         self.base, self.pad_token_id = self._load_base()
         self.model: PeftModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
