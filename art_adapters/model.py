@@ -147,6 +147,9 @@ class TrainableModel(BaseModel):
 
         backend = self.backend
         kwargs.setdefault("max_retries", 2)
+        # The backend sends the completion id as a response header too: with the headers kept, a
+        # streamed turn (whose chunk ids LangChain drops) still links to its exact-token record.
+        kwargs.setdefault("include_response_headers", True)
         return ChatOpenAI(
             model=self.served_name(step),
             base_url=backend.openai_base_url,

@@ -46,6 +46,8 @@ _ROLES = {
     "ToolMessageChunk": "tool",
 }
 #: Completion ids as OpenAI-compatible servers (our backend included) issue them.
+#: The response header our backend sets to the completion id (lower-cased, as httpx reports it).
+COMPLETION_ID_HEADER = "x-completion-id"
 _COMPLETION_ID = re.compile(r"^chatcmpl-[A-Za-z0-9_-]+$")
 
 
@@ -136,9 +138,15 @@ def message_from_langchain(message: BaseMessage | Any) -> Message | None:
 
 def completion_id(message: Any, llm_output: Mapping[str, Any] | None = None) -> str | None:
     """The provider's response id of a model output: ``response_metadata["id"]``, ``llm_output["id"]``,
-    or the message id when it has the ``chatcmpl-`` form (LangChain's own ``run-``/``lc_run--`` ids are not)."""
+    our backend's ``X-Completion-Id`` response header (kept by ``ChatOpenAI(include_response_headers=True)``,
+    also when streaming, where LangChain drops the chunks' ids), or the message id when it has the
+    ``chatcmpl-`` form (LangChain's own ``run-``/``lc_run--`` ids are not)."""
     metadata = getattr(message, "response_metadata", None) or {}
-    for value in (metadata.get("id"), (llm_output or {}).get("id")):
+    headers = metadata.get("headers")
+    header_id = None
+    if isinstance(headers, Mapping):
+        header_id = next((v for k, v in headers.items() if str(k).lower() == COMPLETION_ID_HEADER), None)
+    for value in (metadata.get("id"), (llm_output or {}).get("id"), header_id):
         if isinstance(value, str) and value:
             return value
     message_id = getattr(message, "id", None)

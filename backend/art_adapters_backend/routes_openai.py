@@ -53,6 +53,11 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": created, "owned_by": "art-adapters"}
 
 
+#: Response header carrying the completion id, so clients that drop streamed chunk ids (LangChain's
+#: ``ChatOpenAI`` with ``include_response_headers=True``) still link a turn to its token record.
+COMPLETION_ID_HEADER = "X-Completion-Id"
+
+
 @router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None)
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request
@@ -66,7 +71,11 @@ async def create_chat_completion(
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={
+                    "Cache-Control": "no-cache",
+                    "X-Accel-Buffering": "no",
+                    COMPLETION_ID_HEADER: prepared.completion_id,
+                },
             )
         sequences = await state.engine.generate(prepared.generation)
     except ContextLengthError as exc:
@@ -76,4 +85,4 @@ async def create_chat_completion(
     records = [choice_record(seq, reason, ids) for seq, reason, ids in zip(
         sorted(sequences, key=lambda s: s.index), finish_reasons, call_ids, strict=True)]  # fmt: skip
     await state.records.put(make_record(prepared, records, state, stream=False))
-    return JSONResponse(content)
+    return JSONResponse(content, headers={COMPLETION_ID_HEADER: prepared.completion_id})

@@ -88,3 +88,19 @@ async def test_react_agent_on_the_backend_calls_the_mcp_calculator(local_backend
             assert "add" in decoded and all(str(v) in decoded for v in arguments.values())
         else:
             assert decoded.strip() == str(turn.content).strip() != ""
+
+
+async def test_a_streamed_turn_on_the_backend_links_to_its_token_record(local_backend: LocalBackend) -> None:
+    """``chat_model()`` keeps the backend's completion-id header, so streamed turns keep their exact tokens."""
+    model = TrainableModel(name="e2e-stream", project="tests")
+    await model.register(local_backend)
+    llm = model.chat_model(temperature=0.0, max_tokens=12, stream_usage=True)
+    handler = TrajectoryCallbackHandler()
+    chunks = [c async for c in llm.astream("Say hello.", config={"callbacks": [handler]})]
+    text = "".join(str(c.content) for c in chunks)
+
+    reply = handler.trajectory.messages[-1]
+    assert reply.role == "assistant" and reply.content == text
+    assert reply.completion_id is not None and reply.completion_id.startswith("chatcmpl-")
+    record = await local_backend.get_token_record(reply.completion_id)
+    assert record["id"] == reply.completion_id and record["choices"][0]["text"] == text

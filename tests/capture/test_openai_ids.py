@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 from langchain_openai import ChatOpenAI
 
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
@@ -38,6 +37,7 @@ def respond(request: httpx.Request) -> httpx.Response:
                 ],
                 "usage": usage,
             },
+            headers={"x-completion-id": COMPLETION_ID},
         )
     chunks = [
         {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}]},
@@ -60,7 +60,7 @@ def respond(request: httpx.Request) -> httpx.Response:
     return httpx.Response(
         200,
         text="\n\n".join([*lines, "data: [DONE]"]) + "\n\n",
-        headers={"content-type": "text/event-stream"},
+        headers={"content-type": "text/event-stream", "x-completion-id": COMPLETION_ID},
     )
 
 
@@ -87,47 +87,23 @@ async def test_a_non_streamed_completion_keeps_its_id_and_usage() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="langchain-openai drops the chunk id of streamed chat completions (_convert_chunk_to_generation_chunk "
-    "does not read chunk['id']), so streamed turns lose their completion id until TrainableModel.chat_model() "
-    "returns a ChatOpenAI that sets message.id from chunk['id']",
-)
-async def test_a_streamed_completion_keeps_its_id() -> None:
+async def test_a_streamed_completion_keeps_its_id_through_the_response_header() -> None:
+    """LangChain drops streamed chunks' ids; the backend's ``X-Completion-Id`` header (kept by
+    ``include_response_headers=True``, which ``TrainableModel.chat_model()`` sets) links the turn."""
     handler = TrajectoryCallbackHandler()
-    chunks = [
-        c async for c in chat_model(stream_usage=True).astream("Say hi", config={"callbacks": [handler]})
-    ]
-    assert "".join(str(c.content) for c in chunks) == "Hi there"
-    reply = handler.trajectory.messages[-1]
-    assert reply.content == "Hi there"
-    assert reply.completion_id == COMPLETION_ID
-
-
-class IdKeepingChatOpenAI(ChatOpenAI):
-    """The fix the xfail above asks for, as ``chat_model()`` could apply it: streamed chunks keep the response id."""
-
-    def _convert_chunk_to_generation_chunk(self, chunk, default_chunk_class, base_generation_info):  # type: ignore[override]
-        generation = super()._convert_chunk_to_generation_chunk(
-            chunk, default_chunk_class, base_generation_info
-        )
-        if generation is not None and isinstance(chunk.get("id"), str):
-            generation.message.id = chunk["id"]
-        return generation
-
-
-async def test_a_streamed_message_whose_id_is_the_completion_id_is_linked() -> None:
-    transport = httpx.MockTransport(respond)
-    llm = IdKeepingChatOpenAI(
-        model="agent@0",
-        base_url="http://backend.test/v1",
-        api_key="not-needed",
-        http_async_client=httpx.AsyncClient(transport=transport),
-        stream_usage=True,
-    )
-    handler = TrajectoryCallbackHandler()
+    llm = chat_model(stream_usage=True, include_response_headers=True)
     chunks = [c async for c in llm.astream("Say hi", config={"callbacks": [handler]})]
     assert "".join(str(c.content) for c in chunks) == "Hi there"
     reply = handler.trajectory.messages[-1]
     assert (reply.content, reply.completion_id) == ("Hi there", COMPLETION_ID)
     assert handler.trajectory.metrics["completion_tokens"] == 2
+
+
+async def test_a_streamed_completion_without_the_header_has_no_id() -> None:
+    """Without the headers the id is unknown (None), never guessed from LangChain's own run ids."""
+    handler = TrajectoryCallbackHandler()
+    chunks = [
+        c async for c in chat_model(stream_usage=True).astream("Say hi", config={"callbacks": [handler]})
+    ]
+    assert "".join(str(c.content) for c in chunks) == "Hi there"
+    assert handler.trajectory.messages[-1].completion_id is None
