@@ -20,7 +20,22 @@ three-int parent link) on a capped queue; it never blocks, never raises, and nev
 touches the span's data beyond that. A span is its trace's local root when it has no
 parent, a remote parent, or a parent this provider never started (another provider's
 span): a trajectory is assembled when that span ends. A daemon worker thread
-parses spans and assembles trajectories. Reading :attr:`~TrajectorySpanProcessor.trajectories`
+parses spans and assembles trajectories.
+
+MCP ``tools/call`` spans made under a tool span that was never made current
+(OpenInference's) are kept with the graph's trace all the same, so that the MCP record
+(with server and session) replaces the tool span's record of the same call id
+(``gen_ai.tool.call.id``) instead of adding a second record or a one-call trajectory:
+
+- an MCP span whose parent is another provider's span, in a trace with spans of this
+  provider still open, does not end that trace; it is merged there by call id;
+- an MCP span that starts a trace of its own while spans of other traces are open is
+  held back by the worker (``on_end`` notes which traces: the tool span around the call
+  is in one, and ends after it). The first of them to end with a tool call of the same
+  id takes it in; once they have all ended without one (or at shutdown, or when more
+  than ``max_pending_traces`` are held) it is emitted on its own.
+
+Reading :attr:`~TrajectorySpanProcessor.trajectories`
 first waits (bounded) for the worker to drain what was queued before the call, so a
 trajectory is there as soon as the run that produced it has returned.
 """
@@ -72,6 +87,17 @@ class _Flush:
 
 
 _STOP = object()
+
+
+class _Held:
+    """An MCP-only trace held back, and the traces (open when it ended) that may hold its tool call."""
+
+    __slots__ = ("open_traces", "root", "state")
+
+    def __init__(self, state: TraceState, root: Any, open_traces: set[int]) -> None:
+        self.state = state
+        self.root = root
+        self.open_traces = open_traces
 
 
 class TrajectorySpanProcessor(SpanProcessor):
@@ -128,7 +154,8 @@ class TrajectorySpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._closed = False
         self._dropped = 0
-        self._open: set[int] = set()  # ids of spans started and not yet ended
+        self._open: dict[int, int] = {}  # span id -> trace id of spans started and not yet ended
+        self._held: dict[int, _Held] = {}  # MCP-only traces waiting for the trace of their tool call
         self._worker = threading.Thread(target=self._run, name="art-adapters-span-capture", daemon=True)
         self._worker.start()
 
@@ -137,7 +164,8 @@ class TrajectorySpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember that the span is open, so its children know their parent is local."""
         try:
-            self._open.add(span.context.span_id)
+            context = span.context
+            self._open[context.span_id] = context.trace_id
         except Exception:
             logger.debug("TrajectorySpanProcessor.on_start failed", exc_info=True)
 
@@ -154,16 +182,29 @@ class TrajectorySpanProcessor(SpanProcessor):
                     )
                 return
             context = span.context
-            self._open.discard(context.span_id)
+            self._open.pop(context.span_id, None)
             parent = span.parent
             # A local root: no parent, a parent from another process, or one this provider never started.
             is_root = parent is None or parent.is_remote or parent.span_id not in self._open
-            if is_root or not _MARKERS.isdisjoint(span.attributes or ()):
-                self._queue.put((span, is_root))
+            attributes = span.attributes or ()
+            if is_root or not _MARKERS.isdisjoint(attributes):
+                open_traces = None
+                if is_root and "mcp.method.name" in attributes:
+                    open_traces = self._open_traces()
+                    if open_traces is not None and context.trace_id in open_traces:
+                        is_root, open_traces = False, None  # under another provider's span; its trace goes on
+                self._queue.put((span, is_root, open_traces))
             else:
                 self._queue.put((context.trace_id, context.span_id, parent.span_id))
         except Exception:  # a processor must never break the traced code or other processors
             logger.debug("TrajectorySpanProcessor.on_end failed", exc_info=True)
+
+    def _open_traces(self) -> set[int] | None:
+        """The traces with a span open now (an MCP span's tool span is in one), or ``None`` if unknown."""
+        try:
+            return set(self._open.values())  # copied in C: no other thread changes the dict meanwhile
+        except RuntimeError:  # changed during the copy (free-threaded Python): treat the MCP span as it is
+            return None
 
     def shutdown(self) -> None:
         """Stop the worker after it has handled what is queued; idempotent, waits at most ``shutdown_timeout_s``."""
@@ -245,6 +286,10 @@ class TrajectorySpanProcessor(SpanProcessor):
         while True:
             item = self._queue.get()
             if item is _STOP:
+                try:
+                    self._release_held(None)
+                except Exception:
+                    logger.exception("TrajectorySpanProcessor: failed to emit held MCP traces at shutdown")
                 self._drain_flushes()
                 return
             if isinstance(item, _Flush):
@@ -265,16 +310,46 @@ class TrajectorySpanProcessor(SpanProcessor):
                 item.done.set()
 
     def _handle(self, item: Any) -> None:
-        if len(item) == 3:
+        if isinstance(item[0], int):
             trace_id, span_id, parent_id = item
             self._state(trace_id).add_link(span_id, parent_id)
             return
-        span, is_root = item
+        span, is_root, open_traces = item
         state = self._state(span.context.trace_id)
         state.add_span(span)
-        if is_root:
-            del self._pending[state.trace_id]
+        if not is_root:
+            return
+        del self._pending[state.trace_id]
+        if open_traces and state.mcp_only:
+            self._hold(_Held(state, span, open_traces))
+        else:
             self._finish(state, span)
+
+    def _hold(self, held: _Held) -> None:
+        """Keep an MCP-only trace until a trace it waits on takes it in or they have all ended."""
+        self._held[held.state.trace_id] = held
+        if len(self._held) > self._max_pending:
+            oldest = next(iter(self._held.values()))
+            del self._held[oldest.state.trace_id]
+            self._emit(oldest.state, oldest.root, None)
+
+    def _adopt_held(self, state: TraceState) -> None:
+        """Move into ``state`` the held MCP-only traces whose call ids match a tool call of it."""
+        ids = state.tool_call_ids(mcp=False)
+        if not ids or not self._held:
+            return
+        for trace_id, held in list(self._held.items()):
+            if state.trace_id in held.open_traces and not ids.isdisjoint(held.state.tool_call_ids(mcp=True)):
+                del self._held[trace_id]
+                state.adopt(held.state)
+
+    def _release_held(self, ended: int | None) -> None:
+        """Trace ``ended`` has ended: emit alone the held traces left waiting on none (all when ``None``)."""
+        for trace_id, held in list(self._held.items()):
+            held.open_traces.discard(ended)
+            if ended is None or not held.open_traces:
+                del self._held[trace_id]
+                self._emit(held.state, held.root, None)
 
     def _state(self, trace_id: int) -> TraceState:
         state = self._pending.get(trace_id)
@@ -288,6 +363,12 @@ class TrajectorySpanProcessor(SpanProcessor):
         return state
 
     def _finish(self, state: TraceState, root: Any | None, note: str | None = None) -> None:
+        """The trace has ended (or was evicted): take in its held MCP calls, emit it, release the others."""
+        self._adopt_held(state)
+        self._emit(state, root, note)
+        self._release_held(state.trace_id)
+
+    def _emit(self, state: TraceState, root: Any | None, note: str | None) -> None:
         if state.empty and not self._keep_empty:
             return
         started = time.perf_counter()

@@ -3,10 +3,16 @@
 :class:`TraceState` is fed finished spans (in end order, from one thread) and parses
 each with the convention it follows. :meth:`TraceState.build` then orders the model
 calls by start time, merges calls that two instrumentations reported for the same
-request (nested model-call spans) and MCP ``tools/call`` spans with the tool span that
-wraps them, and hands the calls to :func:`.assembly.assemble`, which the LangChain
-callback handler shares: a conversation that extends an earlier one replaces it, one
-that diverges is kept as an additional history, the longest is ``messages``.
+request (nested model-call spans) and MCP ``tools/call`` spans with the tool span of the
+same call (the span that wraps them, or else the one with the same tool call id), and
+hands the calls to :func:`.assembly.assemble`, which the LangChain callback handler
+shares: a conversation that extends an earlier one replaces it, one that diverges is
+kept as an additional history, the longest is ``messages``.
+
+An instrumentation that never makes its tool span current (OpenInference) leaves the
+MCP span outside that tool span: a sibling in the same trace, or, with no enclosing
+span, a trace of its own. :attr:`TraceState.mcp_only` and :meth:`TraceState.adopt` let
+the span processor move such a trace into the trace that holds its tool call.
 """
 
 from __future__ import annotations
@@ -79,6 +85,32 @@ class TraceState:
         """Whether no model or tool call has been seen."""
         return not self.model_calls and not self.tool_calls
 
+    @property
+    def mcp_only(self) -> bool:
+        """Whether the trace holds MCP ``tools/call`` spans and nothing else of interest.
+
+        Such a trace is an MCP call made under a tool span that was not current (so the
+        MCP span started a trace of its own); it belongs with the trace of that tool span.
+        """
+        return not self.model_calls and bool(self.tool_calls) and all(
+            t.record.source == "mcp" for t in self.tool_calls
+        )
+
+    def tool_call_ids(self, *, mcp: bool) -> set[str]:
+        """The call ids of the MCP tool calls (``mcp=True``) or of the other tool calls."""
+        return {
+            t.record.call_id
+            for t in self.tool_calls
+            if t.record.call_id is not None and (t.record.source == "mcp") == mcp
+        }
+
+    def adopt(self, other: TraceState) -> None:
+        """Take over another trace's calls (an MCP-only trace whose tool call is in this one)."""
+        self.parents.update(other.parents)
+        self.model_calls.extend(other.model_calls)
+        self.tool_calls.extend(other.tool_calls)
+        self.skipped += other.skipped
+
     def build(self, root: Any | None = None) -> Trajectory:
         """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error."""
         trajectory = assemble(
@@ -126,13 +158,23 @@ class TraceState:
         return kept
 
     def _merged_tool_calls(self) -> list[SpanToolCall]:
-        """Tool calls in start order; an MCP call inside a tool span replaces that span's record."""
+        """Tool calls in start order; an MCP call replaces the record of the tool span of the same call.
+
+        That tool span is the one around the MCP span or, when the instrumentation never made
+        it current (OpenInference), the one with the same tool call id.
+        """
         by_span = {t.span_id: t for t in self.tool_calls}
+        by_call_id: dict[str, SpanToolCall] = {}
+        for tool in self.tool_calls:
+            if tool.record.source != "mcp" and tool.record.call_id is not None:
+                by_call_id.setdefault(tool.record.call_id, tool)
         replaced: set[int] = set()
         for tool in self.tool_calls:
             if tool.record.source != "mcp":
                 continue
             outer = next((by_span[a] for a in self._ancestors(tool.span_id) if a in by_span), None)
+            if outer is None and tool.record.call_id is not None:
+                outer = by_call_id.get(tool.record.call_id)
             if outer is None or outer.record.source == "mcp":
                 continue
             if tool.record.call_id is None:
