@@ -3,7 +3,8 @@
 A :class:`Trajectory` holds the conversation in OpenAI chat format (system, user,
 assistant turns with ``tool_calls``, tool results with ``tool_call_id``), the tools
 that were offered, and for every assistant turn served by our backend the
-``completion_id`` that links it to the backend's exact-token record. A
+``completion_id`` that links it to the backend's exact-token record (and whether
+the model generated the turn in this run, see :class:`Message`). A
 :class:`TrajectoryGroup` is N rollouts of the same scenario, compared relatively
 by the judge and by GRPO.
 
@@ -74,7 +75,17 @@ class Message(BaseModel):
     ``completion_id`` (and ``choice_index`` when the request asked for ``n > 1``) is
     set on assistant turns that our backend served; training then uses the exact
     token ids it sampled. It is ``None`` for turns served elsewhere, which are
-    re-tokenised instead. Unknown fields are kept, so a round trip loses nothing.
+    re-tokenised instead.
+
+    ``generated`` says whether an assistant turn was produced by the model during this
+    run: ``True`` for the output of one of the run's model calls, ``False`` for an
+    assistant message that was only ever part of the model's input (a hand-written
+    few-shot example, history from an earlier run), which training treats as prompt
+    and never puts in the loss. ``None`` means unknown (hand-built trajectories, JSON
+    written before the field existed) and is trained like ``True``. Capture sets it;
+    it is not an OpenAI field, so :meth:`to_openai` drops it.
+
+    Unknown fields are kept, so a round trip loses nothing.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -86,10 +97,11 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     completion_id: str | None = None
     choice_index: int = 0
+    generated: bool | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """Return the message as the OpenAI chat API expects it (our link fields dropped)."""
-        data = self.model_dump(exclude_none=True, exclude={"completion_id", "choice_index"})
+        data = self.model_dump(exclude_none=True, exclude={"completion_id", "choice_index", "generated"})
         if self.role == "assistant" and "content" not in data:
             data["content"] = None
         return data

@@ -12,6 +12,11 @@ module assembles that material, so both paths build trajectories the same way:
   earlier one is dropped (its completion ids copied over); one that diverges is kept
   as an additional history, so no history is ever lost;
 * the longest conversation is the trajectory's ``messages``;
+* each assistant turn is marked ``generated=True`` when it is the output of one of the
+  run's model calls, and ``generated=False`` when it only ever appeared in model inputs
+  (a hand-written few-shot example, history carried over from an earlier run), so
+  training keeps it out of the loss; ``None`` (unknown) when an earlier call of the run
+  has no recorded output and so might have produced it;
 * token usage is summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and
   each failed model call gets a line in ``logs``.
 
@@ -74,6 +79,7 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
     """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add.
 
     Message objects are placed, not copied: each call's messages end up in at most one history.
+    Assistant turns get their ``generated`` marker (see :func:`_mark_generated`).
     """
     histories: list[History] = []
     keys_of: list[list[tuple[Any, ...]]] = []
@@ -97,7 +103,34 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
         else:
             histories.append(History.model_construct(messages=conversation, tools=call.tools))
             keys_of.append(keys)
+    _mark_generated(calls, histories)
     return histories
+
+
+def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) -> None:
+    """Set ``generated`` on every assistant turn of *histories*.
+
+    ``True``: the turn is (the same turn as) the output of one of *calls*. Otherwise the turn
+    was only ever input: ``False`` (prompt, e.g. a few-shot example), unless a call that
+    started before its first appearance has no recorded output (it failed, was still
+    running, or capture could not convert it) and so might have produced it: then ``None``
+    (unknown, trained as before).
+    """
+    produced = {_key(call.output) for call in calls if call.output is not None}
+    input_only: dict[tuple[Any, ...], bool | None] = {}
+    output_missing = False
+    for call in calls:
+        for message in call.messages:
+            if message.role == "assistant":
+                key = _key(message)
+                if key not in produced:
+                    input_only.setdefault(key, None if output_missing else False)
+        output_missing = output_missing or call.output is None
+    for history in histories:
+        for message in history.messages:
+            if message.role == "assistant":
+                key = _key(message)
+                message.generated = True if key in produced else input_only.get(key)
 
 
 def _name_tool_results(conversation: list[Message]) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from capture_fakes import PolicyChatModel, completion_id_for, react_agent
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -68,6 +68,7 @@ def assert_calculator_run(trajectory: Trajectory | None, *, ids: bool = True) ->
         assert all(c is not None and c.startswith("chatcmpl-") for c in completion_ids)
         assert len(set(completion_ids)) == 2
     assert trajectory.additional_histories == []
+    assert [m.generated for m in trajectory.messages if m.role == "assistant"] == [True, True]
 
 
 def test_the_package_root_exports_the_handler() -> None:
@@ -140,6 +141,57 @@ def test_a_model_called_directly_is_its_own_root(model) -> None:
 class State(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
     summary: str
+
+
+#: A hand-written worked example the agent puts before the real question (a few-shot foothold).
+FEW_SHOT = [
+    SystemMessage("You are a calculator. Worked example:"),
+    HumanMessage("what is 1 + 1"),
+    AIMessage(
+        content="I will add.",
+        tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "example_add", "type": "tool_call"}],
+    ),
+    ToolMessage("2", tool_call_id="example_add", name="add"),
+    AIMessage(content="The answer is 2."),
+]
+
+
+def few_shot_graph(model: PolicyChatModel, tools: list) -> Any:
+    """agent (FEW_SHOT + the conversation, tools bound) <-> tools, a hand-built LangGraph graph."""
+    bound = model.bind_tools(tools)
+
+    def agent(state: State) -> dict:
+        return {"messages": [bound.invoke([*FEW_SHOT, *state["messages"]])]}
+
+    def route(state: State) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+async def test_few_shot_assistant_turns_in_the_prompt_are_marked_not_generated(model, calc_tools) -> None:
+    handler = TrajectoryCallbackHandler()
+    await few_shot_graph(model, calc_tools).ainvoke(QUESTION, config=config(handler))
+    trajectory = handler.trajectory
+    assert trajectory is not None and trajectory.error is None and trajectory.additional_histories == []
+    assistant = [m for m in trajectory.messages if m.role == "assistant"]
+    assert [(m.content, m.generated) for m in assistant] == [
+        ("I will add.", False),  # the example's tool call: only ever model input
+        ("The answer is 2.", False),
+        ("Let me compute.", True),  # the model's outputs in this run
+        ("The results are 5 and 12.", True),
+    ]
+    assert [m.completion_id is not None for m in assistant] == [False, False, True, True]
+    assert all("generated" not in m for m in trajectory.openai_messages())  # not an OpenAI field
+    # the marker survives JSON (what save_groups / load_groups write and read)
+    again = Trajectory.model_validate_json(trajectory.model_dump_json())
+    assert [m.generated for m in again.messages] == [m.generated for m in trajectory.messages]
 
 
 def summariser_policy(messages):

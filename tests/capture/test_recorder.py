@@ -9,7 +9,7 @@ import pytest
 from art_adapters.capture.assembly import ModelCall, assemble, conversations
 from art_adapters.capture.recorder import TrajectoryRecorder
 from art_adapters.errors import ConfigError
-from art_adapters.trajectory import FunctionCall, Message, ToolCall, ToolCallRecord
+from art_adapters.trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, Trajectory
 
 SYSTEM = Message(role="system", content="be brief")
 USER = Message(role="user", content="add 1 and 2")
@@ -203,3 +203,57 @@ def test_an_mcp_record_from_the_tool_node_is_matched_by_tool_call_id() -> None:
         ("c1", "langchain"),
         ("c2", "mcp"),
     ]
+
+
+def test_assistant_turns_are_marked_generated_only_when_a_call_of_the_run_produced_them() -> None:
+    example_q = Message(role="user", content="add 2 and 2")
+    example_call = Message(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id="ex1", function=FunctionCall(name="add", arguments='{"a": 2, "b": 2}'))],
+    )
+    example_result = Message(role="tool", content="4", tool_call_id="ex1")
+    example_answer = Message(role="assistant", content="4")
+    few_shot = [SYSTEM, example_q, example_call, example_result, example_answer]
+
+    def fresh(messages: list[Message]) -> list[Message]:  # each call's input converted anew, as capture does
+        return [m.model_copy(deep=True) for m in messages]
+
+    calls = [
+        ModelCall(messages=fresh([*few_shot, USER]), output=answered(CALL, "chatcmpl-1")),
+        ModelCall(messages=fresh([*few_shot, USER, CALL, RESULT]), output=FINAL.model_copy()),
+    ]
+    trajectory = assemble(calls, [])
+    assert [(m.content, m.generated) for m in trajectory.messages if m.role == "assistant"] == [
+        ("", False),  # the example's tool call, only ever input
+        ("4", False),
+        ("", True),  # the run's own tool call
+        ("3", True),
+    ]
+    # a divergent history that quotes the run's output: still generated, matched by content
+    summary = ModelCall(
+        messages=[Message(role="system", content="summarise"), *fresh([CALL])],
+        output=Message(role="assistant", content="a summary"),
+    )
+    trajectory = assemble([*calls, summary], [])
+    assert [m.generated for m in trajectory.additional_histories[0].messages if m.role == "assistant"] == [
+        True,
+        True,
+    ]
+    # an earlier call without a recorded output might have produced a later input-only turn: unknown
+    lost = ModelCall(messages=fresh([*few_shot, USER]), error="TimeoutError")
+    later = ModelCall(messages=fresh([*few_shot, USER, CALL, RESULT]), output=FINAL.model_copy())
+    marks = [m.generated for m in assemble([lost, later], []).messages if m.role == "assistant"]
+    assert marks == [False, False, None, True]  # the few-shot turns came before the lost call: still prompt
+
+
+def test_the_generated_marker_round_trips_and_old_json_without_it_loads_as_unknown() -> None:
+    marked = Message(role="assistant", content="hi", generated=False)
+    assert Message.model_validate_json(marked.model_dump_json()).generated is False
+    assert "generated" not in marked.to_openai() and "completion_id" not in marked.to_openai()
+    old = Trajectory.model_validate_json(
+        '{"id": "traj-old", "messages": [{"role": "user", "content": "q"},'
+        ' {"role": "assistant", "content": "a", "completion_id": "chatcmpl-9", "choice_index": 0}]}'
+    )
+    assert [m.generated for m in old.messages] == [None, None]
+    assert Trajectory.model_validate_json(old.model_dump_json()) == old

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -378,3 +380,62 @@ def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer:
     one = by_trajectory[canonical.id][0]
     assert tokenizer.decode(_masked(one)) == render_tool_call("add", {"a": 2, "b": 3}) + "2 + 3 = 5."
     assert "<tools>" in tokenizer.decode(one.token_ids)  # the tool block is context, masked out
+
+
+def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_loss(tokenizer: Any) -> None:
+    """A graph whose prompt holds a hand-written worked example (user -> assistant tool call -> tool
+    result -> answer): capture marks the example's assistant turns ``generated=False``, and they
+    stay in the sequence as masked-out context instead of being trained as if the model wrote them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
+    from art_adapters_backend.chat_template import ChatTemplate
+    from capture_fakes import PolicyChatModel, calculator_policy
+    from langchain_core.tools import tool
+    from test_langchain import few_shot_graph
+
+    from art_adapters.capture.langchain import TrajectoryCallbackHandler
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    handler = TrajectoryCallbackHandler()
+    graph = few_shot_graph(PolicyChatModel(policy=calculator_policy), [add, multiply])
+    for question in ("what is 2 + 3 times 4", "what is 1 + 2 times 3"):
+        graph.invoke({"messages": [("user", question)]}, config={"callbacks": [handler]})
+    trajectories = [
+        t.model_copy(update={"reward": r}) for t, r in zip(handler.trajectories, [1.0, 0.0], strict=True)
+    ]
+    assert [[m.generated for m in t.messages if m.role == "assistant"] for t in trajectories] == [
+        [False, False, True, True]
+    ] * 2
+    render = ChatTemplate(tokenizer).encode
+
+    def no_records(completion_id: str) -> None:  # the fake model's turns were served elsewhere: re-tokenised
+        return None
+
+    result = build_sequences([_group(*trajectories)], no_records, render)
+    m = result.metrics
+    assert (m.prompt_turns, m.fallback_turns, m.record_turns, m.sequences) == (4, 4, 0, 2)
+    seq = result.sequences[0]
+    assert seq.turns == 2
+    trained, context = tokenizer.decode(_masked(seq)), tokenizer.decode(seq.token_ids)
+    assert "Let me compute." in trained and "The results are 5 and 12." in trained
+    assert "I will add." not in trained and "The answer is 2." not in trained
+    assert "I will add." in context and "The answer is 2." in context  # still in the tokens, as prompt
+
+    # Before the marker (or for hand-built trajectories, generated=None) the example was trained on.
+    unknown = [
+        t.model_copy(update={"messages": [msg.model_copy(update={"generated": None}) for msg in t.messages]})
+        for t in trajectories
+    ]
+    before = build_sequences([_group(*unknown)], no_records, render)
+    assert (before.metrics.prompt_turns, before.metrics.fallback_turns) == (0, 8)
+    assert "The answer is 2." in tokenizer.decode(_masked(before.sequences[0]))
+    assert before.sequences[0].token_ids == seq.token_ids  # same tokens, only the loss mask differs
+    assert all(new <= old for new, old in zip(seq.loss_mask, before.sequences[0].loss_mask, strict=True))

@@ -20,6 +20,13 @@ it (its content and end-of-turn tokens). Their sampling log-probs are unknown (N
 tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
 counts them.
 
+Assistant turns marked ``generated=False`` (capture saw them only in the model's input,
+never as its output: a hand-written few-shot example, history from an earlier run) were
+not sampled by the model, so they are prompt: they get no loss and are not a turn of their
+own; their tokens still enter the sequence, masked out, as part of the next trained turn's
+prompt. ``BuildMetrics.prompt_turns`` counts them. Turns marked ``True`` or ``None``
+(unknown: hand-built trajectories, older JSON) are trained as described above.
+
 Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
 rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
 """
@@ -129,6 +136,9 @@ class BuildMetrics(BaseModel):
         record_turns: assistant turns built from exact-token records.
         fallback_turns: assistant turns re-tokenised (no record).
         missing_records: turns whose ``completion_id`` had no record (included in fallback_turns).
+        prompt_turns: assistant turns skipped as prompt because they are marked
+            ``generated=False`` (not produced by the model in this run, e.g. a few-shot
+            example); counted once per history they appear in.
         prefix_breaks: times a turn did not extend its conversation, so a new sequence started.
         temperature_breaks: times a turn was sampled at another temperature than the turns
             before it, so a new sequence started (one temperature per sequence).
@@ -150,6 +160,7 @@ class BuildMetrics(BaseModel):
     record_turns: int = 0
     fallback_turns: int = 0
     missing_records: int = 0
+    prompt_turns: int = 0
     prefix_breaks: int = 0
     temperature_breaks: int = 0
     duplicate_turns: int = 0
@@ -298,6 +309,9 @@ def _trajectory_sequences(
     for history in trajectory.histories():
         for index, message in enumerate(history.messages):
             if message.role != "assistant":
+                continue
+            if message.generated is False:  # prompt: masked out, enters via the next turn's prompt
+                metrics.prompt_turns += 1
                 continue
             if message.completion_id is not None:
                 key = (message.completion_id, message.choice_index)
