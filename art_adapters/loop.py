@@ -184,7 +184,7 @@ def verifiable_scorer(reward: Callable[[Trajectory, Any], float]) -> Scorer:
             try:
                 for trajectory in group.trajectories:
                     trajectory.reward = float(reward(trajectory, scenario))
-            except Exception as exc:  # a broken reward function is reported, not trained on
+            except Exception as exc:  # noqa: BLE001 - a broken reward function is reported, not trained on
                 for trajectory in group.trajectories:
                     trajectory.reward = None
                 group.metadata["scorer_error"] = f"{type(exc).__name__}: {exc}"

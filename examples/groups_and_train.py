@@ -34,7 +34,7 @@ EXAMPLE = [HumanMessage("What is 12 + 30?"),  # one worked example as real turns
 
 def build_agent(llm, tools):  # the "existing" agent; a 135M model must call a tool on its first turn
     free, must_call = llm.bind_tools(tools), llm.bind_tools(tools, tool_choice="required")
-    pick = lambda state, runtime: must_call if state["messages"][-1].type == "human" else free  # noqa: E731
+    pick = lambda state, runtime: must_call if state["messages"][-1].type == "human" else free
     return create_react_agent(pick, tools, prompt="Use the add tool for arithmetic, then state the result.")
 
 

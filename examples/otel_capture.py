@@ -50,7 +50,7 @@ async def main(question: str) -> None:
         tools = [t for t in tools if t.name in ("add", "subtract")]
         llm = model.chat_model(temperature=0.0, max_tokens=48)
         free, must_call = llm.bind_tools(tools), llm.bind_tools(tools, tool_choice="required")
-        pick = lambda state, runtime: must_call if state["messages"][-1].type == "human" else free  # noqa
+        pick = lambda state, runtime: must_call if state["messages"][-1].type == "human" else free
         agent = create_react_agent(pick, tools, prompt="Use the add tool, then state the result.")
 
         async with mcp_tools.rollout():  # no callbacks passed: the instrumentation sees the run

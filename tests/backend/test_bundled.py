@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from art_adapters_backend.bundled import BUNDLED_MODEL, resolve_model_path
 from art_adapters_backend.engine.base import (
     Constraint,
