@@ -82,11 +82,11 @@ def demo(
     run_dir: Annotated[Path, typer.Option(help="Backend data, metrics.jsonl and plots/; a rerun continues training.")] = Path(
         ".art/demo"
     ),
-    steps: Annotated[int, typer.Option(help="GRPO steps to train (0: evaluate only). About 1-2 min each on 2 cores.")] = 4,
+    steps: Annotated[int, typer.Option(help="GRPO steps to train (0: evaluate only). About 1 min each on 2 cores.")] = 8,
     groups: Annotated[int, typer.Option(help="Training questions per step.")] = 3,
     rollouts: Annotated[int, typer.Option(help="Rollouts per question (the GRPO group size, >= 2).")] = 4,
     eval_size: Annotated[int, typer.Option(help="Held-out questions evaluated before and after training.")] = 12,
-    eval_samples: Annotated[int, typer.Option(help="Samples per held-out question.")] = 2,
+    eval_samples: Annotated[int, typer.Option(help="Samples per held-out question.")] = 4,
     train_size: Annotated[int, typer.Option(help="Training questions (cycled through).")] = 32,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of training rollouts.")] = 1.0,
     eval_temperature: Annotated[float, typer.Option(help="Sampling temperature of the evaluation (0: greedy).")] = 1.0,

@@ -69,11 +69,11 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_dir: Path = Path(".art/demo")
-    steps: NonNegativeInt = 4
+    steps: NonNegativeInt = 8
     groups: PositiveInt = 3
     rollouts: int = Field(default=4, ge=2)
     eval_size: PositiveInt = 12
-    eval_samples: PositiveInt = 2
+    eval_samples: PositiveInt = 4
     train_size: PositiveInt = 32
     temperature: float = Field(default=1.0, gt=0.0, le=2.0)
     eval_temperature: float = Field(default=1.0, ge=0.0, le=2.0)
