@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sampled_groups import group_from_choices
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup, load_groups
+from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup, load_groups
 from art_adapters.trajectory import Message
 
 
@@ -26,23 +27,7 @@ async def _group(model: TrainableModel, seed: int) -> TrajectoryGroup:
         max_tokens=5, seed=seed,
     )  # fmt: skip
     await client.close()
-    return TrajectoryGroup(
-        trajectories=[
-            Trajectory(
-                messages=[
-                    *prompt,
-                    Message(
-                        role="assistant",
-                        content=c.message.content,
-                        completion_id=response.id,
-                        choice_index=c.index,
-                    ),
-                ],
-                reward=float(c.index % 2),
-            )
-            for c in response.choices
-        ]
-    )
+    return group_from_choices(prompt, response, lambda c: float(c.index % 2))
 
 
 @pytest.mark.slow

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from art_adapters_backend.engine.vllm_engine import vllm_available
+from sampled_groups import group_from_choices
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_adapters import LocalBackend, TrainableModel, TrainConfig
 from art_adapters.trajectory import Message
 
 pytestmark = pytest.mark.slow
@@ -32,23 +33,7 @@ async def _sample_train_serve(backend: LocalBackend) -> None:
     record = await backend.get_token_record(response.id)
     for choice in record["choices"]:  # exact tokens with one log-prob each
         assert len(choice["logprobs"]) == len(choice["completion_token_ids"]) > 0
-    group = TrajectoryGroup(
-        trajectories=[
-            Trajectory(
-                messages=[
-                    *prompt,
-                    Message(
-                        role="assistant",
-                        content=c.message.content,
-                        completion_id=response.id,
-                        choice_index=c.index,
-                    ),
-                ],
-                reward=float(c.index == 0),
-            )
-            for c in response.choices
-        ]
-    )
+    group = group_from_choices(prompt, response, lambda c: float(c.index == 0))
     train = asyncio.create_task(model.train([group], config=TrainConfig(learning_rate=1e-4)))
     await asyncio.sleep(0.5)
     during = await client.chat.completions.create(  # waits while the engine is paused / asleep

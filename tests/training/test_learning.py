@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
+from sampled_groups import group_from_choices
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_adapters.trajectory import Message
 
 STEPS = 4
@@ -65,22 +66,7 @@ async def rollouts(model: TrainableModel, a: int, b: int, n: int, seed: int) -> 
         seed=seed,
     )
     await client.close()
-    trajectories = [
-        Trajectory(
-            messages=[
-                *history,
-                Message(
-                    role="assistant",
-                    content=c.message.content,
-                    completion_id=response.id,
-                    choice_index=c.index,
-                ),
-            ],
-            reward=reward(c.message.content),
-        )
-        for c in response.choices
-    ]
-    return TrajectoryGroup(trajectories=trajectories, metadata={"prompt": f"{a}+{b}"})
+    return group_from_choices(history, response, lambda c: reward(c.message.content), {"prompt": f"{a}+{b}"})
 
 
 async def held_out_reward(model: TrainableModel, pairs: list[tuple[int, int]]) -> float:
