@@ -17,8 +17,10 @@ from pydantic import ValidationError
 def _record(i: int) -> CompletionRecord:
     choice = ChoiceRecord(index=0, completion_token_ids=[i, i + 1], logprobs=[-0.5, -1.25],
                           finish_reason="stop", text=f"t{i}")  # fmt: skip
-    return CompletionRecord(id=f"chatcmpl-{i:04d}", model="m", base_model="m", prompt_token_ids=[1, 2, i],
-                            temperature=0.0, top_p=1.0, max_tokens=8, choices=[choice])  # fmt: skip
+    # `created` is pinned: the test compares records built twice, and the default clock may tick between them.
+    return CompletionRecord(id=f"chatcmpl-{i:04d}", model="m", base_model="m", created=1_700_000_000 + i,
+                            prompt_token_ids=[1, 2, i], temperature=0.0, top_p=1.0, max_tokens=8,
+                            choices=[choice])  # fmt: skip
 
 
 def test_records_are_durable_and_survive_reopen_and_torn_lines(tmp_path: Path) -> None:
