@@ -237,7 +237,8 @@ def test_unreachable_endpoint_never_slows_the_run_and_warns(
         observer.log_rollouts(scored_groups, step=step)
         observer.log_train_metrics(step, {"loss": 1.0})
     logging_s = time.perf_counter() - started
-    assert logging_s < 1.0, logging_s  # only builds spans and queues them
+    # Only builds spans and queues them; exporting inline would cost >= export_timeout_s per batch.
+    assert logging_s < 2.5, logging_s
     started = time.perf_counter()
     observer.shutdown(timeout_s=3.0)
     assert time.perf_counter() - started < 6.0

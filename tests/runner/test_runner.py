@@ -89,7 +89,8 @@ async def test_slow_rollouts_run_concurrently_up_to_the_limit() -> None:
     elapsed = time.monotonic() - start
     assert sum(len(g) for g in groups) == 8
     assert recorder.max_running == 4
-    assert elapsed < 0.75, f"8 x 0.2 s rollouts at concurrency 4 took {elapsed:.2f} s"
+    # max_running is the exact check; the clock only rules out running them one by one (1.6 s).
+    assert elapsed < 1.4, f"8 x 0.2 s rollouts at concurrency 4 took {elapsed:.2f} s"
 
 
 async def test_failed_rollouts_are_kept_with_tracebacks() -> None:
