@@ -85,6 +85,12 @@ class Message(BaseModel):
     written before the field existed) and is trained like ``True``. Capture sets it;
     it is not an OpenAI field, so :meth:`to_openai` drops it.
 
+    ``usage`` is the token usage of the model call that produced an assistant turn, with
+    OpenAI-style keys (``prompt_tokens``, ``completion_tokens``, ``total_tokens``). Capture
+    sets it on the assistant turns that the run's model calls produced (and reported usage
+    for); it is ``None`` elsewhere. It is not an OpenAI field either, so :meth:`to_openai`
+    drops it.
+
     Unknown fields are kept, so a round trip loses nothing.
     """
 
@@ -98,10 +104,13 @@ class Message(BaseModel):
     completion_id: str | None = None
     choice_index: int = 0
     generated: bool | None = None
+    usage: dict[str, int] | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """Return the message as the OpenAI chat API expects it (our link fields dropped)."""
-        data = self.model_dump(exclude_none=True, exclude={"completion_id", "choice_index", "generated"})
+        data = self.model_dump(
+            exclude_none=True, exclude={"completion_id", "choice_index", "generated", "usage"}
+        )
         if self.role == "assistant" and "content" not in data:
             data["content"] = None
         return data

@@ -17,8 +17,9 @@ module assembles that material, so both paths build trajectories the same way:
   (a hand-written few-shot example, history carried over from an earlier run), so
   training keeps it out of the loss; ``None`` (unknown) when an earlier call of the run
   has no recorded output and so might have produced it;
-* token usage is summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and
-  each failed model call gets a line in ``logs``.
+* each model call's token usage is kept on its output message (``Message.usage``) and
+  summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and each failed model
+  call gets a line in ``logs``.
 
 Nothing here knows about LangChain, OpenTelemetry or threads.
 """
@@ -79,13 +80,16 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
     """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add.
 
     Message objects are placed, not copied: each call's messages end up in at most one history.
-    Assistant turns get their ``generated`` marker (see :func:`_mark_generated`).
+    Assistant turns get their ``generated`` marker (see :func:`_mark_generated`), and each
+    call's output its token usage (``usage``, when the call reported any).
     """
     histories: list[History] = []
     keys_of: list[list[tuple[Any, ...]]] = []
     for call in calls:
         conversation = list(call.messages)
         if call.output is not None:
+            if call.usage:
+                call.output.usage = dict(call.usage)
             conversation.append(call.output)
         _name_tool_results(conversation)
         keys = [_key(m) for m in conversation]
@@ -148,9 +152,12 @@ def _name_tool_results(conversation: list[Message]) -> None:
 
 
 def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:
+    """Copy completion ids (and usage) of a conversation contained in *target* onto the turns it shares."""
     for src, dst in zip(source, target, strict=False):
         if src.completion_id is not None and dst.completion_id is None:
             dst.completion_id = src.completion_id
+        if src.usage is not None and dst.usage is None:
+            dst.usage = dict(src.usage)
 
 
 def usage_totals(calls: Sequence[ModelCallLike]) -> dict[str, int]:

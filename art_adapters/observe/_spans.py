@@ -21,8 +21,10 @@ One rollout is one trace:
 Trace and root-span ids are derived from the trajectory id, so scores logged later land in
 the same trace. A trajectory keeps no per-call timestamps: tool spans use the recorded
 start and duration, generation spans are placed between them (``art_adapters.timing =
-estimated``). Per-call token usage is known only when an assistant message carries a
-``usage`` field or the run made a single model call; otherwise the totals are on the root.
+estimated``). Per-call token usage is the assistant message's ``usage`` (which capture
+sets on every turn a model call of the run produced); for a message without it (a
+hand-built trajectory) it is known only when the run made a single model call; otherwise
+the totals are on the root.
 The GenAI attributes are what :mod:`art_adapters.capture.otel_genai` parses, so exported
 traces import back into the same trajectories (:mod:`art_adapters.observe.importer`).
 """
@@ -162,9 +164,7 @@ def _scalar_metrics(metrics: Mapping[str, Any], prefix: str) -> dict[str, Attrib
 
 
 def _usage(message: Message, single_call_totals: Mapping[str, Any] | None) -> dict[str, int]:
-    extra = message.model_extra or {}
-    usage = extra.get("usage")
-    source = usage if isinstance(usage, Mapping) else single_call_totals
+    source = message.usage if message.usage else single_call_totals
     if not source:
         return {}
     out: dict[str, int] = {}

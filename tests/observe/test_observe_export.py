@@ -496,3 +496,32 @@ def test_token_usage_on_generations_when_known_per_call() -> None:
     ) in usage  # the run's only call: its totals
     assert (40, json.dumps({"input": 40, "output": 9, "total": 49})) in usage  # a per-message usage field
     assert (None, None) in usage  # several calls, no per-call record: not invented (totals stay on the root)
+
+
+def test_each_generation_span_carries_the_usage_capture_kept_on_its_message(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
+    observer, exporter = memory_observer()
+    observer.log_rollouts(scored_groups[:1], scores=False)
+    observer.shutdown()
+    generations = {
+        s.attributes["gen_ai.response.id"]: s.attributes
+        for s in exporter.get_finished_spans()
+        if kind(s) == "generation"
+    }
+    turns = [m for t in scored_groups[0].trajectories for m in t.messages if m.role == "assistant"]
+    assert len(turns) == len(generations) == 6  # several calls a run: the totals alone would not say
+    for message in turns:
+        attrs = generations[message.completion_id]
+        usage = message.usage
+        assert usage is not None and usage["prompt_tokens"] > 0  # capture kept each call's own usage
+        assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (
+            usage["prompt_tokens"],
+            usage["completion_tokens"],
+        )
+        assert json.loads(attrs["langfuse.observation.usage_details"]) == {
+            "input": usage["prompt_tokens"],
+            "output": usage["completion_tokens"],
+            "total": usage["total_tokens"],
+        }
+        assert "usage" not in json.loads(attrs["langfuse.observation.output"])
