@@ -90,6 +90,8 @@ class TorchEngine:
         self.eos_token_ids: set[int] = _eos_ids(model, tokenizer)
         self._grammars = GrammarCache(tokenizer, self.vocab_size, sorted(self.eos_token_ids))
         self._adapters: dict[str, Path] = {}
+        # PEFT edits the module tree in place: one load or unload at a time, even for different names.
+        self._adapter_edit_lock = asyncio.Lock()
         self._stats = EngineStats()
         self._cond = threading.Condition()
         self._pending: deque[Row] = deque()
@@ -303,7 +305,7 @@ class TorchEngine:
             raise ValueError(f"only LoRA adapters can be served; {path} holds a {peft_type} adapter")
         if name in self._adapters:
             await self.unload_adapter(name)
-        async with self.paused():
+        async with self._adapter_edit_lock, self.paused():
             await asyncio.to_thread(self._load_adapter_sync, name, path)
         self._adapters[name] = path
         logger.info("loaded adapter %s from %s", name, path)
@@ -335,7 +337,7 @@ class TorchEngine:
         del self._adapters[name]  # new requests for it are refused from now on
         while self._uses_adapter(name):
             await asyncio.sleep(0.05)
-        async with self.paused():
+        async with self._adapter_edit_lock, self.paused():
             await asyncio.to_thread(self._unload_adapter_sync, name)
         logger.info("unloaded adapter %s", name)
 
