@@ -156,6 +156,9 @@ def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
 async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> PreparedChat:
     """Validate ``request`` against the server and build the engine request.
 
+    The result holds a lease on its adapter (see :class:`~.adapters.AdapterCache`): whoever
+    finishes the request gives it back with ``state.adapters.release(prepared.generation.adapter)``.
+
     Raises:
         APIError: unknown model (404) or any bad input (400), with a message saying what is wrong.
     """
@@ -189,15 +192,17 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         stop=tuple(request.stop or ()),
         top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
     )
-    adapter = await state.adapter_for(served)
+    constraint = _constraint(request)
+    parse_tools = bool(request.tools) and request.tool_choice != "none"
+    # Last, once nothing can fail: the lease is given back by whoever finishes the request.
+    adapter = await state.adapters.acquire(served)
     generation = GenerationRequest(
         prompt_token_ids=prompt,
         params=params,
         n=request.n or 1,
         adapter=adapter,
-        constraint=_constraint(request),
+        constraint=constraint,
     )
-    parse_tools = bool(request.tools) and request.tool_choice != "none"
     return PreparedChat(request=request, served=served, generation=generation, parse_tools=parse_tools,
                         tool_names=request.tool_names)  # fmt: skip
 

@@ -37,6 +37,8 @@ class ServeConfig(BaseModel):
         port_file: if set, the bound port is written there (atomically) once the server
             accepts connections.
         max_batch_size: most sequences the engine decodes together (dynamic batching). Default 8.
+        max_loaded_adapters: most LoRA checkpoints kept loaded in the engine; the least recently
+            used one no request is using is unloaded first, and loaded again when asked for. Default 8.
         device: torch device of the embedded engine (``cpu``, ``cuda``). Default ``cpu``.
         cache_dir: where the bundled model's converted weights are cached; default: the
             engine's own cache folder.
@@ -59,12 +61,13 @@ class ServeConfig(BaseModel):
     api_key: SecretStr | None = None
     port_file: Path | None = None
     max_batch_size: PositiveInt = 8
+    max_loaded_adapters: PositiveInt = 8
     device: str = "cpu"
     cache_dir: Path | None = None
     default_max_tokens: PositiveInt = 512
     max_n: PositiveInt = 16
     graceful_shutdown_s: float = Field(default=5.0, ge=0)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     engine: Literal["torch", "vllm"] = "torch"
     trainer: Literal["peft", "unsloth"] = "peft"
 

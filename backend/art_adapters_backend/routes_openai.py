@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -65,9 +66,11 @@ async def create_chat_completion(
     """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``)."""
     state = _state(request)
     prepared = await prepare_chat(body, state)
+    adapter = prepared.generation.adapter
     try:
         if body.wants_stream:
-            events = await open_stream(prepared, state)
+            events = await open_stream(prepared, state, on_close=partial(state.adapters.release, adapter))
+            adapter = None  # the stream gives the lease back when it ends
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
@@ -80,6 +83,8 @@ async def create_chat_completion(
         sequences = await state.engine.generate(prepared.generation)
     except ContextLengthError as exc:
         raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+    finally:
+        state.adapters.release(adapter)
     content, finish_reasons = response_body(prepared, sequences, state)
     call_ids = [[c["id"] for c in choice["message"].get("tool_calls") or []] for choice in content["choices"]]
     records = [choice_record(seq, reason, ids) for seq, reason, ids in zip(

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .adapters import AdapterCache
 from .chat_template import ChatTemplate
 from .records import RecordStore
-from .registry import Registry, ServedModel
+from .registry import Registry
 from .token_text import TokenTexts
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ class ServerState:
         records: exact-token records (``run_dir/completions.jsonl``).
         template: prompt rendering (ChatML + Hermes-style tools).
         token_texts: token id -> text/bytes for ``logprobs``.
+        adapters: the LoRA checkpoints loaded in the engine (leased per request, LRU-evicted).
         started: Unix time the state was built.
     """
 
@@ -49,12 +49,12 @@ class ServerState:
     template: ChatTemplate = field(init=False)
     token_texts: TokenTexts = field(init=False)
     started: float = field(default_factory=time.time)
-    _adapter_locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
-    _loaded_adapters: set[str] = field(default_factory=set, init=False, repr=False)
+    adapters: AdapterCache = field(init=False)
 
     def __post_init__(self) -> None:
         from .sampled_turns import SampledTurns
 
+        self.adapters = AdapterCache(self.engine, self.config.max_loaded_adapters)
         self.template = ChatTemplate(self.tokenizer)
         eos = getattr(self.engine, "eos_token_ids", None) or {self.tokenizer.eos_token_id}
         self.template.sampled_turns = SampledTurns(self.records, set(eos))  # exact tokens of issued tool calls
@@ -92,23 +92,6 @@ class ServerState:
         """The model's context length in tokens."""
         return int(self.engine.context_length)
 
-    async def adapter_for(self, served: ServedModel) -> str | None:
-        """The engine adapter that answers for ``served`` (loaded on first use), ``None`` for the base weights."""
-        key = served.adapter_key
-        if key is None or served.adapter_path is None:
-            return None
-        if key in self._loaded_adapters:
-            return key
-        lock = self._adapter_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            if key not in self._loaded_adapters:
-                result: Any = self.engine.load_adapter(key, Path(served.adapter_path))  # type: ignore[attr-defined]
-                if inspect.isawaitable(result):
-                    await result
-                self._loaded_adapters.add(key)
-                logger.info("loaded adapter %s from %s", key, served.adapter_path)
-        return key
-
     def stats(self) -> dict[str, Any]:
         """Engine counters (if the engine keeps them) and store sizes."""
         engine_stats = getattr(self.engine, "stats", None)
@@ -118,6 +101,11 @@ class ServerState:
             engine_stats = dict(vars(engine_stats))
         return {
             "engine": engine_stats,
+            "adapters": {
+                "loaded": self.adapters.loaded,
+                "max_loaded": self.adapters.max_loaded,
+                "evictions": self.adapters.evictions,
+            },
             "records": len(self.records),
             "models": len(self.registry.list()),
             "uptime_s": round(time.time() - self.started, 3),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -149,11 +149,14 @@ class _Stream:
         return out
 
 
-async def open_stream(prepared: PreparedChat, state: ServerState) -> AsyncIterator[str]:
+async def open_stream(
+    prepared: PreparedChat, state: ServerState, on_close: Callable[[], None] | None = None
+) -> AsyncIterator[str]:
     """Start decoding and return the SSE event iterator.
 
     The first engine delta is awaited before returning, so a request the engine refuses
-    still gets a proper JSON error instead of a broken stream.
+    still gets a proper JSON error instead of a broken stream. ``on_close`` runs once the
+    returned iterator is finished or closed (not when this function raises).
     """
     stream = _Stream(prepared, state)
     deltas = state.engine.stream(prepared.generation).__aiter__()
@@ -188,8 +191,12 @@ async def open_stream(prepared: PreparedChat, state: ServerState) -> AsyncIterat
             )
             yield _sse(error_body(message, "server_error"))
         finally:
-            aclose = getattr(deltas, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            try:
+                aclose = getattr(deltas, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                if on_close is not None:
+                    on_close()
 
     return events()

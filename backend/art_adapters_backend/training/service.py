@@ -215,7 +215,7 @@ class TrainingService:
             if checkpoint is not None:
                 step += 1
                 registry.add_step(name, step, checkpoint)
-                await self.state.adapter_for(registry.resolve(f"{name}@{step}"))
+                await self.state.adapters.preload(registry.resolve(f"{name}@{step}"))
             deleted: list[int] = []
             if checkpoint is not None and config.retention is not None:
                 deleted = await self.apply_retention(name, config.retention)
@@ -247,7 +247,7 @@ class TrainingService:
         """Stop serving ``steps`` of ``name``, unload them from the engine and delete their folders."""
         self.state.registry.remove_steps(name, steps)
         for step in sorted(steps):
-            await self._unload(f"{name}@{step}")
+            await self.state.adapters.unload(f"{name}@{step}")
             path = self.store(name).path(step)
             if path.exists():
                 await asyncio.to_thread(self.store(name).delete, step)
@@ -269,12 +269,3 @@ class TrainingService:
                 keep.add(pick(scored, key=lambda c: c.metrics[policy.best_metric]).step)
         doomed = {s for s in trained if s not in keep}
         return await self.delete_steps(name, doomed) if doomed else []
-
-    async def _unload(self, key: str) -> None:
-        loaded: set[str] = self.state._loaded_adapters
-        if key not in loaded:
-            return
-        unload = getattr(self.state.engine, "unload_adapter", None)
-        if unload is not None:
-            await unload(key)
-        loaded.discard(key)
