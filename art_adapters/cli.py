@@ -58,6 +58,20 @@ def serve(
     ] = "torch",
     trainer: Annotated[str, typer.Option(help="LoRA trainer: 'peft' or 'unsloth' (CUDA).")] = "peft",
     device: Annotated[str, typer.Option(help="Torch device of the engine and trainer: 'cpu', 'cuda'.")] = "cpu",
+    max_batch_size: Annotated[
+        int, typer.Option(min=1, help="Most sequences decoded together (requests join a running batch).")
+    ] = 8,
+    max_loaded_adapters: Annotated[
+        int, typer.Option(min=1, help="Most LoRA checkpoints kept in memory; the least recently used idle one goes.")
+    ] = 8,
+    default_max_tokens: Annotated[
+        int, typer.Option(min=1, help="New tokens per choice when a request sets no max_tokens.")
+    ] = 512,
+    max_n: Annotated[int, typer.Option(min=1, help="Largest 'n' (choices per request) accepted.")] = 16,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Cache of the bundled model's converted weights (default ~/.cache/art-adapters).")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="Server log level: debug, info, warning, error.")] = "info",
 ) -> None:
     """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
     try:
@@ -69,7 +83,9 @@ def serve(
     try:
         config = ServeConfig(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
-            engine=engine, trainer=trainer, device=device,
+            engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
+            max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
+            cache_dir=cache_dir, log_level=log_level,
         )  # fmt: skip
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "APIError",
@@ -34,6 +35,7 @@ __all__ = [
     "BadRequestError",
     "ConflictError",
     "NotFoundError",
+    "UnexpectedErrorMiddleware",
     "error_body",
     "install_error_handlers",
     "validation_message",
@@ -179,15 +181,40 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    logger.error(
-        "unexpected error serving %s %s",
-        request.method,
-        request.url.path,
-        exc_info=(type(exc), exc, exc.__traceback__),
-    )
-    message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
-    return JSONResponse(error_body(message, "server_error"), status_code=500)
+class UnexpectedErrorMiddleware:
+    """Answer an exception no handler took with a JSON 500, and log it once, with its traceback.
+
+    Starlette's catch-all ``Exception`` handler re-raises after answering, so the ASGI server
+    logs the same traceback a second time; this middleware keeps the exception from ever
+    reaching the server. An exception raised after the response has started (a stream cut
+    short) cannot be answered any more and is left to the server, which logs it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the wrapped app, turning an exception before the response starts into a 500."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception as exc:
+            if started:
+                raise
+            logger.error(
+                "unexpected error serving %s %s", scope.get("method"), scope.get("path"), exc_info=exc
+            )
+            message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
+            await JSONResponse(error_body(message, "server_error"), status_code=500)(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -195,4 +222,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+    app.add_middleware(UnexpectedErrorMiddleware)
