@@ -104,7 +104,7 @@ class Message(BaseModel):
     completion_id: str | None = None
     choice_index: int = 0
     generated: bool | None = None
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """Return the message as the OpenAI chat API expects it (our link fields dropped)."""
