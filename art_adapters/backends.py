@@ -59,6 +59,7 @@ class Backend:
         self.timeout = timeout
         self._http = http_client
         self._owns_http = http_client is None
+        self._http_loop: asyncio.AbstractEventLoop | None = None  # the loop our own client was made in
 
     @property
     def openai_base_url(self) -> str:
@@ -69,9 +70,21 @@ class Backend:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def _client(self) -> httpx.AsyncClient:
+        """Our HTTP client for the running event loop.
+
+        An ``httpx.AsyncClient``'s pooled connections belong to the loop that opened them, so a
+        script that calls ``asyncio.run`` more than once gets a fresh client in each loop (the
+        old one's loop is gone and cannot close it; its sockets are freed with it). A client
+        passed in by the caller is always used as is.
+        """
+        loop = asyncio.get_running_loop()
+        if self._http is not None and self._owns_http and self._http_loop is not loop:
+            logger.debug("new event loop: opening a new HTTP client for %s", self.base_url)
+            self._http = None
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
             self._owns_http = True
+            self._http_loop = loop
         return self._http
 
     async def request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -117,10 +130,11 @@ class Backend:
         return await self.request("GET", f"/art/completions/{completion_id}")
 
     async def aclose(self) -> None:
-        """Close the HTTP client if we created it."""
-        if self._http is not None and self._owns_http:
+        """Close the HTTP client if we created it (in this event loop; one from a finished loop is dropped)."""
+        if self._http is not None and self._owns_http and self._http_loop is asyncio.get_running_loop():
             await self._http.aclose()
         self._http = None
+        self._http_loop = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -216,7 +230,8 @@ class LocalBackend(Backend):
         logger.info("starting local backend: %s", " ".join(command))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            # Popen returns once the child is forked; the waiting below is async.
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
         port = await self._wait_for_port(port_file)
         self.base_url = f"http://127.0.0.1:{port}"
         await self._wait_for_health()

@@ -142,11 +142,18 @@ class TrainableModel(BaseModel):
         """A LangChain chat model bound to ``name@step`` (``None``: whatever step is latest
         at each call). A drop-in for the graph's model: supports ``bind_tools``, streaming
         and async. Extra keyword arguments go to ``ChatOpenAI`` (e.g. ``temperature``).
+
+        Each chat model gets its own async connection pool (``langchain-openai`` otherwise
+        shares one per base URL for the whole process, which breaks in the second
+        ``asyncio.run``); use a chat model within one event loop, and call this again in another.
         """
+        import httpx
         from langchain_openai import ChatOpenAI
 
         backend = self.backend
         kwargs.setdefault("max_retries", 2)
+        if "http_async_client" not in kwargs:
+            kwargs["http_async_client"] = httpx.AsyncClient()  # openai sets the timeout per request
         # The backend sends the completion id as a response header too: with the headers kept, a
         # streamed turn (whose chunk ids LangChain drops) still links to its exact-token record.
         kwargs.setdefault("include_response_headers", True)

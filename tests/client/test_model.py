@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -46,6 +47,19 @@ async def test_chat_model_answers_and_is_bound_to_the_step(local_backend: LocalB
     assert isinstance(reply, AIMessage) and reply.content.strip()
     chunks = [chunk async for chunk in model.chat_model(max_tokens=8).astream("Count: one, two,")]
     assert "".join(str(c.content) for c in chunks).strip()
+
+
+def test_backend_client_and_chat_models_work_in_one_event_loop_after_another(local_backend: LocalBackend) -> None:
+    """A script may call ``asyncio.run`` several times (``run_groups_sync`` does): nothing is tied to a dead loop."""
+    model = TrainableModel(name="agent-loops", project="tests")
+
+    async def one_loop() -> str:
+        await model.register(local_backend)  # the backend's own HTTP client, made in an earlier loop
+        reply = await model.chat_model(temperature=0.0, max_tokens=6).ainvoke("Say hi.")
+        return str(reply.content)
+
+    replies = [asyncio.run(one_loop()) for _ in range(3)]
+    assert replies[0].strip() and replies == [replies[0]] * 3  # greedy: the same answer each time
 
 
 async def test_chat_model_drives_a_langgraph_tool_loop(local_backend: LocalBackend) -> None:
