@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -245,7 +245,7 @@ class _Bar:
         self._task = self._progress.add_task(description, total=None, note="")
         self._label = description
 
-    def __enter__(self) -> _Bar:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 
