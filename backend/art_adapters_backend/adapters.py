@@ -20,6 +20,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import CheckpointUnavailableError
+
 if TYPE_CHECKING:
     from .engine.base import InferenceEngine
     from .registry import ServedModel
@@ -67,6 +69,9 @@ class AdapterCache:
         """Load ``served``'s adapter if needed and lease it; ``None`` (no lease) for the base weights.
 
         Every key returned must be given back with :meth:`release` once the request is over.
+
+        Raises:
+            CheckpointUnavailableError: the checkpoint's folder is missing or not a LoRA adapter.
         """
         return await self._ensure(served, lease=True)
 
@@ -100,7 +105,16 @@ class AdapterCache:
         async with self._lock(key):
             if key not in self._loaded:
                 path = Path(served.adapter_path)
-                await _maybe_await(self.engine.load_adapter(key, path))  # type: ignore[attr-defined]
+                try:
+                    await _maybe_await(self.engine.load_adapter(key, path))  # type: ignore[attr-defined]
+                except (OSError, ValueError) as exc:
+                    logger.warning("cannot load checkpoint %s from %s: %s", key, path, exc)
+                    raise CheckpointUnavailableError(
+                        f"checkpoint {key} cannot be loaded from {path} ({type(exc).__name__}: {exc}); "
+                        f"restore the folder, or stop serving step {served.step} with "
+                        f"POST /art/models/{served.trained_model}/checkpoints/delete",
+                        code="checkpoint_unavailable",
+                    ) from exc
                 self._loaded[key] = path
                 logger.info("loaded adapter %s from %s", key, path)
             self._loaded.move_to_end(key)

@@ -10,7 +10,8 @@ Every error the server returns has the body OpenAI uses::
     ├── BadRequestError         400: the request is malformed or asks for the impossible
     ├── AuthenticationError     401: missing or wrong API key
     ├── NotFoundError           404: unknown model, completion id or route
-    └── ConflictError           409: the request contradicts existing state
+    ├── ConflictError           409: the request contradicts existing state
+    └── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
 
 :func:`install_error_handlers` turns these, FastAPI's validation errors (one readable
 message instead of pydantic's list) and any unexpected exception (logged with its
@@ -33,6 +34,7 @@ __all__ = [
     "APIError",
     "AuthenticationError",
     "BadRequestError",
+    "CheckpointUnavailableError",
     "ConflictError",
     "NotFoundError",
     "UnexpectedErrorMiddleware",
@@ -97,6 +99,13 @@ class ConflictError(APIError):
     """409: the request contradicts what already exists (e.g. a name taken by another base model)."""
 
     status_code = 409
+
+
+class CheckpointUnavailableError(APIError):
+    """500: a registered checkpoint cannot be loaded (its folder is gone or unreadable); the server keeps serving."""
+
+    status_code = 500
+    error_type = "server_error"
 
 
 def error_body(

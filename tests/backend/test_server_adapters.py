@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,14 @@ async def test_one_adapter_slot_serves_two_checkpoints_and_reloads_them_unchange
         assert await _chat(http, "agent@2", stream=True, tokens=24) == second
         final = await _adapters(http)
         assert final["loaded"] == ["agent@2"] and final["evictions"] >= 4
+
+        # A checkpoint whose folder vanished: a clear error naming it, and the server keeps serving.
+        shutil.rmtree(tmp_path / "lora-1")
+        body = {"model": "agent@1", "messages": PROMPT, "max_tokens": 4}
+        broken = await http.post("/v1/chat/completions", json=body)
+        assert broken.status_code == 500
+        error = broken.json()["error"]
+        assert error["code"] == "checkpoint_unavailable" and "checkpoint agent@1" in error["message"]
+        assert str(tmp_path / "lora-1") in error["message"] and "checkpoints/delete" in error["message"]
+        assert await _chat(http, "agent@2", tokens=24) == second
+        assert (await _adapters(http))["loaded"] == ["agent@2"]
