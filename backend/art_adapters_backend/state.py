@@ -73,7 +73,9 @@ class ServerState:
         if config.engine == "vllm":
             from .engine.vllm_engine import VllmEngine
 
-            engine: Any = await asyncio.to_thread(VllmEngine.load, path, log_path=run_dir / "vllm.log")
+            engine: Any = await asyncio.to_thread(
+                VllmEngine.load, path, log_path=run_dir / "vllm.log", max_loras=config.max_loaded_adapters
+            )
         else:
             engine = await asyncio.to_thread(
                 TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size

@@ -94,8 +94,12 @@ class VllmEngine:
 
     @classmethod
     def load(cls, path: Path, *, port: int | None = None, extra_args: list[str] | None = None,
-             startup_timeout: float = 900.0, max_lora_rank: int = 64, log_path: Path | None = None) -> VllmEngine:  # fmt: skip
+             startup_timeout: float = 900.0, max_lora_rank: int = 64, max_loras: int = 8,
+             log_path: Path | None = None) -> VllmEngine:  # fmt: skip
         """Start ``vllm serve`` on ``path`` and wait for ``/health`` (blocking; call it in a thread).
+
+        ``max_loras`` (vLLM's ``--max-loras``) is how many adapters one batch may mix; the server
+        passes its ``max_loaded_adapters``, so every adapter it keeps loaded can share a batch.
 
         Raises:
             RuntimeError: vLLM cannot run here, or the server exited / did not become healthy.
@@ -110,7 +114,8 @@ class VllmEngine:
         command = [executable] if executable else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
         command += [
             "serve", str(path), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_BASE,
-            "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--enable-sleep-mode",
+            "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(max_loras),
+            "--enable-sleep-mode",
             "--logprobs-mode", "processed_logprobs", *(extra_args or []),
         ]  # fmt: skip
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
