@@ -17,7 +17,10 @@ last batch of scenarios it logged) takes the next ``groups_per_step`` training s
 and trains one step with ``model.train``. Groups the scorer could not score are reported
 in the step's :class:`StepReport` (and logged), never dropped silently. Metrics go to the
 run's ``metrics.jsonl`` (:class:`~art_adapters.observe.metrics.MetricsHistory`): one
-``train`` row per step and one ``val`` row per evaluation.
+``train`` row per step and one ``val`` row per evaluation. With ``run_dir``, each batch's
+groups are also written to ``run_dir/batches/`` before and after scoring
+(:class:`~art_adapters.batch_store.BatchStore`), so a loop that crashes before its train step
+reuses them when restarted instead of running the rollouts again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
+from .batch_store import BatchStore
 from .errors import ConfigError
 from .train_config import TrainConfig
 from .trajectory import Trajectory, TrajectoryGroup
@@ -79,7 +83,8 @@ class LoopConfig(BaseModel):
             equal rewards) before the loop gives up and returns with ``stopped`` set; such an
             iteration moves on to the next scenarios. Default 3.
         seed: seeds the per-epoch shuffle of the training scenarios.
-        run_dir: where ``metrics.jsonl`` is written; ``None``: no metrics file.
+        run_dir: where ``metrics.jsonl`` and ``batches/`` (each step's groups, reused after a
+            crash) are written; ``None``: neither.
         progress: show ``run_groups``' progress bar (a terminal or notebook only); the
             ``progress`` argument of :func:`train_loop` replaces it with a callback.
         train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
@@ -353,20 +358,40 @@ async def train_loop(
     if val_scenarios and config.eval_at_start:
         await run_eval()
     step, batch_index, untrained = start, _next_batch(config, start), 0
+    store = BatchStore(config.run_dir) if config.run_dir is not None else None
     while step < config.steps:
         scenarios = _batch(train_scenarios, batch_index, config.groups_per_step, config.seed)
         batch_index += 1
-        groups = await run_groups(
-            rollout, scenarios, n=config.rollouts_per_group, max_concurrency=config.max_concurrency,
-            timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
-            progress=progress or config.progress,
-        )  # fmt: skip
-        scored = list(await score(groups, scenarios))
-        if len(scored) != len(groups):
-            raise ConfigError(
-                f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
-                "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
-            )
+        batch = batch_index - 1
+        stored = None
+        if store is not None:
+            stored = store.load(batch, step, [scenario_id(s) for s in scenarios])
+            if stored is not None:
+                kind = "scored" if stored.scored else "unscored"
+                logger.info(
+                    "step %d: reusing batch %d's %s groups from %s", step + 1, batch, kind, store.folder
+                )
+        if stored is not None and stored.scored:
+            scored = stored.groups
+        else:
+            if stored is not None:
+                groups = stored.groups
+            else:
+                groups = await run_groups(
+                    rollout, scenarios, n=config.rollouts_per_group, max_concurrency=config.max_concurrency,
+                    timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+                    progress=progress or config.progress,
+                )  # fmt: skip
+                if store is not None:
+                    store.save(batch, step, groups, scored=False)
+            scored = list(await score(groups, scenarios))
+            if len(scored) != len(groups):
+                raise ConfigError(
+                    f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
+                    "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
+                )
+            if store is not None:
+                store.save(batch, step, scored, scored=True)
         usable, unscored = [], []
         for group in scored:
             reason = unscored_reason(group)
@@ -380,7 +405,7 @@ async def train_loop(
         report = StepReport(
             step=step,
             trained=False,
-            batch=batch_index - 1,
+            batch=batch,
             scenario_ids=[scenario_id(s) for s in scenarios],
             reward_mean=statistics.fmean(rewards) if rewards else None,
             unscored=unscored,

@@ -16,9 +16,10 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from art_adapters import ConfigError, LocalBackend, TrainableModel, TrainConfig, Trajectory
+from art_adapters.batch_store import BatchStore
 from art_adapters.loop import LoopConfig, _batch, ruler_scorer, train_loop, verifiable_scorer
 from art_adapters.observe.metrics import MetricsHistory
-from art_adapters.trajectory import Message
+from art_adapters.trajectory import Message, load_groups
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +160,41 @@ async def test_a_scorer_that_drops_groups_is_an_error(local_backend: LocalBacken
             config=loop_config(tmp_path, steps=1).model_copy(update={"rollouts_per_group": 2}),
         )  # fmt: skip
     assert await model.get_step() == 0
+
+
+async def test_rollouts_survive_a_scoring_crash_and_are_reused_not_rerun(
+    local_backend: LocalBackend, tmp_path: Path
+) -> None:
+    model = TrainableModel(name="loop-reuse", project="loop-tests")
+    await model.register(local_backend)
+    train, sample = scenarios("r", 4), make_rollout(model)
+    calls = 0
+
+    async def counted(scenario: dict[str, Any]) -> Trajectory:
+        nonlocal calls
+        calls += 1
+        return await sample(scenario)
+
+    class JudgeDown(Exception):
+        """Stands for a judge endpoint that is down, or a crash while scoring."""
+
+    async def judge_down(groups: list[Any], scenarios: list[Any]) -> list[Any]:
+        raise JudgeDown("the judge endpoint is down")
+
+    config = loop_config(tmp_path, steps=1).model_copy(update={"rollouts_per_group": 3})
+    with pytest.raises(JudgeDown):
+        await train_loop(model, counted, train, score=judge_down, config=config)
+    assert calls == 6 and await model.get_step() == 0
+    store = BatchStore(tmp_path)
+    saved = load_groups(store.path(0, scored=False))
+    assert [g.metadata["scenario_id"] for g in saved] == [s["id"] for s in _batch(train, 0, 2, seed=0)]
+    assert not store.path(0, scored=True).exists()
+
+    # Restarted with a working scorer: the saved rollouts are scored and trained on, none is run again.
+    result = await train_loop(model, counted, train, score=verifiable_scorer(brevity), config=config)
+    assert calls == 6 and result.final_step == 1 and result.steps[0].trained
+    scored = load_groups(store.path(0, scored=True))
+    assert [t.id for g in scored for t in g.trajectories] == [t.id for g in saved for t in g.trajectories]
+    assert all(t.reward is not None for g in scored for t in g.trajectories)
+    # Made at step 0, so never reused for step 1's policy.
+    assert store.load(0, 1, [g.metadata["scenario_id"] for g in saved]) is None
