@@ -65,7 +65,9 @@ def render_tool_call(name: str, arguments: Any) -> str:
     )
 
 
-def _example_value(schema: Mapping[str, Any], counter: list[int]) -> Any:
+def _example_value(schema: Any, counter: list[int]) -> Any:
+    if not isinstance(schema, Mapping):  # a boolean schema (``true``: anything) or junk
+        return "example"
     if schema.get("enum"):
         return schema["enum"][0]
     if "const" in schema:
