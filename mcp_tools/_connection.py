@@ -62,6 +62,10 @@ class ServerConnection:
         )
         try:
             await asyncio.wait_for(connection._ready.wait(), config.connect_timeout_s)
+        except asyncio.CancelledError:
+            # The caller gave up (a rollout's timeout, Ctrl-C): stop the half-started server too.
+            await asyncio.shield(connection._abort())
+            raise
         except TimeoutError:
             await connection.aclose()
             raise ToolServerError(
@@ -131,6 +135,15 @@ class ServerConnection:
             self._session = None
             self._done.set()
             self._ready.set()
+
+    async def _abort(self) -> None:
+        """Cancel a runner still in its handshake (``_stop`` is not awaited there) and wait for it."""
+        self._stop.set()
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        self._stderr.close()
 
     async def aclose(self) -> None:
         """End the session (and stop a stdio server). Idempotent."""

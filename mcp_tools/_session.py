@@ -67,9 +67,13 @@ class McpSession:
         if self._connections:
             return self
         names = list(self.servers)
-        results = await asyncio.gather(
-            *(ServerConnection.open(n, self.servers[n], self.config) for n in names), return_exceptions=True
-        )
+        tasks = [asyncio.ensure_future(ServerConnection.open(n, self.servers[n], self.config)) for n in names]
+        try:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            # Cancelled while opening: the servers still starting stop themselves; close those already up.
+            await asyncio.shield(self._close_opened(tasks))
+            raise
         opened = {n: r for n, r in zip(names, results, strict=True) if isinstance(r, ServerConnection)}
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -77,6 +81,11 @@ class McpSession:
             raise failures[0]
         self._connections = opened
         return self
+
+    @staticmethod
+    async def _close_opened(tasks: list[asyncio.Future[ServerConnection]]) -> None:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(r.aclose() for r in results if isinstance(r, ServerConnection)))
 
     async def aclose(self) -> None:
         """Close every session (stdio servers are stopped). Idempotent."""

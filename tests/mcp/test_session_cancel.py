@@ -1,0 +1,91 @@
+"""Cancelling a rollout while its MCP session is still starting must not leave the server behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import mcp_tools
+
+# A "server" that starts, writes its pid, and never answers the MCP handshake.
+_SILENT = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+async def _wait_for_pid(pid_file: Path) -> int:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if pid_file.exists() and pid_file.read_text():
+            return int(pid_file.read_text())
+        await asyncio.sleep(0.05)
+    raise AssertionError("the server never started")
+
+
+def _session_tasks() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp-session-") and not t.done()]
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+async def test_cancelling_open_stops_the_server_it_was_starting(tmp_path: Path, servers: int) -> None:
+    pid_files = [tmp_path / f"pid{i}" for i in range(servers)]
+    spec = {
+        f"s{i}": {"command": sys.executable, "args": ["-c", _SILENT, str(f)]} for i, f in enumerate(pid_files)
+    }
+    session = mcp_tools.McpSession(spec, connect_timeout_s=60)
+    opening = asyncio.create_task(session.open())
+    pids = [await _wait_for_pid(f) for f in pid_files]
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (_session_tasks() or any(_alive(p) for p in pids)):
+        await asyncio.sleep(0.1)
+    assert not _session_tasks(), "the session's runner task was left running"
+    assert not any(_alive(p) for p in pids), "the server process was left running"
+
+
+async def test_cancelling_open_closes_the_servers_already_up(tmp_path: Path) -> None:
+    from mcp_tools.servers import server_command
+
+    pid_file = tmp_path / "pid"
+    command = server_command("calculator")
+    spec = {
+        "calc": {"command": command[0], "args": command[1:]},
+        "silent": {"command": sys.executable, "args": ["-c", _SILENT, str(pid_file)]},
+    }
+    opening = asyncio.create_task(mcp_tools.McpSession(spec, connect_timeout_s=60).open())
+    pid = await _wait_for_pid(pid_file)
+    deadline = time.monotonic() + 20  # until the calculator's handshake is done; the other still starts
+    while time.monotonic() < deadline and not _handshake_done("calc"):
+        await asyncio.sleep(0.1)
+    assert _handshake_done("calc")
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (_session_tasks() or _alive(pid)):
+        await asyncio.sleep(0.1)
+    assert not _session_tasks(), "a session that had opened was left running"
+    assert not _alive(pid)
+
+
+def _handshake_done(server: str) -> bool:
+    for task in _session_tasks():
+        if task.get_name() == f"mcp-session-{server}":
+            return task.get_coro().cr_frame.f_locals["self"]._ready.is_set()
+    return False
