@@ -56,7 +56,7 @@ def render_tool_call(name: str, arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep to be real arguments
             pass
     return (
         TOOL_CALL_PREFIX

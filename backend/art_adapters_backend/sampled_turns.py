@@ -29,7 +29,7 @@ def _args(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value) if value.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     return value
 

@@ -24,7 +24,42 @@ async def http(local_backend: LocalBackend) -> Any:
 
 async def test_tool_schema_with_a_boolean_subschema_is_served(http: httpx.AsyncClient) -> None:
     # `true` is a valid JSON schema ("anything"); the worked example in the prompt used to crash on it.
-    params = {"type": "object", "properties": {"x": {"anyOf": [True]}, "y": {"oneOf": [True, {"type": "string"}]}}}
+    params = {
+        "type": "object",
+        "properties": {"x": {"anyOf": [True]}, "y": {"oneOf": [True, {"type": "string"}]}},
+    }
     tool = {"type": "function", "function": {"name": "f", "parameters": params}}
     response = await http.post("/v1/chat/completions", json=_body(tools=[tool]))
+    assert response.status_code == 200, response.text
+
+
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}  # fmt: skip
+
+
+def _history(call_id: str, arguments: str) -> list[dict[str, Any]]:
+    call = {"id": call_id, "type": "function", "function": {"name": "add", "arguments": arguments}}
+    return [
+        {"role": "user", "content": "add 2 and 3"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "5"},
+    ]
+
+
+async def test_deeply_nested_tool_call_arguments_in_the_history_are_served(http: httpx.AsyncClient) -> None:
+    # Arguments that are not JSON are rendered as the string they are; deep nesting used to
+    # raise RecursionError (a 500) in the template and in the sampled-turn lookup.
+    deep = "[" * 3_000  # deeper than Python's recursion limit, short enough for the context
+    response = await http.post("/v1/chat/completions", json=_body(messages=_history("call_x", deep)))
+    assert response.status_code == 200, response.text
+
+    first = await http.post(
+        "/v1/chat/completions",
+        json=_body(messages=_history("call_x", "{}")[:1], tools=[ADD], tool_choice="required", max_tokens=40),
+    )
+    assert first.status_code == 200, first.text
+    served_id = first.json()["choices"][0]["message"]["tool_calls"][0]["id"]
+    response = await http.post(
+        "/v1/chat/completions", json=_body(messages=_history(served_id, deep), tools=[ADD])
+    )
     assert response.status_code == 200, response.text
