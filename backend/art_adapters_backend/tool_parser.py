@@ -58,10 +58,22 @@ class ParsedReply:
     tool_calls: list[ParsedToolCall] = field(default_factory=list)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(raw: str) -> Any:
+    """Strict JSON (no NaN / Infinity); ``ValueError`` also for nesting deeper than the recursion limit."""
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError as exc:  # a degenerate sample like "[[[[..." must not become a 500
+        raise ValueError("JSON nested too deeply") from exc
+
+
 def _parse_call(raw: str, tool_names: Collection[str] | None) -> ParsedToolCall | None:
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
+        data = _loads(raw)
+    except ValueError:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
@@ -71,12 +83,16 @@ def _parse_call(raw: str, tool_names: Collection[str] | None) -> ParsedToolCall 
     arguments = data.get("arguments", data.get("parameters", {}))
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+            arguments = _loads(arguments) if arguments.strip() else {}
+        except ValueError:
             return None
     if not isinstance(arguments, dict):
         return None
-    return ParsedToolCall(id=new_call_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+    try:  # allow_nan=False: 1e999 parses as inf, which has no JSON spelling
+        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
+    return ParsedToolCall(id=new_call_id(), name=name, arguments=text)
 
 
 def parse_reply(text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
