@@ -67,18 +67,19 @@ class ServerConnection:
             await asyncio.shield(connection._abort())
             raise
         except TimeoutError:
-            await connection.aclose()
+            tail = connection.stderr_tail()  # read before closing: closing drops the file
+            await connection._abort()  # still in the handshake: nothing would answer a polite close
             raise ToolServerError(
                 f"MCP server {name!r} ({connection.describe()}) did not finish the handshake within "
-                f"{config.connect_timeout_s:g}s; check that it starts, or raise connect_timeout_s."
-                f"{connection.stderr_tail()}"
+                f"{config.connect_timeout_s:g}s; check that it starts, or raise connect_timeout_s.{tail}"
             ) from None
         if connection._failure is not None:
             failure = connection._failure
+            tail = connection.stderr_tail()
             await connection.aclose()
             raise ToolServerError(
                 f"could not start MCP server {name!r} ({connection.describe()}): "
-                f"{type(failure).__name__}: {failure}{connection.stderr_tail()}"
+                f"{type(failure).__name__}: {failure}{tail}"
             ) from failure
         return connection
 

@@ -89,3 +89,26 @@ def _handshake_done(server: str) -> bool:
         if task.get_name() == f"mcp-session-{server}":
             return task.get_coro().cr_frame.f_locals["self"]._ready.is_set()
     return False
+
+
+async def test_a_server_that_never_handshakes_fails_at_connect_timeout_with_its_stderr() -> None:
+    from art_adapters.errors import ToolServerError
+
+    script = "import sys, time; print('booting, waiting for the database', file=sys.stderr, flush=True); time.sleep(120)"
+    started = time.monotonic()
+    with pytest.raises(ToolServerError, match="did not finish the handshake within 1s") as info:
+        await mcp_tools.McpSession([sys.executable, "-c", script], name="slow", connect_timeout_s=1).open()
+    assert (
+        time.monotonic() - started < 6
+    )  # not connect_timeout_s plus a 10 s wait for a close that cannot come
+    assert "waiting for the database" in str(info.value)  # the stderr tail says why
+    assert not _session_tasks()
+
+
+async def test_a_server_that_exits_at_start_is_reported_with_its_stderr() -> None:
+    from art_adapters.errors import ToolServerError
+
+    script = "import sys; sys.exit('config file /etc/notes.toml not found')"
+    with pytest.raises(ToolServerError, match="MCP server 'broken'") as info:
+        await mcp_tools.McpSession([sys.executable, "-c", script], name="broken", connect_timeout_s=10).open()
+    assert "/etc/notes.toml not found" in str(info.value)
