@@ -86,7 +86,34 @@ def check_schema(schema: Any, param: str) -> None:
         ) from exc
 
 
-def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+def _has_local_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return any((key == "$ref" and isinstance(value, str) and value.startswith("#")) or _has_local_ref(value)
+                   for key, value in schema.items())  # fmt: skip
+    return isinstance(schema, list) and any(_has_local_ref(value) for value in schema)
+
+
+def _rebase_refs(schema: Any, base: str) -> Any:
+    """A copy of ``schema`` whose local ``$ref`` ("#/...") point into it at ``base`` instead of the root."""
+    if isinstance(schema, dict):
+        return {key: base + value[1:] if key == "$ref" and isinstance(value, str) and value.startswith("#")
+                else _rebase_refs(value, base) for key, value in schema.items()}  # fmt: skip
+    if isinstance(schema, list):
+        return [_rebase_refs(value, base) for value in schema]
+    return schema
+
+
+def _call_schema(name: str, parameters: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``{"name": name, "arguments": {...}}``.
+
+    A parameters schema with ``$ref``s (``#/$defs/...``, as pydantic and MCP servers write them) no
+    longer sits at the root once wrapped, so it moves to ``defs`` (the root's ``$defs``) under a
+    fresh key, its refs rebased there.
+    """
+    if _has_local_ref(parameters):
+        key = f"arguments_{len(defs)}"
+        defs[key] = _rebase_refs(parameters, f"#/$defs/{key}")
+        parameters = {"$ref": f"#/$defs/{key}"}
     return {
         "type": "object",
         "properties": {"name": {"const": name}, "arguments": parameters},
@@ -94,16 +121,21 @@ def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _forced_call(options: list[dict[str, Any]], defs: dict[str, Any]) -> Constraint:
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    if defs:
+        schema = {**schema, "$defs": defs}
+    return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+
+
 def _constraint(request: ChatCompletionRequest) -> Constraint | None:
     choice = request.tool_choice
     tools = {tool.function.name: tool.function.parameters for tool in request.tools or []}
+    defs: dict[str, Any] = {}
     if isinstance(choice, NamedToolChoice):
-        schema = _call_schema(choice.function.name, tools[choice.function.name])
-        return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+        return _forced_call([_call_schema(choice.function.name, tools[choice.function.name], defs)], defs)
     if choice == "required":
-        options = [_call_schema(name, params) for name, params in tools.items()]
-        schema = options[0] if len(options) == 1 else {"anyOf": options}
-        return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+        return _forced_call([_call_schema(name, params, defs) for name, params in tools.items()], defs)
     response_format = request.response_format
     if response_format is not None and response_format.type == "json_object":
         return Constraint(json_schema={"type": "object"})

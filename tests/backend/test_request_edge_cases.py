@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -63,3 +64,37 @@ async def test_deeply_nested_tool_call_arguments_in_the_history_are_served(http:
         "/v1/chat/completions", json=_body(messages=_history(served_id, deep), tools=[ADD])
     )
     assert response.status_code == 200, response.text
+
+
+def _ref_tool(name: str, kind: str) -> dict[str, Any]:
+    # pydantic and MCP servers write nested models as $defs + $ref.
+    params = {
+        "type": "object",
+        "properties": {"item": {"$ref": "#/$defs/Item"}},
+        "required": ["item"],
+        "$defs": {"Item": {"type": "object", "properties": {"v": {"type": kind}}, "required": ["v"]}},
+    }
+    return {"type": "function", "function": {"name": name, "parameters": params}}
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice"),
+    [
+        ([_ref_tool("put", "integer")], "required"),
+        ([_ref_tool("put", "integer")], {"type": "function", "function": {"name": "put"}}),
+        ([_ref_tool("put", "integer"), _ref_tool("tag", "string")], "required"),
+    ],
+    ids=["required", "named", "two tools, same $defs name"],
+)
+async def test_forced_call_of_a_tool_whose_schema_uses_refs(
+    http: httpx.AsyncClient, tools: list[dict[str, Any]], choice: Any
+) -> None:
+    response = await http.post(
+        "/v1/chat/completions", json=_body(tools=tools, tool_choice=choice, max_tokens=60)
+    )
+    assert response.status_code == 200, response.text
+    calls = response.json()["choices"][0]["message"]["tool_calls"]
+    kinds = {"put": int, "tag": str}
+    assert isinstance(
+        json.loads(calls[0]["function"]["arguments"])["item"]["v"], kinds[calls[0]["function"]["name"]]
+    )
