@@ -218,6 +218,16 @@ async def _attempt(rollout: Rollout, slot: _Slot, timeout_s: float | None) -> Tr
         if deadline.expired():
             raise TimeoutError(f"rollout did not finish within timeout_s={timeout_s:g} s") from None
         raise
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # the run (or its caller) is being cancelled: propagate
+        # Nobody cancelled this rollout: a task or future it awaited was cancelled. That is its failure,
+        # not the run's; raised as is it would cancel the whole run_groups with a bare CancelledError.
+        raise RolloutError(
+            "the rollout raised CancelledError although the run was not cancelled: a task or future "
+            "it awaited was cancelled (see the traceback)"
+        ) from exc
     if not isinstance(value, Trajectory):
         raise TypeError(
             f"rollout(scenario) must return an art_adapters.Trajectory, got {type(value).__name__}"

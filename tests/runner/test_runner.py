@@ -299,3 +299,21 @@ async def test_one_trajectory_object_returned_twice_gets_unique_ids() -> None:
     assert len(set(ids)) == 4 and shared.id in ids
     assert [t.metadata["rollout_index"] for t in groups[0].trajectories] == [0, 1]
     assert shared.metadata == {}  # the caller's object is not modified
+
+
+async def test_a_cancelled_error_from_inside_a_rollout_is_a_failure_not_a_cancelled_run() -> None:
+    # The rollout awaits a task that something else cancelled (a library shutting a helper task down):
+    # nobody cancelled run_groups, so the other rollouts must finish and the failure be kept as data.
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        if scenario["q"] == "bad":
+            helper = asyncio.create_task(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            helper.cancel()
+            await helper
+        return _trajectory(scenario)
+
+    groups = await aa.run_groups(rollout, [{"q": "ok"}, {"q": "bad"}], n=2, max_exceptions=2, progress=False)
+    assert [len(g.trajectories) for g in groups] == [2, 0]
+    failure = groups[1].exceptions[0]
+    assert failure.type.endswith("RolloutError") and "CancelledError" in failure.message
+    assert "await helper" in failure.traceback  # where it came from
