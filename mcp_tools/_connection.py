@@ -181,6 +181,9 @@ class ServerConnection:
             finished, _ = await asyncio.wait(
                 {call, ended}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
+        except asyncio.CancelledError:
+            call.cancel()  # the caller gave up (a rollout's timeout): do not leave its request running
+            raise
         finally:
             ended.cancel()
         if call in finished:

@@ -112,3 +112,18 @@ async def test_a_server_that_exits_at_start_is_reported_with_its_stderr() -> Non
     with pytest.raises(ToolServerError, match="MCP server 'broken'") as info:
         await mcp_tools.McpSession([sys.executable, "-c", script], name="broken", connect_timeout_s=10).open()
     assert "/etc/notes.toml not found" in str(info.value)
+
+
+async def test_cancelling_a_call_cancels_its_request_and_the_session_goes_on() -> None:
+    from mcp_tools.servers import server_command
+
+    async with mcp_tools.McpSession(server_command("calculator", "--debug-tools"), name="calc") as session:
+        with pytest.raises(TimeoutError):  # the caller's own deadline (a rollout's timeout_s)
+            await asyncio.wait_for(session.call_tool("sleep", {"seconds": 5}), 0.3)
+        await asyncio.sleep(0.1)
+        orphans = [
+            t for t in asyncio.all_tasks() if not t.done() and "call_tool" in t.get_coro().__qualname__
+        ]
+        assert not orphans, "the cancelled call's request kept running"
+        result = await session.call_tool("add", {"a": 1, "b": 2})
+        assert result["content"][0]["text"] == "3"
