@@ -6,7 +6,8 @@ tools that are not bound to a session. Where a call finds its session:
 * inside ``async with mcp_tools.rollout():`` — the rollout's own session, opened on
   the first call and closed when the block ends (one session per rollout);
 * outside any rollout — one shared session per tool set and event loop, opened on
-  the first call and kept until the loop ends. Fine for a single interactive run;
+  the first call and kept until the loop ends (replaced on the next call if its
+  server crashed). Fine for a single interactive run;
   a warning is logged once because concurrent or repeated rollouts would then share
   server state.
 
@@ -66,12 +67,16 @@ class _Toolset:
             return await scope.session_for(self, self.new_session)
         loop = asyncio.get_running_loop()
         session = self._defaults.get(loop)
-        if session is not None and session.is_open:
+        if session is not None and session.is_open and not session.broken:
             return session
         lock = self._default_locks.setdefault(loop, asyncio.Lock())
         async with lock:
             session = self._defaults.get(loop)
-            if session is None or not session.is_open:
+            if session is None or not session.is_open or session.broken:
+                if session is not None and session.broken:
+                    # A server crashed: a later call gets a fresh session (the loop, e.g. a notebook's, lives on).
+                    logger.warning("MCP session of %s ended; opening a new one", sorted(self.servers))
+                    await session.aclose()
                 if not self._warned:
                     self._warned = True
                     logger.warning(

@@ -106,6 +106,11 @@ class McpSession:
         return bool(self._connections)
 
     @property
+    def broken(self) -> bool:
+        """Whether a server's session has ended under it (the server crashed or the connection died)."""
+        return any(c.closed for c in self._connections.values())
+
+    @property
     def session_ids(self) -> dict[str, str | None]:
         """The MCP session id of each server (a local id for stdio servers, which have none)."""
         return {name: c.session_id for name, c in self._connections.items()}

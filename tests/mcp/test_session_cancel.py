@@ -127,3 +127,15 @@ async def test_cancelling_a_call_cancels_its_request_and_the_session_goes_on() -
         assert not orphans, "the cancelled call's request kept running"
         result = await session.call_tool("add", {"a": 1, "b": 2})
         assert result["content"][0]["text"] == "3"
+
+
+async def test_outside_a_rollout_a_crashed_shared_session_is_replaced() -> None:
+    from art_adapters.errors import ToolServerError
+    from mcp_tools.servers import server_command
+
+    tools = {t.name: t for t in await mcp_tools.load_tools(server_command("calculator", "--debug-tools"))}
+    assert await tools["add"].ainvoke({"a": 1, "b": 2}) == "3"
+    with pytest.raises(ToolServerError, match="crash"):
+        await tools["crash"].ainvoke({})
+    # A notebook's loop never ends: the next call must get a working session, not "no longer usable" forever.
+    assert await tools["add"].ainvoke({"a": 2, "b": 2}) == "4"
