@@ -8,7 +8,8 @@ JSON schema and return the judge's raw text; parsing and validation happen in
   endpoint, our backend's models included) is asked through
   ``with_structured_output(method="json_schema", include_raw=True)``, which sends
   ``response_format={"type": "json_schema", ...}`` so endpoints that support it constrain
-  the output. Models without that method are asked plainly; the prompt states the format.
+  the output. Models without that method, and (with ``structured="auto"``) endpoints that
+  answer such a request with HTTP 400/422, are asked plainly; the prompt states the format.
 * A string is a litellm model name (``"openai/gpt-4.1-mini"``, ``"hosted_vllm/..."``),
   called with ``litellm.acompletion``; it needs ``pip install 'art-adapters[litellm]'``.
 """
@@ -59,6 +60,7 @@ class LangChainJudge:
     def __init__(self, model: BaseChatModel, *, structured: StructuredMode = "auto") -> None:
         self.model = model
         self.structured = structured
+        self._schema_rejected = False  # auto mode: the endpoint answered 400/422 to a json_schema request
 
     @property
     def model_id(self) -> str:
@@ -68,7 +70,7 @@ class LangChainJudge:
         return f"{type(self.model).__name__}:{name}" + (f"@{base}" if base else "")
 
     def _runnable(self, schema: dict[str, Any]) -> Any:
-        if self.structured == "none":
+        if self.structured == "none" or self._schema_rejected:
             return None
         try:
             return self.model.with_structured_output(
@@ -94,7 +96,21 @@ class LangChainJudge:
         if runnable is None:
             reply = await self.model.ainvoke(lc_messages)
             return content_text(reply.content)
-        result = await runnable.ainvoke(lc_messages)
+        try:
+            result = await runnable.ainvoke(lc_messages)
+        except Exception as exc:
+            # Many OpenAI-compatible servers reject response_format json_schema with a 400: in auto
+            # mode that means "not supported", so ask plainly (the prompt states the format).
+            if self.structured != "auto" or getattr(exc, "status_code", None) not in (400, 422):
+                raise
+            logger.warning(
+                "judge %s rejected the json_schema response format (%s); asking for plain JSON from now on",
+                self.model_id,
+                exc,
+            )
+            self._schema_rejected = True
+            reply = await self.model.ainvoke(lc_messages)
+            return content_text(reply.content)
         text = content_text(result["raw"].content) if result.get("raw") is not None else ""
         if not text.strip() and isinstance(result.get("parsed"), dict):
             import json
