@@ -1,6 +1,6 @@
 """The RULER score cache: one JSON file per judge request, keyed by a content hash.
 
-The key hashes the judge's id (model and endpoint), the prompt version and the exact
+The key hashes the judge's id (model, endpoint and sampling settings), the prompt version and the exact
 request (rubric and trajectories' content are in it) together with the answer schema,
 so re-scoring the same group with the same judge and rubric costs no judge call, and any
 change to either misses. Files are written to a temporary name and renamed; an

@@ -16,7 +16,9 @@ JSON schema and return the judge's raw text; parsing and validation happen in
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..content import content_text
@@ -41,7 +43,12 @@ class Judge(Protocol):
 
     @property
     def model_id(self) -> str:
-        """Identifies the judge in cache keys and messages (model name and endpoint)."""
+        """Identifies the judge in messages and metadata (model name and endpoint)."""
+        ...
+
+    @property
+    def cache_id(self) -> str:
+        """Identifies the judge in cache keys: ``model_id`` plus the settings that change its verdict."""
         ...
 
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
@@ -68,6 +75,15 @@ class LangChainJudge:
         name = getattr(self.model, "model_name", None) or getattr(self.model, "model", None) or "?"
         base = getattr(self.model, "openai_api_base", None) or getattr(self.model, "base_url", None)
         return f"{type(self.model).__name__}:{name}" + (f"@{base}" if base else "")
+
+    @property
+    def cache_id(self) -> str:
+        """``model_id`` plus the model's sampling settings (temperature, token and reasoning budgets...)."""
+        try:
+            params = dict(self.model._get_invocation_params())  # what LangChain's own LLM cache keys on
+        except Exception:  # noqa: BLE001 - a chat model without it: its name and endpoint only
+            params = {}
+        return _with_settings(self.model_id, params)
 
     def _runnable(self, schema: dict[str, Any]) -> Any:
         if self.structured == "none" or self._schema_rejected:
@@ -113,8 +129,6 @@ class LangChainJudge:
             return content_text(reply.content)
         text = content_text(result["raw"].content) if result.get("raw") is not None else ""
         if not text.strip() and isinstance(result.get("parsed"), dict):
-            import json
-
             return json.dumps(result["parsed"])
         return text
 
@@ -148,6 +162,11 @@ class LiteLLMJudge:
         base = self.completion_kwargs.get("api_base")
         return f"litellm:{self.model}" + (f"@{base}" if base else "")
 
+    @property
+    def cache_id(self) -> str:
+        """``model_id`` plus the completion settings (temperature, budgets...; no credentials)."""
+        return _with_settings(self.model_id, self.completion_kwargs)
+
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Ask the model through ``litellm.acompletion``; return the answer's text."""
         kwargs = dict(self.completion_kwargs)
@@ -158,6 +177,17 @@ class LiteLLMJudge:
             }
         response = await self._litellm.acompletion(model=self.model, messages=messages, **kwargs)
         return content_text(response.choices[0].message.content)
+
+
+#: Settings that never change a verdict (credentials, transport) and stay out of cache keys.
+_NOT_VERDICT = frozenset(
+    {"api_key", "openai_api_key", "headers", "default_headers", "timeout", "stream", "_type"}
+)
+
+
+def _with_settings(model_id: str, settings: Mapping[str, Any]) -> str:
+    kept = {k: v for k, v in settings.items() if k not in _NOT_VERDICT and v is not None}
+    return model_id + " " + json.dumps(kept, sort_keys=True, default=str) if kept else model_id
 
 
 def resolve_judge(judge: Any, *, structured: StructuredMode = "auto") -> Judge:

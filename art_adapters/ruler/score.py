@@ -177,7 +177,7 @@ async def ruler_score_group(
     ):
         raise ConfigError(f"max_explanation_chars must be an int >= 1 or None, got {max_explanation_chars!r}")
     request = build_request(scored, rubric, max_explanation_chars=max_explanation_chars)
-    key = RulerCache.key(adapter.model_id, request)
+    key = RulerCache.key(getattr(adapter, "cache_id", adapter.model_id), request)
     try:
         cached = store.get(key, request.labels) if store is not None else None
         if cached is not None:
