@@ -12,9 +12,8 @@ text (and ``finish_reason`` stays what the engine said), so nothing is silently 
 from __future__ import annotations
 
 import json
-import re
 import secrets
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,20 @@ __all__ = ["ParsedReply", "ParsedToolCall", "StreamingToolParser", "new_call_id"
 
 START = "<tool_call>"
 END = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def _blocks(text: str, start: int) -> Iterator[tuple[int, str, int]]:
+    """``(block start, stripped body, block end)`` of each ``<tool_call>`` from ``start``.
+
+    A block ends at the first ``</tool_call>``, or at the end of the text when unclosed.
+    Plain ``str.find`` (a lazy regex backtracked quadratically over long whitespace runs).
+    """
+    while (begin := text.find(START, start)) >= 0:
+        body = begin + len(START)
+        close = text.find(END, body)
+        end = len(text) if close < 0 else close + len(END)
+        yield begin, text[body : len(text) if close < 0 else close].strip(), end
+        start = end
 
 
 def new_call_id() -> str:
@@ -108,14 +120,14 @@ def parse_reply(text: str, tool_names: Collection[str] | None = None) -> ParsedR
         return ParsedReply(content=text)
     calls: list[ParsedToolCall] = []
     position = start
-    for match in _BLOCK.finditer(text, start):
-        if text[position : match.start()].strip():
+    for begin, body, end in _blocks(text, start):
+        if text[position:begin].strip():
             return ParsedReply(content=text)  # prose between calls: keep it all as text
-        call = _parse_call(match.group(1), tool_names)
+        call = _parse_call(body, tool_names)
         if call is None:
             return ParsedReply(content=text)
         calls.append(call)
-        position = match.end()
+        position = end
     if not calls or text[position:].strip():
         return ParsedReply(content=text)
     content = text[:start].rstrip()

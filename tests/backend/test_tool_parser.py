@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from art_adapters_backend.tool_parser import StreamingToolParser, parse_reply
@@ -42,3 +43,30 @@ def test_parsed_arguments_are_strict_json() -> None:
         "a": 1.5,
         "b": [1, {"c": None}],
     }
+
+
+def test_a_long_whitespace_run_inside_a_call_parses_in_linear_time() -> None:
+    # A degenerate sample (8k tokens of spaces or newlines) used to take ~10 s of regex
+    # backtracking on the event loop, stalling every other request.
+    text = '<tool_call>\n{"name": "add", "arguments": {' + " " * 40_000 + '"a": 1}}\n</tool_call>'
+    started = time.perf_counter()
+    parsed = parse_reply(text, ["add"])
+    assert time.perf_counter() - started < 1.0
+    assert [json.loads(call.arguments) for call in parsed.tool_calls] == [{"a": 1}]
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"),
+    [
+        ("<tool_call>\n{}\n</tool_call>", "<tool_call>\n{}\n</tool_call>", 0),
+        ('Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>\n', "Sure.", 1),
+        ('<tool_call>{"name": "add"}</tool_call>  <tool_call>{"name": "add", "arguments": "{}"}', None, 2),
+        ('<tool_call>{"name": "add"}</tool_call> and <tool_call>{"name": "add"}</tool_call>', "same", 0),
+        ('<tool_call>\n{"name": "add", "arguments": {}}\n', None, 1),
+        ('<tool_call>{"name": "add"}</tool_call></tool_call>', "same", 0),
+        ("<tool_call><tool_call>{}</tool_call>", "same", 0),
+    ],
+)
+def test_block_splitting(text: str, content: str | None, calls: int) -> None:
+    parsed = parse_reply(text, ["add"])
+    assert (parsed.content, len(parsed.tool_calls)) == (text if content == "same" else content, calls)
