@@ -12,7 +12,9 @@ Add it to any ``TracerProvider`` beside your exporters::
 
 Spans in the OTel GenAI conventions, the OpenInference conventions and MCP
 ``tools/call`` spans are understood (see :mod:`.otel_genai`, :mod:`.otel_openinference`).
-One trajectory is assembled per trace, when the trace's local root span ends.
+One trajectory is assembled per trace, when the trace's local root span ends; runs
+that share a trace (concurrent local roots under one remote or foreign parent) get one
+trajectory each, holding the calls made under their own root.
 
 How it stays out of the way: ``on_end`` runs on the thread that ended the span, so it
 only checks a few attribute keys and puts the span (or, for spans of no interest, a
@@ -320,6 +322,9 @@ class TrajectorySpanProcessor(SpanProcessor):
         if not is_root:
             return
         del self._pending[state.trace_id]
+        rest = state.split_off(span.context.span_id)  # other runs of this trace, still going
+        if rest is not None:
+            self._pending[state.trace_id] = rest
         if open_traces and state.mcp_only:
             self._hold(_Held(state, span, open_traces))
         else:

@@ -111,6 +111,36 @@ class TraceState:
         self.tool_calls.extend(other.tool_calls)
         self.skipped += other.skipped
 
+    def split_off(self, root_span_id: int) -> TraceState | None:
+        """Keep the calls made under the local root ``root_span_id``; return the others (or ``None``).
+
+        Several local roots can share a trace (concurrent runs under one remote or foreign
+        parent span). When one of them ends, the calls of the others, still running, must not
+        go into its trajectory: a call is its own when the root is among its ancestors (every
+        span under it has ended, so the chain is complete). An MCP call outside the root (a
+        tool span that was never made current) goes with the root unless a tool call of the
+        other runs has its call id.
+        """
+
+        def under(span_id: int) -> bool:
+            return span_id == root_span_id or root_span_id in self._ancestors(span_id)
+
+        mine_models = [c for c in self.model_calls if under(c.span_id)]
+        other_models = [c for c in self.model_calls if not under(c.span_id)]
+        other_tools = [t for t in self.tool_calls if t.record.source != "mcp" and not under(t.span_id)]
+        other_ids = {t.record.call_id for t in other_tools if t.record.call_id is not None}
+        for mcp in (t for t in self.tool_calls if t.record.source == "mcp" and not under(t.span_id)):
+            if mcp.record.call_id is not None and mcp.record.call_id in other_ids:
+                other_tools.append(mcp)
+        if not other_models and not other_tools:
+            return None
+        moved = {t.span_id for t in other_tools}
+        rest = TraceState(self.trace_id, parents=dict(self.parents), model_calls=other_models)
+        rest.tool_calls = [t for t in self.tool_calls if t.span_id in moved]
+        self.model_calls = mine_models
+        self.tool_calls = [t for t in self.tool_calls if t.span_id not in moved]
+        return rest
+
     def build(self, root: Any | None = None) -> Trajectory:
         """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error."""
         trajectory = assemble(
