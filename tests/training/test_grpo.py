@@ -249,3 +249,24 @@ def test_kept_logits_give_the_same_logprobs_on_loss_tokens() -> None:
     assert (
         logits.grad is not None and logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1].abs().sum() > 0
     )
+
+
+def test_kl_outside_the_loss_mask_does_not_leak() -> None:
+    # Trainers without logits selection (Unsloth, shared prefix) score every position, padding
+    # included; a huge policy/reference gap there overflows k3's exp to inf, and inf * 0 is NaN.
+    logprobs = torch.tensor([[0.0, -1.0, -100.0]], requires_grad=True)
+    ref = torch.tensor([[0.0, -1.0, 0.0]])
+    mask = torch.tensor([[0.0, 1.0, 0.0]])
+    out = grpo_loss(
+        logprobs,
+        logprobs.detach().clone(),
+        torch.tensor([1.0]),
+        mask,
+        LossSettings.from_config(TrainConfig(beta=0.1)),
+        BatchTotals(sequences=1, tokens=1),
+        ref,
+    )
+    assert out.loss.item() == pytest.approx(-1.0)
+    assert out.kl_sum == 0.0
+    out.loss.backward()
+    assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all()

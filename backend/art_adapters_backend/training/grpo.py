@@ -360,7 +360,10 @@ def grpo_loss(
     if settings.beta != 0.0:
         if ref_logprobs is None:
             raise ValueError("beta > 0 needs ref_logprobs (the base model's log-probs, adapter disabled)")
-        kl = k3_kl(logprobs, ref_logprobs.to(logprobs.dtype))  # (B, T)
+        # Outside the mask the reference is the policy itself (KL 0, gradient 0): a huge gap there
+        # would overflow exp to inf, and inf times a zero weight is NaN, in the loss and its gradient.
+        ref = torch.where(mask.bool(), ref_logprobs.to(logprobs.dtype), logprobs.detach())  # (B, T)
+        kl = k3_kl(logprobs, ref)  # (B, T)
         if settings.kl_ratio_correction:
             kl = kl * ratio  # (B, T) * (B, T) or (B, 1)
         loss = loss + settings.beta * (kl * weights).sum()
