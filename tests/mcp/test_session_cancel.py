@@ -36,8 +36,10 @@ async def _wait_for_pid(pid_file: Path) -> int:
     raise AssertionError("the server never started")
 
 
-def _session_tasks() -> list[asyncio.Task]:
-    return [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp-session-") and not t.done()]
+def _session_tasks(*servers: str) -> list[asyncio.Task]:
+    """Runner tasks of these servers' sessions still going (other tests' shared sessions live on the same loop)."""
+    names = {f"mcp-session-{s}" for s in servers}
+    return [t for t in asyncio.all_tasks() if t.get_name() in names and not t.done()]
 
 
 @pytest.mark.parametrize("servers", [1, 2])
@@ -53,9 +55,9 @@ async def test_cancelling_open_stops_the_server_it_was_starting(tmp_path: Path, 
     with pytest.raises(asyncio.CancelledError):
         await opening
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_session_tasks() or any(_alive(p) for p in pids)):
+    while time.monotonic() < deadline and (_session_tasks(*spec) or any(_alive(p) for p in pids)):
         await asyncio.sleep(0.1)
-    assert not _session_tasks(), "the session's runner task was left running"
+    assert not _session_tasks(*spec), "the session's runner task was left running"
     assert not any(_alive(p) for p in pids), "the server process was left running"
 
 
@@ -65,29 +67,28 @@ async def test_cancelling_open_closes_the_servers_already_up(tmp_path: Path) -> 
     pid_file = tmp_path / "pid"
     command = server_command("calculator")
     spec = {
-        "calc": {"command": command[0], "args": command[1:]},
-        "silent": {"command": sys.executable, "args": ["-c", _SILENT, str(pid_file)]},
+        "calc-cancel": {"command": command[0], "args": command[1:]},
+        "silent-cancel": {"command": sys.executable, "args": ["-c", _SILENT, str(pid_file)]},
     }
     opening = asyncio.create_task(mcp_tools.McpSession(spec, connect_timeout_s=60).open())
     pid = await _wait_for_pid(pid_file)
     deadline = time.monotonic() + 20  # until the calculator's handshake is done; the other still starts
-    while time.monotonic() < deadline and not _handshake_done("calc"):
+    while time.monotonic() < deadline and not _handshake_done("calc-cancel"):
         await asyncio.sleep(0.1)
-    assert _handshake_done("calc")
+    assert _handshake_done("calc-cancel")
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_session_tasks() or _alive(pid)):
+    while time.monotonic() < deadline and (_session_tasks(*spec) or _alive(pid)):
         await asyncio.sleep(0.1)
-    assert not _session_tasks(), "a session that had opened was left running"
+    assert not _session_tasks(*spec), "a session that had opened was left running"
     assert not _alive(pid)
 
 
 def _handshake_done(server: str) -> bool:
-    for task in _session_tasks():
-        if task.get_name() == f"mcp-session-{server}":
-            return task.get_coro().cr_frame.f_locals["self"]._ready.is_set()
+    for task in _session_tasks(server):
+        return task.get_coro().cr_frame.f_locals["self"]._ready.is_set()
     return False
 
 
@@ -102,7 +103,7 @@ async def test_a_server_that_never_handshakes_fails_at_connect_timeout_with_its_
         time.monotonic() - started < 6
     )  # not connect_timeout_s plus a 10 s wait for a close that cannot come
     assert "waiting for the database" in str(info.value)  # the stderr tail says why
-    assert not _session_tasks()
+    assert not _session_tasks("slow")
 
 
 async def test_a_server_that_exits_at_start_is_reported_with_its_stderr() -> None:
