@@ -233,11 +233,18 @@ async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structur
         except (NotImplementedError, TypeError, ValueError) as exc:
             logger.debug("generator %s: no json_schema structured output (%s); asking plainly", model, exc)
         else:
-            result = await runnable.ainvoke(messages)
-            text = content_text(result["raw"].content) if result.get("raw") is not None else ""
-            if not text.strip() and result.get("parsed") is not None:
-                return json.dumps(result["parsed"])
-            return text
+            try:
+                result = await runnable.ainvoke(messages)
+            except Exception as exc:
+                # Many OpenAI-compatible servers answer a json_schema response_format with 400: ask plainly.
+                if getattr(exc, "status_code", None) not in (400, 422):
+                    raise
+                logger.warning("generator rejected the json_schema response format (%s); asking plainly", exc)
+            else:
+                text = content_text(result["raw"].content) if result.get("raw") is not None else ""
+                if not text.strip() and result.get("parsed") is not None:
+                    return json.dumps(result["parsed"])
+                return text
     reply = await model.ainvoke(messages)
     return content_text(reply.content)
 
@@ -349,7 +356,8 @@ async def generate_scenarios(
         batch_size: most scenarios asked for in one call.
         max_retries: further calls allowed after calls that failed or fell short
             (malformed answer, duplicates, tasks naming a tool, endpoint error, timeout).
-        structured: ask for ``response_format`` json_schema where the model supports it.
+        structured: ask for ``response_format`` json_schema where the model supports it
+            (an endpoint that answers it with HTTP 400/422 is asked plainly instead).
         timeout_s: seconds one generator call may take; ``None``: no limit.
         max_task_chars: longest task accepted, in characters.
         existing: scenarios you already have (e.g. ``load_scenarios(file)``): the new ones
