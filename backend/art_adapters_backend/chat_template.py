@@ -65,9 +65,16 @@ def render_tool_call(name: str, arguments: Any) -> str:
     )
 
 
-def _example_value(schema: Any, counter: list[int]) -> Any:
+#: Nesting levels the worked example follows; deeper values are left empty (a schema nested
+#: hundreds deep is valid JSON and would hit Python's recursion limit).
+_MAX_EXAMPLE_DEPTH = 16
+
+
+def _example_value(schema: Any, counter: list[int], depth: int = 0) -> Any:
     if not isinstance(schema, Mapping):  # a boolean schema (``true``: anything) or junk
         return "example"
+    if depth > _MAX_EXAMPLE_DEPTH:
+        return None
     if schema.get("enum"):
         return schema["enum"][0]
     if "const" in schema:
@@ -76,7 +83,7 @@ def _example_value(schema: Any, counter: list[int]) -> Any:
         return schema["default"]
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list) and schema[key]:
-            return _example_value(schema[key][0], counter)
+            return _example_value(schema[key][0], counter, depth + 1)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
@@ -90,15 +97,17 @@ def _example_value(schema: Any, counter: list[int]) -> Any:
         return True
     if kind == "array":
         items = schema.get("items")
-        return [_example_value(items, counter)] if isinstance(items, Mapping) else []
+        return [_example_value(items, counter, depth + 1)] if isinstance(items, Mapping) else []
     if kind == "object" or "properties" in schema:
-        return example_arguments(schema, counter)
+        return example_arguments(schema, counter, depth + 1)
     if kind == "null":
         return None
     return "example"
 
 
-def example_arguments(parameters: Mapping[str, Any], counter: list[int] | None = None) -> dict[str, Any]:
+def example_arguments(
+    parameters: Mapping[str, Any], counter: list[int] | None = None, depth: int = 0
+) -> dict[str, Any]:
     """Placeholder arguments that fit a parameters schema (required properties, else all)."""
     counter = counter if counter is not None else [0]
     properties = parameters.get("properties")
@@ -106,7 +115,7 @@ def example_arguments(parameters: Mapping[str, Any], counter: list[int] | None =
         return {}
     required = parameters.get("required")
     names = [n for n in properties if not isinstance(required, list) or n in required] or list(properties)
-    return {name: _example_value(properties[name] if isinstance(properties[name], Mapping) else {}, counter)
+    return {name: _example_value(properties[name] if isinstance(properties[name], Mapping) else {}, counter, depth)
             for name in names}  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from art_adapters_backend.chat_template import tools_system_block
 
 from art_adapters import LocalBackend
 
@@ -50,7 +51,7 @@ def _history(call_id: str, arguments: str) -> list[dict[str, Any]]:
 async def test_deeply_nested_tool_call_arguments_in_the_history_are_served(http: httpx.AsyncClient) -> None:
     # Arguments that are not JSON are rendered as the string they are; deep nesting used to
     # raise RecursionError (a 500) in the template and in the sampled-turn lookup.
-    deep = "[" * 3_000  # deeper than Python's recursion limit, short enough for the context
+    deep = "[" * 1_100  # deeper than Python's recursion limit
     response = await http.post("/v1/chat/completions", json=_body(messages=_history("call_x", deep)))
     assert response.status_code == 200, response.text
 
@@ -98,3 +99,15 @@ async def test_forced_call_of_a_tool_whose_schema_uses_refs(
     assert isinstance(
         json.loads(calls[0]["function"]["arguments"])["item"]["v"], kinds[calls[0]["function"]["name"]]
     )
+
+
+def test_a_deeply_nested_tool_schema_gets_a_worked_example() -> None:
+    # 400 nested objects: valid JSON and a valid schema; the worked example's recursion used to hit
+    # Python's recursion limit (a 500 for the request).
+    params: dict[str, Any] = {"type": "object", "properties": {}}
+    inner = params
+    for _ in range(400):
+        inner["properties"]["a"] = {"type": "object", "properties": {}}
+        inner = inner["properties"]["a"]
+    block = tools_system_block([{"type": "function", "function": {"name": "f", "parameters": params}}])
+    assert '<tool_call>\n{"name": "f", "arguments": {"a": {"a": ' in block
