@@ -100,7 +100,9 @@ async def _ask(
 def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, JudgeScore]) -> None:
     for index, trajectory in enumerate(group.trajectories):
         verdict = scores[request.label_of(index)]
-        if trajectory.reward is not None:
+        # Scored by RULER before (another rubric or judge): its reward is that score, and the
+        # independent reward (if it had one) is already kept; do not overwrite it with the old score.
+        if trajectory.reward is not None and "ruler_score" not in trajectory.metrics:
             trajectory.metrics["independent_reward"] = trajectory.reward
         trajectory.metrics["ruler_score"] = verdict.score
         trajectory.reward = verdict.score
