@@ -86,21 +86,22 @@ def check_schema(schema: Any, param: str) -> None:
         ) from exc
 
 
-def _has_local_ref(schema: Any) -> bool:
-    if isinstance(schema, dict):
-        return any((key == "$ref" and isinstance(value, str) and value.startswith("#")) or _has_local_ref(value)
-                   for key, value in schema.items())  # fmt: skip
-    return isinstance(schema, list) and any(_has_local_ref(value) for value in schema)
+def _rebase_refs(schema: dict[str, Any], base: str) -> tuple[dict[str, Any], bool]:
+    """A copy of ``schema`` whose local ``$ref`` ("#/...") point into it at ``base`` instead of the
+    root, and whether it has any. A JSON round trip, not recursion: a schema nested hundreds
+    deep is valid and arrived as JSON, so it parses again.
+    """
+    found = False
 
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal found
+        ref = obj.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            obj["$ref"] = base + ref[1:]
+            found = True
+        return obj
 
-def _rebase_refs(schema: Any, base: str) -> Any:
-    """A copy of ``schema`` whose local ``$ref`` ("#/...") point into it at ``base`` instead of the root."""
-    if isinstance(schema, dict):
-        return {key: base + value[1:] if key == "$ref" and isinstance(value, str) and value.startswith("#")
-                else _rebase_refs(value, base) for key, value in schema.items()}  # fmt: skip
-    if isinstance(schema, list):
-        return [_rebase_refs(value, base) for value in schema]
-    return schema
+    return json.loads(json.dumps(schema), object_hook=hook), found
 
 
 def _call_schema(name: str, parameters: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -110,9 +111,10 @@ def _call_schema(name: str, parameters: dict[str, Any], defs: dict[str, Any]) ->
     longer sits at the root once wrapped, so it moves to ``defs`` (the root's ``$defs``) under a
     fresh key, its refs rebased there.
     """
-    if _has_local_ref(parameters):
-        key = f"arguments_{len(defs)}"
-        defs[key] = _rebase_refs(parameters, f"#/$defs/{key}")
+    key = f"arguments_{len(defs)}"
+    rebased, has_refs = _rebase_refs(parameters, f"#/$defs/{key}")
+    if has_refs:
+        defs[key] = rebased
         parameters = {"$ref": f"#/$defs/{key}"}
     return {
         "type": "object",

@@ -7,7 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
+from art_adapters_backend.chat import _constraint
 from art_adapters_backend.chat_template import tools_system_block
+from art_adapters_backend.openai_types import ChatCompletionRequest
 
 from art_adapters import LocalBackend
 
@@ -111,3 +113,28 @@ def test_a_deeply_nested_tool_schema_gets_a_worked_example() -> None:
         inner = inner["properties"]["a"]
     block = tools_system_block([{"type": "function", "function": {"name": "f", "parameters": params}}])
     assert '<tool_call>\n{"name": "f", "arguments": {"a": {"a": ' in block
+
+
+@pytest.mark.parametrize("with_ref", [False, True])
+def test_a_deeply_nested_schema_can_be_forced(with_ref: bool) -> None:
+    params: dict[str, Any] = {"type": "object", "properties": {}, "$defs": {"N": {"type": "integer"}}}
+    inner = params
+    for _ in range(300):
+        inner["properties"]["a"] = {"type": "object", "properties": {}}
+        inner = inner["properties"]["a"]
+    if with_ref:
+        inner["properties"]["n"] = {"$ref": "#/$defs/N"}
+    request = ChatCompletionRequest.model_validate(
+        _body(
+            tools=[{"type": "function", "function": {"name": "f", "parameters": params}}],
+            tool_choice="required",
+        )
+    )
+    constraint = _constraint(request)
+    assert constraint is not None
+    arguments = constraint.json_schema["properties"]["arguments"]
+    if with_ref:
+        assert arguments == {"$ref": "#/$defs/arguments_0"}
+        assert json.dumps(constraint.json_schema).count('"#/$defs/arguments_0/$defs/N"') == 1
+    else:
+        assert arguments == params
