@@ -54,9 +54,15 @@ def render_tool_call(name: str, arguments: Any) -> str:
     ``arguments`` may be the object or its JSON string (an unparsable string is kept as is).
     """
     if isinstance(arguments, str):
+        # RecursionError: nested too deep to be real arguments (loading, or dumping one level deeper)
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep to be real arguments
+            parsed = json.loads(arguments) if arguments.strip() else {}
+            return (
+                TOOL_CALL_PREFIX
+                + json.dumps({"name": name, "arguments": parsed}, ensure_ascii=False)
+                + TOOL_CALL_SUFFIX
+            )
+        except (json.JSONDecodeError, RecursionError):
             pass
     return (
         TOOL_CALL_PREFIX
@@ -115,8 +121,12 @@ def example_arguments(
         return {}
     required = parameters.get("required")
     names = [n for n in properties if not isinstance(required, list) or n in required] or list(properties)
-    return {name: _example_value(properties[name] if isinstance(properties[name], Mapping) else {}, counter, depth)
-            for name in names}  # fmt: skip
+    return {
+        name: _example_value(
+            properties[name] if isinstance(properties[name], Mapping) else {}, counter, depth
+        )
+        for name in names
+    }
 
 
 def tools_system_block(tools: Sequence[Mapping[str, Any]]) -> str:

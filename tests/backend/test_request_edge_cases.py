@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 from art_adapters_backend.chat import _constraint
-from art_adapters_backend.chat_template import tools_system_block
+from art_adapters_backend.chat_template import render_tool_call, tools_system_block
 from art_adapters_backend.openai_types import ChatCompletionRequest
 
 from art_adapters import LocalBackend
@@ -138,3 +138,11 @@ def test_a_deeply_nested_schema_can_be_forced(with_ref: bool) -> None:
         assert json.dumps(constraint.json_schema).count('"#/$defs/arguments_0/$defs/N"') == 1
     else:
         assert arguments == params
+
+
+def test_arguments_at_the_edge_of_the_recursion_limit_render_as_text() -> None:
+    # json.loads may just manage a depth that json.dumps, one level deeper, cannot.
+    for depth in range(900, 1001):
+        arguments = "[" * depth + "]" * depth
+        rendered = render_tool_call("f", arguments)
+        assert rendered.startswith('<tool_call>\n{"name": "f", "arguments": ')
