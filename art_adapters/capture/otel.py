@@ -166,6 +166,8 @@ class TrajectorySpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember that the span is open, so its children know their parent is local."""
         try:
+            if self._closed:
+                return
             context = span.context
             self._open[context.span_id] = context.trace_id
         except Exception:
@@ -175,8 +177,10 @@ class TrajectorySpanProcessor(SpanProcessor):
         """Queue the finished span for the worker; cheap, never blocks, never raises."""
         try:
             if self._closed:
+                self._open.pop(span.context.span_id, None)
                 return
             if self._queue.qsize() >= self._max_queue_size:
+                self._open.pop(span.context.span_id, None)  # dropped, but no longer open either
                 self._dropped += 1
                 if self._dropped == 1:
                     logger.warning(
