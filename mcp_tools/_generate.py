@@ -426,7 +426,8 @@ async def generate_scenarios(
             )
             items = _parse_items(text)
         except TimeoutError:
-            last_error = f"call {calls}: no answer within {timeout_s:g}s"
+            waited = f"within {timeout_s:g}s" if timeout_s is not None else "(the model timed out)"
+            last_error = f"call {calls}: no answer {waited}"
             rejected["timeout"] += 1
             logger.warning("scenario generator: %s", last_error)
             continue
