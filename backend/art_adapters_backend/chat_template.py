@@ -183,6 +183,12 @@ class _Exact(str):
         return obj
 
 
+class _Content(str):
+    """A segment of message text (system, user or tool content): its special-token
+    strings are tokenised as plain text, so a message (a tool's output, say) that contains
+    ``<|im_end|>`` cannot close its turn and forge another one."""
+
+
 class ChatTemplate:
     """ChatML rendering with Hermes-style tools for one tokenizer.
 
@@ -196,7 +202,7 @@ class ChatTemplate:
     ) -> None:
         self.tokenizer = tokenizer
         self.default_system_prompt = default_system_prompt
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[tuple[bool, str], list[int]] = {}
         #: message -> the exact token ids this server sampled for that tool-call turn, or None
         #: (set by the server: :class:`~.sampled_turns.SampledTurns`).
         self.sampled_turns: Callable[[Mapping[str, Any]], list[int] | None] | None = None
@@ -256,9 +262,11 @@ class ChatTemplate:
 
     @staticmethod
     def _turn(out: list[str], role: str, content: str) -> None:
+        """Append one turn. System, user and tool text is :class:`_Content` (special-token strings in
+        it stay text); an assistant turn's text is what the model wrote and is tokenised as it is."""
         out.append(f"{_IM_START}{role}\n")
         if content:
-            out.append(content)
+            out.append(content if role == "assistant" else _Content(content))
         out.append(f"{_IM_END}\n")
 
     def render(
@@ -285,9 +293,12 @@ class ChatTemplate:
         return ids
 
     def _encode_segment(self, segment: str) -> list[int]:
-        cached = self._cache.get(segment)
+        is_content = isinstance(segment, _Content)
+        key = (is_content, str(segment))  # the same text is two token sequences: markup vs. content
+        cached = self._cache.get(key)
         if cached is None:
-            cached = list(self.tokenizer(segment, add_special_tokens=False)["input_ids"])
+            encoded = self.tokenizer(segment, add_special_tokens=False, split_special_tokens=is_content)
+            cached = list(encoded["input_ids"])
             if len(segment) < 4096 and len(self._cache) < 4096:  # headers, system blocks, tool blocks
-                self._cache[segment] = cached
+                self._cache[key] = cached
         return list(cached)
