@@ -31,8 +31,12 @@ __all__ = [
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
-def _text_content(value: Any, *, allow_none: bool) -> Any:
-    """OpenAI content: a string, a list of ``{"type": "text", "text": ...}`` parts, or null."""
+def _text_content(value: Any, *, allow_none: bool, allow_refusal: bool = False) -> Any:
+    """OpenAI content: a string, a list of ``{"type": "text", "text": ...}`` parts, or null.
+
+    With ``allow_refusal`` (assistant messages) ``{"type": "refusal", "refusal": ...}`` parts
+    count as text too: they are what the assistant said.
+    """
     if value is None:
         if allow_none:
             return None
@@ -47,6 +51,11 @@ def _text_content(value: Any, *, allow_none: bool) -> Any:
                     f"content part {i} must be an object like {{'type': 'text', 'text': '...'}}"
                 )
             kind = part.get("type")
+            if kind == "refusal" and allow_refusal:
+                if not isinstance(part.get("refusal"), str):
+                    raise ValueError(f"content part {i} needs a string 'refusal'")
+                texts.append(part["refusal"])
+                continue
             if kind != "text":
                 raise ValueError(f"content part {i} has type {kind!r}; only 'text' parts are supported")
             if not isinstance(part.get("text"), str):
@@ -128,7 +137,7 @@ class AssistantMessage(_Message):
     @field_validator("content", mode="before")
     @classmethod
     def _content(cls, value: Any) -> Any:
-        return _text_content(value, allow_none=True)
+        return _text_content(value, allow_none=True, allow_refusal=True)
 
 
 class ToolMessage(_Message):

@@ -37,6 +37,21 @@ async def test_tool_schema_with_a_boolean_subschema_is_served(http: httpx.AsyncC
     assert response.status_code == 200, response.text
 
 
+async def test_assistant_refusal_parts_are_history_text_and_elsewhere_a_clear_400(http: httpx.AsyncClient) -> None:
+    refusal = {"type": "refusal", "refusal": "I cannot help with that."}
+    messages = [
+        {"role": "user", "content": "Do something bad."},
+        {"role": "assistant", "content": [refusal]},
+        {"role": "user", "content": "Fine, say hi."},
+    ]
+    response = await http.post("/v1/chat/completions", json=_body(messages=messages))
+    assert response.status_code == 200, response.text
+    request = ChatCompletionRequest.model_validate(_body(messages=messages))
+    assert request.messages[1].content == "I cannot help with that."
+    in_user = await http.post("/v1/chat/completions", json=_body(messages=[{"role": "user", "content": [refusal]}]))
+    assert in_user.status_code == 400 and "'refusal'" in in_user.json()["error"]["message"]
+
+
 ADD = {"type": "function", "function": {"name": "add", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}  # fmt: skip
 
