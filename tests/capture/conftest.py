@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
-from langchain_core.tools import BaseTool, tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
+from capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from langchain_core.tools import BaseTool
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, TypedDict
 
+from capture_fakes import add
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, AnyMessage, SystemMessage
-from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -22,12 +22,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
 from art_adapters.trajectory import Trajectory
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:

@@ -6,26 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
-from langchain_core.tools import tool
+from capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from test_langchain import QUESTION, planner_graph, summariser_policy
 
 import art_adapters as aa
 from art_adapters.observe import OtlpJsonFileExporter
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
 
 
 def comparable(trajectory: aa.Trajectory) -> dict:

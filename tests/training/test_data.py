@@ -388,21 +388,10 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     stay in the sequence as masked-out context instead of being trained as if the model wrote them."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
     from art_adapters_backend.chat_template import ChatTemplate
-    from capture_fakes import PolicyChatModel, calculator_policy
-    from langchain_core.tools import tool
+    from capture_fakes import PolicyChatModel, add, calculator_policy, multiply
     from test_langchain import few_shot_graph
 
     from art_adapters.capture.langchain import TrajectoryCallbackHandler
-
-    @tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        return a + b
-
-    @tool
-    def multiply(a: int, b: int) -> int:
-        """Multiply two integers."""
-        return a * b
 
     handler = TrajectoryCallbackHandler()
     graph = few_shot_graph(PolicyChatModel(policy=calculator_policy), [add, multiply])
