@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .durable import fsync_path
 from .errors import BadRequestError, ConflictError, NotFoundError
 
 __all__ = ["ModelRecord", "Registry", "ServedModel"]
@@ -117,11 +118,7 @@ class Registry:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        dir_fd = os.open(self.run_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_path(self.run_dir)  # the rename itself survives a crash
 
     def register(self, name: str, project: str, base_model: str) -> tuple[ModelRecord, bool]:
         """Register ``name`` on ``base_model``; returns ``(record, created)``.

@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..durable import fsync_path
+
 __all__ = ["MANIFEST", "TMP_PREFIX", "Checkpoint", "CheckpointStore", "atomic_directory"]
 
 logger = logging.getLogger(__name__)
@@ -32,19 +34,11 @@ TMP_PREFIX = ".tmp-"
 MANIFEST = "checkpoint.json"
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(folder: Path) -> None:
     for dirpath, _dirnames, filenames in os.walk(folder):
         for name in filenames:
-            _fsync_path(Path(dirpath) / name)
-        _fsync_path(Path(dirpath))
+            fsync_path(Path(dirpath) / name)
+        fsync_path(Path(dirpath))
 
 
 @contextmanager
@@ -68,7 +62,7 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         _fsync_tree(tmp)
         os.rename(tmp, final)
-        _fsync_path(final.parent)
+        fsync_path(final.parent)
         committed = True
     finally:
         if not committed:

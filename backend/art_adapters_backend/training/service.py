@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from art_adapters.train_config import RetentionPolicy, TrainConfig
 from art_adapters.trajectory import TrajectoryGroup
 
+from ..durable import fsync_path
 from .checkpoints import CheckpointStore
 
 if TYPE_CHECKING:
@@ -50,14 +51,6 @@ TRAINERS = {
 }
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_groups_file(path: Path, groups: Sequence[TrajectoryGroup]) -> Path:
     """Write ``groups`` as JSON Lines (``load_groups`` reads it), fsynced and renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +61,7 @@ def write_groups_file(path: Path, groups: Sequence[TrajectoryGroup]) -> Path:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return path
 
 
