@@ -26,6 +26,12 @@ from pydantic import ValidationError
 
 from art_adapters.content import content_text
 from art_adapters.errors import ArtAdaptersError, ConfigError
+from art_adapters.structured_output import (
+    NO_JSON_SCHEMA_MODE,
+    answer_text,
+    json_schema_output,
+    rejects_json_schema,
+)
 from mcp_tools._scenarios import MAX_TASK_CHARS, MIN_TASK_CHARS, Scenario, normalize_task
 
 if TYPE_CHECKING:
@@ -227,24 +233,16 @@ def _request_text(description: str, count: int, written: Sequence[Scenario], ins
 async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structured: bool) -> str:
     if structured:
         try:
-            runnable = model.with_structured_output(
-                {"name": _SCHEMA_NAME, "schema": schema}, method="json_schema", include_raw=True
-            )
-        except (NotImplementedError, TypeError, ValueError) as exc:
+            runnable = json_schema_output(model, _SCHEMA_NAME, schema)
+        except NO_JSON_SCHEMA_MODE as exc:
             logger.debug("generator %s: no json_schema structured output (%s); asking plainly", model, exc)
         else:
             try:
-                result = await runnable.ainvoke(messages)
+                return answer_text(await runnable.ainvoke(messages))
             except Exception as exc:
-                # Many OpenAI-compatible servers answer a json_schema response_format with 400: ask plainly.
-                if getattr(exc, "status_code", None) not in (400, 422):
+                if not rejects_json_schema(exc):
                     raise
                 logger.warning("generator rejected the json_schema response format (%s); asking plainly", exc)
-            else:
-                text = content_text(result["raw"].content) if result.get("raw") is not None else ""
-                if not text.strip() and result.get("parsed") is not None:
-                    return json.dumps(result["parsed"])
-                return text
     reply = await model.ainvoke(messages)
     return content_text(reply.content)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..content import content_text
 from ..errors import ConfigError
+from ..structured_output import NO_JSON_SCHEMA_MODE, answer_text, json_schema_output, rejects_json_schema
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -89,10 +90,8 @@ class LangChainJudge:
         if self.structured == "none" or self._schema_rejected:
             return None
         try:
-            return self.model.with_structured_output(
-                {"name": _SCHEMA_NAME, "schema": schema}, method="json_schema", include_raw=True
-            )
-        except (NotImplementedError, TypeError, ValueError) as exc:
+            return json_schema_output(self.model, _SCHEMA_NAME, schema)
+        except NO_JSON_SCHEMA_MODE as exc:
             if self.structured == "json_schema":
                 raise ConfigError(
                     f"judge {self.model_id} does not support json_schema structured output ({exc}); "
@@ -117,7 +116,7 @@ class LangChainJudge:
         except Exception as exc:
             # Many OpenAI-compatible servers reject response_format json_schema with a 400: in auto
             # mode that means "not supported", so ask plainly (the prompt states the format).
-            if self.structured != "auto" or getattr(exc, "status_code", None) not in (400, 422):
+            if self.structured != "auto" or not rejects_json_schema(exc):
                 raise
             logger.warning(
                 "judge %s rejected the json_schema response format (%s); asking for plain JSON from now on",
@@ -127,10 +126,7 @@ class LangChainJudge:
             self._schema_rejected = True
             reply = await self.model.ainvoke(lc_messages)
             return content_text(reply.content)
-        text = content_text(result["raw"].content) if result.get("raw") is not None else ""
-        if not text.strip() and isinstance(result.get("parsed"), dict):
-            return json.dumps(result["parsed"])
-        return text
+        return answer_text(result)
 
 
 class LiteLLMJudge:
