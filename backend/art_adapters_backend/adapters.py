@@ -61,10 +61,6 @@ class AdapterCache:
         """The loaded adapter keys, least recently used first."""
         return list(self._loaded)
 
-    def leases(self, key: str) -> int:
-        """How many requests are using ``key`` right now."""
-        return self._leases[key]
-
     async def acquire(self, served: ServedModel) -> str | None:
         """Load ``served``'s adapter if needed and lease it; ``None`` (no lease) for the base weights.
 
