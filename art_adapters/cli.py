@@ -44,7 +44,11 @@ def serve(
         Path, typer.Option(help="Run directory: registry, token records, checkpoints. Survives restarts.")
     ] = Path(".art/backend"),
     base_model: Annotated[
-        str, typer.Option(help="Base model: 'smollm2-135m-instruct' (bundled) or a Hugging Face model folder.")
+        str,
+        typer.Option(
+            help="Base model: 'smollm2-135m-instruct' (bundled), a Hugging Face model folder, or a Hub id "
+            "already in the local Hugging Face cache (nothing is downloaded)."
+        ),
     ] = "smollm2-135m-instruct",
     api_key: Annotated[
         str | None,
@@ -72,6 +76,21 @@ def serve(
         Path | None, typer.Option(help="Cache of the bundled model's converted weights (default ~/.cache/art-adapters).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level: debug, info, warning, error.")] = "info",
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            help="Jinja chat template file (or the template text) rendering every prompt, as vLLM's "
+            "--chat-template. Default: the model's own; for the bundled model, the tool template shipped with it."
+        ),
+    ] = None,
+    tool_call_parser: Annotated[
+        str | None,
+        typer.Option(help="Tool-call syntax, as vLLM's --tool-call-parser: hermes, llama3_json. Default: from the template."),
+    ] = None,
+    reasoning_parser: Annotated[
+        str | None,
+        typer.Option(help="Reasoning syntax, as vLLM's --reasoning-parser: qwen3, deepseek_r1. Default: from the template."),
+    ] = None,
 ) -> None:
     """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
     try:
@@ -85,7 +104,8 @@ def serve(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
             max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
-            cache_dir=cache_dir, log_level=log_level,
+            cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,
+            tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
         )  # fmt: skip
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")

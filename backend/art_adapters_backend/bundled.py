@@ -7,7 +7,8 @@ ChatML template) under the cache directory; later uses load that folder in a few
 Conversion writes a temporary folder and renames it into place under an ``fcntl`` file
 lock, so concurrent processes neither convert twice nor see a half-written folder.
 
-Any other name is a local Hugging Face model folder (nothing is downloaded from a hub).
+Any other name is a local Hugging Face model folder, or a Hub id found in the local Hugging Face
+cache (nothing is downloaded from a hub).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "BUNDLED_MODEL",
     "BundledModelError",
     "default_cache_dir",
+    "is_bundled",
     "load_tokenizer",
     "resolve_model_path",
 ]
@@ -156,12 +158,31 @@ def _bundled_path(cache_dir: Path) -> Path:
     return target
 
 
+def is_bundled(base_model: str) -> bool:
+    """Whether ``base_model`` names the bundled SmolLM2."""
+    return base_model.strip().lower() == BUNDLED_MODEL
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    """The local Hugging Face cache's snapshot of ``repo_id`` (``org/name``), or None; never downloads."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return None
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or not a valid repo id
+        return None
+
+
 def resolve_model_path(base_model: str, cache_dir: Path | None = None) -> Path:
     """Turn a base-model name into a local Hugging Face model folder.
 
     Args:
-        base_model: ``"smollm2-135m-instruct"`` (the bundled model, converted once and cached)
-            or the path of a local Hugging Face causal-LM folder (must hold ``config.json``).
+        base_model: ``"smollm2-135m-instruct"`` (the bundled model, converted once and cached),
+            the path of a local Hugging Face causal-LM folder (must hold ``config.json``), or a
+            Hub id (``org/name``) already in the local Hugging Face cache (``HF_HOME``); nothing
+            is downloaded.
         cache_dir: where the bundled model's converted folder lives (default
             :func:`default_cache_dir`).
 
@@ -172,14 +193,18 @@ def resolve_model_path(base_model: str, cache_dir: Path | None = None) -> Path:
         BundledModelError: the bundled model's package is missing or broken.
         FileNotFoundError: ``base_model`` is neither the bundled name nor a model folder.
     """
-    if base_model.strip().lower() == BUNDLED_MODEL:
+    if is_bundled(base_model):
         return _bundled_path(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     folder = Path(base_model).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(
-            f"unknown base model {base_model!r}: use {BUNDLED_MODEL!r} (bundled) or the path of a local "
-            "Hugging Face model folder (no model hub is contacted)"
-        )
+        cached = _hub_cache_folder(base_model) if base_model.count("/") == 1 else None
+        if cached is None:
+            raise FileNotFoundError(
+                f"unknown base model {base_model!r}: use {BUNDLED_MODEL!r} (bundled), the path of a local "
+                "Hugging Face model folder, or a Hub id already in the local Hugging Face cache "
+                "(no model hub is contacted: download it first with `huggingface-cli download ID`)"
+            )
+        folder = cached
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(
             f"{folder} is not a Hugging Face model folder: it has no config.json"
@@ -191,15 +216,14 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     """Load the tokenizer of a model folder (from :func:`resolve_model_path`), offline.
 
     Raises:
-        ValueError: the tokenizer has no chat template or no EOS token (the server needs both).
+        ValueError: the tokenizer has no EOS token (a missing chat template is checked by
+            :func:`~.model_family.resolve_model_family`, which names ``--chat-template``).
     """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"the tokenizer in {path} defines no EOS token")
-    if not tokenizer.chat_template:
-        raise ValueError(f"the tokenizer in {path} has no chat template")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .chat_template import TOOL_CALL_PREFIX, TOOL_CALL_SUFFIX
+from .chat_template import ChatTemplateError
 from .engine.base import Constraint, GeneratedSequence, GenerationRequest, SamplingParams
 from .errors import BadRequestError
 from .openai_types import ChatCompletionRequest, NamedToolChoice
 from .records import ChoiceRecord, CompletionRecord
 from .registry import ServedModel
-from .tool_parser import ParsedToolCall, parse_reply
+from .reasoning import ReasoningParser, get_reasoning_parser
+from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
 
 if TYPE_CHECKING:
     from .state import ServerState
@@ -53,6 +54,9 @@ class PreparedChat:
         tool_names: the offered tools.
         completion_id: the response ``id`` and record key.
         created: Unix time of the request.
+        tool_parser: the family's tool-call parser (``None`` when tools are not parsed).
+        reasoning_parser: the family's reasoning parser, or ``None``.
+        chat_template_kwargs: the request's extra template variables (``enable_thinking``...).
     """
 
     request: ChatCompletionRequest
@@ -60,6 +64,9 @@ class PreparedChat:
     generation: GenerationRequest
     parse_tools: bool
     tool_names: list[str]
+    tool_parser: ToolCallParser | None = None
+    reasoning_parser: ReasoningParser | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
     completion_id: str = field(default_factory=new_completion_id)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -104,8 +111,10 @@ def _rebase_refs(schema: dict[str, Any], base: str) -> tuple[dict[str, Any], boo
     return json.loads(json.dumps(schema), object_hook=hook), found
 
 
-def _call_schema(name: str, parameters: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """The schema of ``{"name": name, "arguments": {...}}``.
+def _call_schema(
+    parser: ToolCallParser, name: str, parameters: dict[str, Any], defs: dict[str, Any]
+) -> dict[str, Any]:
+    """The schema of one call of ``name`` in the family's syntax.
 
     A parameters schema with ``$ref``s (``#/$defs/...``, as pydantic and MCP servers write them) no
     longer sits at the root once wrapped, so it moves to ``defs`` (the root's ``$defs``) under a
@@ -116,28 +125,34 @@ def _call_schema(name: str, parameters: dict[str, Any], defs: dict[str, Any]) ->
     if has_refs:
         defs[key] = rebased
         parameters = {"$ref": f"#/$defs/{key}"}
-    return {
-        "type": "object",
-        "properties": {"name": {"const": name}, "arguments": parameters},
-        "required": ["name", "arguments"],
-    }
+    return parser.call_schema(name, parameters)
 
 
-def _forced_call(options: list[dict[str, Any]], defs: dict[str, Any]) -> Constraint:
+def _forced_call(
+    options: list[dict[str, Any]], defs: dict[str, Any], parser: ToolCallParser, thinking_block: str
+) -> Constraint:
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     if defs:
         schema = {**schema, "$defs": defs}
-    return Constraint(json_schema=schema, prefix=TOOL_CALL_PREFIX, suffix=TOOL_CALL_SUFFIX)
+    return Constraint(json_schema=schema, prefix=thinking_block + parser.call_prefix, suffix=parser.call_suffix)
 
 
-def _constraint(request: ChatCompletionRequest) -> Constraint | None:
+def _constraint(
+    request: ChatCompletionRequest, parser: ToolCallParser | None, reasoning: ReasoningParser | None
+) -> Constraint | None:
+    """The output constraint: a forced call in the family's syntax, or a JSON response format.
+
+    A forced call from a reasoning model starts with the family's empty thinking block (what its
+    template renders for "no thinking"), so the reply is one the model's own format allows.
+    """
     choice = request.tool_choice
     tools = {tool.function.name: tool.function.parameters for tool in request.tools or []}
     defs: dict[str, Any] = {}
-    if isinstance(choice, NamedToolChoice):
-        return _forced_call([_call_schema(choice.function.name, tools[choice.function.name], defs)], defs)
-    if choice == "required":
-        return _forced_call([_call_schema(name, params, defs) for name, params in tools.items()], defs)
+    forced = isinstance(choice, NamedToolChoice) or choice == "required"
+    if forced and parser is not None:
+        thinking_block = reasoning.empty_block if reasoning is not None else ""
+        names = [choice.function.name] if isinstance(choice, NamedToolChoice) else list(tools)
+        return _forced_call([_call_schema(parser, n, tools[n], defs) for n in names], defs, parser, thinking_block)
     response_format = request.response_format
     if response_format is not None and response_format.type == "json_object":
         return Constraint(json_schema={"type": "object"})
@@ -198,8 +213,21 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
     """
     served = state.registry.resolve(request.model)
     _check_request(request, state.config.max_n)
-    tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []]
-    prompt = state.template.encode(request.messages, tools)
+    family = state.family
+    tool_parser = get_tool_parser(family.tool_call_parser)
+    if request.tools and request.tool_choice != "none" and tool_parser is None:
+        raise BadRequestError(
+            "this server has no tool-call parser: the model's chat template does not render tools in a syntax "
+            "recognised here. Restart it with --chat-template (a template with tool support) and "
+            "--tool-call-parser, or send the request without 'tools'",
+            param="tools",
+        )
+    reasoning_parser = get_reasoning_parser(family.reasoning_parser)
+    template_kwargs = getattr(request, "chat_template_kwargs", None)
+    try:
+        prompt = state.template.encode(request.messages, request.tools, chat_template_kwargs=template_kwargs)
+    except ChatTemplateError as exc:
+        raise BadRequestError(str(exc), param="messages") from exc
     context = state.context_length
     if len(prompt) >= context:
         raise BadRequestError(
@@ -226,7 +254,7 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         stop=tuple(request.stop or ()),
         top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
     )
-    constraint = _constraint(request)
+    constraint = _constraint(request, tool_parser, reasoning_parser)
     parse_tools = bool(request.tools) and request.tool_choice != "none"
     # Last, once nothing can fail: the lease is given back by whoever finishes the request.
     adapter = await state.adapters.acquire(served)
@@ -238,21 +266,32 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         constraint=constraint,
     )
     return PreparedChat(request=request, served=served, generation=generation, parse_tools=parse_tools,
-                        tool_names=request.tool_names)  # fmt: skip
+                        tool_names=request.tool_names, tool_parser=tool_parser if parse_tools else None,
+                        reasoning_parser=reasoning_parser, chat_template_kwargs=template_kwargs)  # fmt: skip
 
 
-def split_reply(text: str, prepared: PreparedChat) -> tuple[str | None, list[ParsedToolCall]]:
-    """The reply's content and tool calls (none unless tools are parsed for this request)."""
-    if not prepared.parse_tools:
-        return text, []
-    parsed = parse_reply(text, prepared.tool_names)
-    return parsed.content, parsed.tool_calls
+def split_reply(text: str, prepared: PreparedChat) -> tuple[str | None, str | None, list[ParsedToolCall]]:
+    """The reply's reasoning, content and tool calls.
+
+    The reasoning parser (if the family has one) takes ``<think>...</think>`` off first; tool calls
+    are parsed from the rest (only when tools were offered and not turned off).
+    """
+    reasoning: str | None = None
+    content: str | None = text
+    if prepared.reasoning_parser is not None:
+        reasoning, content = prepared.reasoning_parser.split(text, prepared.chat_template_kwargs)
+    if prepared.tool_parser is None or content is None:
+        return reasoning, content, []
+    parsed = prepared.tool_parser.parse(content, prepared.tool_names)
+    return reasoning, parsed.content, parsed.tool_calls
 
 
 def choice_body(sequence: GeneratedSequence, prepared: PreparedChat, state: ServerState) -> dict[str, Any]:
     """One OpenAI ``choices`` entry for a finished sequence."""
-    content, calls = split_reply(sequence.text, prepared)
+    reasoning, content, calls = split_reply(sequence.text, prepared)
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if prepared.reasoning_parser is not None:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [call.to_openai() for call in calls]
     logprobs = None

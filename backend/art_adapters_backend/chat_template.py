@@ -1,273 +1,134 @@
-"""Render OpenAI chat messages (and tools) into the model's ChatML prompt, as text and token ids.
+"""Render OpenAI chat requests with the model's own Jinja chat template, exactly as vLLM does.
 
-SmolLM2's own template is plain ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``, a default
-system turn when none is given) and has no tool block, so tools are rendered here,
-Hermes style: the system turn lists the tools' JSON schemas inside ``<tools></tools>``,
-says how to call one (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) and
-shows ONE worked example built from the first tool (a 135M model makes 0% correct calls
-without such a foothold, 72% with it). Assistant tool calls are rendered as that same
-text; tool results as ``<tool_response>...</tool_response>`` in a user turn.
+vLLM's OpenAI server turns a chat request into a prompt in three steps, reproduced here so
+that a checkpoint trained on this backend's prompts meets the same prompts when served by
+``vllm serve`` with the same ``--chat-template``:
 
-Prefix property: for every history ``h`` and continuation ``c``, the tokens of ``h`` with
-the generation prompt are a prefix of the tokens of ``h + [assistant reply] + c``. Token
-ids are produced segment by segment (turn headers, contents and turn ends tokenised
-separately), so no BPE merge ever crosses a turn boundary and the property holds for
-token ids, not only for text. Exact-token training relies on it.
+1. **Conversation**: each message becomes ``{"role", "content"}`` with the content as one
+   string (text parts joined by ``"\\n"``; ``null`` becomes ``""``), plus ``name``, an
+   assistant's ``tool_calls`` with their ``arguments`` parsed from JSON to objects (a string
+   that is not JSON becomes ``{}``; an empty list is dropped), its ``reasoning`` /
+   ``reasoning_content`` (both keys, as vLLM sets them) and a tool message's ``tool_call_id``.
+2. **Tools**: ``{"type": "function", "function": {"name", "description", "parameters"}}`` with
+   ``None`` for a missing description or parameters (vLLM dumps its pydantic model).
+3. **Template and tokens**: ``tokenizer.apply_chat_template(conversation, tools=...,
+   chat_template=..., add_generation_prompt=True, tokenize=False, **chat_template_kwargs)``,
+   then ``tokenizer(text, add_special_tokens=False)``.
+
+Nothing is injected: no system prompt the template does not add itself, no example. Like vLLM,
+special-token strings in message text are tokenised as the special tokens they spell; an agent
+that forwards untrusted text into its prompt should strip them, here and in deployment alike.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-
-from art_adapters.content import content_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = [
-    "DEFAULT_SYSTEM_PROMPT",
-    "TOOL_CALL_PREFIX",
-    "TOOL_CALL_SUFFIX",
-    "ChatTemplate",
-    "example_arguments",
-    "render_tool_call",
-    "tools_system_block",
-]
-
-#: SmolLM2's default system turn, added when the conversation has no system message.
-DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-#: What precedes and follows the JSON of a tool call in the model's text.
-TOOL_CALL_PREFIX = "<tool_call>\n"
-TOOL_CALL_SUFFIX = "\n</tool_call>"
-
-_IM_START = "<|im_start|>"
-_IM_END = "<|im_end|>"
+__all__ = ["ChatTemplate", "ChatTemplateError", "conversation", "tool_dicts"]
 
 
-def render_tool_call(name: str, arguments: Any) -> str:
-    """``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` for one call.
+class ChatTemplateError(ValueError):
+    """The chat template could not render a request; the message says what it objected to."""
 
-    ``arguments`` may be the object or its JSON string (an unparsable string is kept as is).
-    """
-    if isinstance(arguments, str):
-        # RecursionError: nested too deep to be real arguments (loading, or dumping one level deeper)
+
+def _as_dict(item: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    if isinstance(item, BaseModel):
+        return item.model_dump(exclude_none=True, by_alias=True)
+    return dict(item)
+
+
+def _content_text(content: Any) -> str:
+    """vLLM's string content: text (and refusal) parts joined by newlines; ``None`` is empty."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if isinstance(part, Mapping):
+            if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+            elif isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        elif isinstance(part, str):
+            texts.append(part)
+    return "\n".join(texts)
+
+
+def _arguments(value: Any) -> Any:
+    """Tool-call arguments as the template sees them: parsed JSON, ``{}`` for anything else."""
+    if isinstance(value, str):
         try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-            return (
-                TOOL_CALL_PREFIX
-                + json.dumps({"name": name, "arguments": parsed}, ensure_ascii=False)
-                + TOOL_CALL_SUFFIX
-            )
+            return json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            pass
-    return (
-        TOOL_CALL_PREFIX
-        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        + TOOL_CALL_SUFFIX
-    )
+            return {}
+    return value if isinstance(value, (dict, list)) else {}
 
 
-#: Nesting levels the worked example follows; deeper values are left empty (a schema nested
-#: hundreds deep is valid JSON and would hit Python's recursion limit).
-_MAX_EXAMPLE_DEPTH = 16
-
-
-def _example_value(schema: Any, counter: list[int], depth: int = 0) -> Any:
-    if not isinstance(schema, Mapping):  # a boolean schema (``true``: anything) or junk
-        return "example"
-    if depth > _MAX_EXAMPLE_DEPTH:
-        return None
-    if schema.get("enum"):
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    if "default" in schema:
-        return schema["default"]
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return _example_value(schema[key][0], counter, depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind == "integer":
-        counter[0] += 1
-        return counter[0] + 1
-    if kind == "number":
-        counter[0] += 1
-        return counter[0] + 1.5
-    if kind == "boolean":
-        return True
-    if kind == "array":
-        items = schema.get("items")
-        return [_example_value(items, counter, depth + 1)] if isinstance(items, Mapping) else []
-    if kind == "object" or "properties" in schema:
-        return example_arguments(schema, counter, depth + 1)
-    if kind == "null":
-        return None
-    return "example"
-
-
-def example_arguments(
-    parameters: Mapping[str, Any], counter: list[int] | None = None, depth: int = 0
-) -> dict[str, Any]:
-    """Placeholder arguments that fit a parameters schema (required properties, else all)."""
-    counter = counter if counter is not None else [0]
-    properties = parameters.get("properties")
-    if not isinstance(properties, Mapping):
-        return {}
-    required = parameters.get("required")
-    names = [n for n in properties if not isinstance(required, list) or n in required] or list(properties)
-    return {
-        name: _example_value(
-            properties[name] if isinstance(properties[name], Mapping) else {}, counter, depth
-        )
-        for name in names
-    }
-
-
-def tools_system_block(tools: Sequence[Mapping[str, Any]]) -> str:
-    """The Hermes-style tool section of the system turn, with one worked example.
-
-    ``tools`` are OpenAI tool objects (``{"type": "function", "function": {...}}``).
-    """
-    lines = [json.dumps(tool, ensure_ascii=False) for tool in tools]
-    first = tools[0]["function"]
-    example = render_tool_call(first["name"], example_arguments(first.get("parameters") or {}))
-    return (
-        "# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        "<tools>\n" + "\n".join(lines) + "\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n"
-        "<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json-object>}\n'
-        "</tool_call>\n\n"
-        f"For example, a call of {first['name']} looks like this (use the values the user's request "
-        f"needs, not these):\n{example}\n\n"
-        "When a tool result arrives inside <tool_response></tool_response>, use it to answer the user."
-    )
-
-
-def _as_dict(message: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-    if isinstance(message, BaseModel):
-        return message.model_dump(exclude_none=True, by_alias=True)
-    return dict(message)
-
-
-def _tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[dict[str, Any]]:
-    out = []
-    for tool in tools or []:
-        data = _as_dict(tool)
-        function = data.get("function") or {}
-        compact = {"name": function.get("name")}
-        if function.get("description"):
-            compact["description"] = function["description"]
-        compact["parameters"] = function.get("parameters") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": compact})
+def conversation(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[dict[str, Any]]:
+    """OpenAI messages as the conversation vLLM hands to the chat template (see module docstring)."""
+    out: list[dict[str, Any]] = []
+    for raw in messages:
+        message = _as_dict(raw)
+        role = message.get("role")
+        item: dict[str, Any] = {"role": role, "content": _content_text(message.get("content"))}
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls:
+                item["tool_calls"] = [
+                    {**dict(call), "function": {**dict(call.get("function") or {}),
+                                                "arguments": _arguments((call.get("function") or {}).get("arguments"))}}
+                    for call in (_as_dict(c) for c in calls)
+                ]  # fmt: skip
+            reasoning = message.get("reasoning", message.get("reasoning_content"))
+            if reasoning is not None:
+                item["reasoning"] = item["reasoning_content"] = reasoning
+        elif role == "tool" and "tool_call_id" in message:
+            item["tool_call_id"] = message["tool_call_id"]
+        if isinstance(message.get("name"), str):
+            item["name"] = message["name"]
+        out.append(item)
     return out
 
 
-class _Exact(str):
-    """A segment whose token ids are known exactly (a sampled turn): encoded as ``ids``."""
-
-    ids: list[int]
-
-    def __new__(cls, text: str, ids: list[int]) -> Self:
-        obj = super().__new__(cls, text)
-        obj.ids = list(ids)
-        return obj
-
-
-class _Content(str):
-    """A segment of message text (system, user or tool content): its special-token
-    strings are tokenised as plain text, so a message (a tool's output, say) that contains
-    ``<|im_end|>`` cannot close its turn and forge another one."""
+def tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[dict[str, Any]] | None:
+    """Tools as vLLM passes them to the template (``None`` when there are none)."""
+    out = []
+    for tool in tools or []:
+        data = _as_dict(tool)
+        function = dict(data.get("function") or {})
+        out.append(
+            {
+                "type": data.get("type", "function"),
+                "function": {
+                    **function,
+                    "name": function.get("name"),
+                    "description": function.get("description"),
+                    "parameters": function.get("parameters"),
+                },
+            }
+        )
+    return out or None
 
 
 class ChatTemplate:
-    """ChatML rendering with Hermes-style tools for one tokenizer.
+    """One model's chat template, rendering requests to text and token ids as vLLM does.
 
     Args:
-        tokenizer: the model's tokenizer (its ``<|im_start|>``/``<|im_end|>`` must be single tokens).
-        default_system_prompt: the system turn added when a conversation has none.
+        tokenizer: the model's tokenizer (its special tokens and ``apply_chat_template``).
+        template: the Jinja template text (see :mod:`.model_family` for how it is chosen).
     """
 
-    def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, default_system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    ) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, template: str) -> None:
         self.tokenizer = tokenizer
-        self.default_system_prompt = default_system_prompt
-        self._cache: dict[tuple[bool, str], list[int]] = {}
-        #: message -> the exact token ids this server sampled for that tool-call turn, or None
-        #: (set by the server: :class:`~.sampled_turns.SampledTurns`).
-        self.sampled_turns: Callable[[Mapping[str, Any]], list[int] | None] | None = None
-
-    def segments(
-        self,
-        messages: Sequence[Mapping[str, Any] | BaseModel],
-        tools: Iterable[Mapping[str, Any] | BaseModel] | None = None,
-        *,
-        add_generation_prompt: bool = True,
-    ) -> list[str]:
-        """The prompt as the list of text segments that are tokenised one by one."""
-        dicts = [_as_dict(m) for m in messages]
-        tool_dicts = _tool_dicts(tools)
-        out: list[str] = []
-        if not dicts or dicts[0].get("role") not in ("system", "developer"):
-            system = self.default_system_prompt
-            if tool_dicts:
-                system += "\n\n" + tools_system_block(tool_dicts)
-            self._turn(out, "system", system)
-        for i, message in enumerate(dicts):
-            role = message.get("role")
-            if role in ("system", "developer"):
-                text = content_text(message.get("content"))
-                if i == 0 and tool_dicts:
-                    text = (text + "\n\n" if text else "") + tools_system_block(tool_dicts)
-                self._turn(out, "system", text)
-            elif role == "user":
-                self._turn(out, "user", content_text(message.get("content")))
-            elif role == "assistant":
-                exact = self.sampled_turns(message) if self.sampled_turns and message.get("tool_calls") else None
-                if exact is not None:
-                    text = self.tokenizer.decode(exact)
-                    out.extend([f"{_IM_START}assistant\n", _Exact(text, exact), f"{_IM_END}\n"])
-                else:
-                    self._turn(out, "assistant", self.assistant_text(message))
-            elif role == "tool":
-                text = "<tool_response>\n" + content_text(message.get("content")) + "\n</tool_response>"
-                self._turn(out, "user", text)
-            else:
-                raise ValueError(f"unknown message role {role!r}")
-        if add_generation_prompt:
-            out.append(f"{_IM_START}assistant\n")
-        return out
-
-    @staticmethod
-    def assistant_text(message: Mapping[str, Any]) -> str:
-        """The text of an assistant turn: its content, then its tool calls as ``<tool_call>`` blocks."""
-        text = content_text(message.get("content"))
-        calls = [
-            render_tool_call((call.get("function") or {}).get("name", ""), (call.get("function") or {}).get("arguments", "{}"))
-            for call in message.get("tool_calls") or []
-        ]  # fmt: skip
-        if calls:
-            text = (text + "\n" if text else "") + "\n".join(calls)
-        return text
-
-    @staticmethod
-    def _turn(out: list[str], role: str, content: str) -> None:
-        """Append one turn. System, user and tool text is :class:`_Content` (special-token strings in
-        it stay text); an assistant turn's text is what the model wrote and is tokenised as it is."""
-        out.append(f"{_IM_START}{role}\n")
-        if content:
-            out.append(content if role == "assistant" else _Content(content))
-        out.append(f"{_IM_END}\n")
+        self.template = template
 
     def render(
         self,
@@ -275,9 +136,33 @@ class ChatTemplate:
         tools: Iterable[Mapping[str, Any] | BaseModel] | None = None,
         *,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> str:
-        """The prompt text."""
-        return "".join(self.segments(messages, tools, add_generation_prompt=add_generation_prompt))
+        """The prompt text.
+
+        Raises:
+            ChatTemplateError: the template raised (e.g. Jinja's ``raise_exception`` on a role
+                order it does not allow); the message is the template's own.
+        """
+        kwargs = dict(chat_template_kwargs or {})
+        for reserved in ("tools", "chat_template", "add_generation_prompt", "tokenize", "conversation"):
+            kwargs.pop(reserved, None)
+        try:
+            text = self.tokenizer.apply_chat_template(
+                conversation(messages),
+                tools=tool_dicts(tools),
+                chat_template=self.template,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **kwargs,
+            )
+        except Exception as exc:  # jinja2's TemplateError and whatever the template raises
+            if type(exc).__name__ in {"TemplateError", "TemplateSyntaxError", "UndefinedError"} or isinstance(
+                exc, (TypeError, ValueError, KeyError, IndexError, AttributeError)
+            ):
+                raise ChatTemplateError(f"the chat template could not render this request: {exc}") from exc
+            raise
+        return str(text)
 
     def encode(
         self,
@@ -285,20 +170,10 @@ class ChatTemplate:
         tools: Iterable[Mapping[str, Any] | BaseModel] | None = None,
         *,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        """The prompt token ids (segment by segment, so histories extend as token prefixes)."""
-        ids: list[int] = []
-        for segment in self.segments(messages, tools, add_generation_prompt=add_generation_prompt):
-            ids.extend(segment.ids if isinstance(segment, _Exact) else self._encode_segment(segment))
-        return ids
-
-    def _encode_segment(self, segment: str) -> list[int]:
-        is_content = isinstance(segment, _Content)
-        key = (is_content, str(segment))  # the same text is two token sequences: markup vs. content
-        cached = self._cache.get(key)
-        if cached is None:
-            encoded = self.tokenizer(segment, add_special_tokens=False, split_special_tokens=is_content)
-            cached = list(encoded["input_ids"])
-            if len(segment) < 4096 and len(self._cache) < 4096:  # headers, system blocks, tool blocks
-                self._cache[key] = cached
-        return list(cached)
+        """The prompt token ids: the rendered text tokenised without added special tokens."""
+        text = self.render(
+            messages, tools, add_generation_prompt=add_generation_prompt, chat_template_kwargs=chat_template_kwargs
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

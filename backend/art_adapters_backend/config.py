@@ -50,6 +50,14 @@ class ServeConfig(BaseModel):
         engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
             subprocess on a CUDA GPU, slept during training steps).
         trainer: ``peft`` (default; transformers + PEFT) or ``unsloth`` (CUDA).
+        chat_template: vLLM's ``--chat-template``: a Jinja chat template file (or the template
+            text itself) that renders every prompt instead of the model's own. Default: the
+            model's own template; for the bundled SmolLM2, the tool-capable one shipped with
+            the package. Deploy with the same file.
+        tool_call_parser: vLLM's ``--tool-call-parser`` (``hermes``, ``llama3_json``). Default:
+            read off the chat template; start-up fails naming this flag when that is ambiguous.
+        reasoning_parser: vLLM's ``--reasoning-parser`` (``qwen3``, ``deepseek_r1``). Default:
+            read off the chat template (``<think>`` markers); none otherwise.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -70,6 +78,9 @@ class ServeConfig(BaseModel):
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     engine: Literal["torch", "vllm"] = "torch"
     trainer: Literal["peft", "unsloth"] = "peft"
+    chat_template: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
     @model_validator(mode="after")
     def _check_exposure(self) -> ServeConfig:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .adapters import AdapterCache
 from .chat_template import ChatTemplate
+from .durable import write_atomic
+from .model_family import ModelFamily, resolve_model_family
 from .records import RecordStore
 from .registry import Registry
 from .token_text import TokenTexts
@@ -20,7 +24,29 @@ if TYPE_CHECKING:
     from .config import ServeConfig
     from .engine.base import InferenceEngine
 
-__all__ = ["ServerState"]
+__all__ = ["SERVING_SETTINGS", "ServerState", "write_serving_settings"]
+
+#: The file in the run directory that says how prompts are rendered and parsed (read by export).
+SERVING_SETTINGS = "serving.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def write_serving_settings(run_dir: Path, base_model: str, model_path: Path, family: ModelFamily) -> None:
+    """Write ``chat_template.jinja`` and ``serving.json`` into the run directory (atomically).
+
+    They record what every prompt of this run was rendered with, so an exported checkpoint can
+    name the exact ``vllm serve`` flags that reproduce it.
+    """
+    write_atomic(run_dir / CHAT_TEMPLATE_FILE, family.chat_template.encode("utf-8"))
+    settings = {
+        "base_model": base_model,
+        "base_model_path": str(Path(model_path).resolve()),
+        "chat_template_file": CHAT_TEMPLATE_FILE,
+        "chat_template_source": family.chat_template_source,
+        "tool_call_parser": family.tool_call_parser,
+        "reasoning_parser": family.reasoning_parser,
+    }
+    write_atomic(run_dir / SERVING_SETTINGS, (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +61,8 @@ class ServerState:
         tokenizer: the base model's tokenizer.
         registry: registered models and their steps (``run_dir/registry.json``).
         records: exact-token records (``run_dir/completions.jsonl``).
-        template: prompt rendering (ChatML + Hermes-style tools).
+        family: the chat template and the tool-call / reasoning parsers (fixed at start-up).
+        template: prompt rendering with the family's chat template, as vLLM renders it.
         token_texts: token id -> text/bytes for ``logprobs``.
         adapters: the LoRA checkpoints loaded in the engine (leased per request, LRU-evicted).
         started: Unix time the state was built.
@@ -46,29 +73,36 @@ class ServerState:
     tokenizer: PreTrainedTokenizerBase
     registry: Registry
     records: RecordStore
+    family: ModelFamily
     template: ChatTemplate = field(init=False)
     token_texts: TokenTexts = field(init=False)
     started: float = field(default_factory=time.time)
     adapters: AdapterCache = field(init=False)
 
     def __post_init__(self) -> None:
-        from .sampled_turns import SampledTurns
-
         self.adapters = AdapterCache(self.engine, self.config.max_loaded_adapters)
-        self.template = ChatTemplate(self.tokenizer)
-        eos = getattr(self.engine, "eos_token_ids", None) or {self.tokenizer.eos_token_id}
-        self.template.sampled_turns = SampledTurns(self.records, set(eos))  # exact tokens of issued tool calls
+        self.template = ChatTemplate(self.tokenizer, self.family.chat_template)
         self.token_texts = TokenTexts(self.tokenizer)
 
     @classmethod
     async def create(cls, config: ServeConfig) -> ServerState:
         """Load the base model's engine (in a thread) and open the run directory."""
-        from .bundled import load_tokenizer, resolve_model_path
+        from .bundled import is_bundled, load_tokenizer, resolve_model_path
         from .engine.torch_engine import TorchEngine
 
         run_dir = config.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
+        # The template and parsers are checked before the (slow) engine load: a bad flag fails fast.
+        family_tokenizer = await asyncio.to_thread(load_tokenizer, path)
+        family = resolve_model_family(
+            family_tokenizer,
+            bundled=is_bundled(config.base_model),
+            chat_template=config.chat_template,
+            tool_call_parser=config.tool_call_parser,
+            reasoning_parser=config.reasoning_parser,
+        )
+        write_serving_settings(run_dir, config.base_model, path, family)
         started = time.perf_counter()
         if config.engine == "vllm":
             from .engine.vllm_engine import VllmEngine
@@ -87,7 +121,8 @@ class ServerState:
         tokenizer = getattr(engine, "tokenizer", None) or await asyncio.to_thread(load_tokenizer, path)
         registry = Registry(run_dir, config.base_model)
         records = RecordStore(run_dir / "completions.jsonl")
-        return cls(config=config, engine=engine, tokenizer=tokenizer, registry=registry, records=records)
+        return cls(config=config, engine=engine, tokenizer=tokenizer, registry=registry, records=records,
+                   family=family)  # fmt: skip
 
     @property
     def context_length(self) -> int:

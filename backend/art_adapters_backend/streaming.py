@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from .chat import PreparedChat, choice_record, make_record, usage_body
 from .engine.base import GeneratedSequence, SequenceDelta
 from .errors import APIError, error_body
-from .tool_parser import ParsedToolCall, StreamingToolParser
+from .reasoning import StreamingReasoningParser
+from .tool_parser import ParsedToolCall, StreamingParser
 
 if TYPE_CHECKING:
     from .state import ServerState
@@ -35,7 +36,8 @@ def _sse(data: dict[str, Any]) -> str:
 @dataclass
 class _Choice:
     index: int
-    parser: StreamingToolParser | None
+    parser: StreamingParser | None
+    reasoner: StreamingReasoningParser | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -59,8 +61,13 @@ class _Stream:
         self.prepared = prepared
         self.state = state
         names = prepared.tool_names
+        tools, reasoning = prepared.tool_parser, prepared.reasoning_parser
         self.choices = [
-            _Choice(i, StreamingToolParser(names) if prepared.parse_tools else None)
+            _Choice(
+                i,
+                tools.streaming(names) if tools is not None else None,
+                reasoning.streaming(prepared.chat_template_kwargs) if reasoning is not None else None,
+            )
             for i in range(prepared.generation.n)
         ]
         options = prepared.request.stream_options
@@ -101,23 +108,45 @@ class _Stream:
             choice.pending_logprobs.extend(
                 self.state.token_texts.content(delta.text_token_ids, delta.logprobs, delta.top_logprobs)
             )
-        shown = choice.parser.feed(delta.text) if choice.parser is not None else delta.text
-        if shown:
-            out.append(self._content(choice, shown))
+        out.extend(self._text(choice, delta.text))
         if delta.finish_reason is not None:
             choice.finish_reason = delta.finish_reason
             out.extend(self._finish(choice))
         return out
 
+    def _text(self, choice: _Choice, text: str) -> list[str]:
+        """Chunks for a text delta: reasoning first (if the family has a reasoning parser), then content."""
+        out: list[str] = []
+        if choice.reasoner is not None:
+            reasoning, text = choice.reasoner.feed(text)
+            if reasoning:
+                out.append(self._delta(choice, {"reasoning_content": reasoning}))
+        shown = choice.parser.feed(text) if choice.parser is not None and text else text
+        if shown:
+            out.append(self._delta(choice, {"content": shown}))
+        return out
+
     def _content(self, choice: _Choice, text: str) -> str:
+        return self._delta(choice, {"content": text})
+
+    def _delta(self, choice: _Choice, delta: dict[str, Any]) -> str:
+        """One chunk carrying ``delta`` and the log-probs of the tokens not sent yet."""
         logprobs = None
         if self.prepared.want_logprobs:
             logprobs, choice.pending_logprobs = choice.pending_logprobs, []
-        return self.chunk(choice.index, {"content": text}, logprobs=logprobs)
+        return self.chunk(choice.index, delta, logprobs=logprobs)
 
     def _finish(self, choice: _Choice) -> list[str]:
         out: list[str] = []
         calls: list[ParsedToolCall] = []
+        if choice.reasoner is not None:
+            reasoning, held = choice.reasoner.finish()
+            if reasoning:
+                out.append(self._delta(choice, {"reasoning_content": reasoning}))
+            if held:
+                shown = choice.parser.feed(held) if choice.parser is not None else held
+                if shown:
+                    out.append(self._content(choice, shown))
         if choice.parser is not None:
             rest, calls = choice.parser.finish()
             if rest:

@@ -1,6 +1,15 @@
-"""Parse Hermes-style ``<tool_call>{json}</tool_call>`` blocks out of the model's text.
+"""Tool-call parsers by model family, named like vLLM's ``--tool-call-parser``.
 
-A reply is either text, or text followed by one or more valid calls. A call is valid when
+* ``hermes`` (Qwen2.5, Qwen3, Hermes, the bundled SmolLM2 template): ``<tool_call>{json}</tool_call>``
+  blocks, ``{"name": ..., "arguments": {...}}`` inside.
+* ``llama3_json`` (Llama 3.x): the reply is JSON, optionally after ``<|python_tag|>``:
+  ``{"name": ..., "parameters": {...}}``, several separated by ``;``.
+
+Each :class:`ToolCallParser` parses whole replies, streams (holding text that may be a call),
+and says how a forced call (``tool_choice`` required or named) is written in its syntax, so the
+constrained decoder produces exactly what the model would write itself.
+
+Hermes: a reply is either text, or text followed by one or more valid calls. A call is valid when
 its JSON is an object with a ``name`` among the offered tools and ``arguments`` that are a
 JSON object (or a string holding one). If any block is malformed the whole reply stays
 text (and ``finish_reason`` stays what the engine said), so nothing is silently dropped.
@@ -15,9 +24,20 @@ import json
 import secrets
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["ParsedReply", "ParsedToolCall", "StreamingToolParser", "new_call_id", "parse_reply"]
+__all__ = [
+    "TOOL_CALL_PARSERS",
+    "HermesToolParser",
+    "Llama3JsonToolParser",
+    "ParsedReply",
+    "ParsedToolCall",
+    "StreamingToolParser",
+    "ToolCallParser",
+    "get_tool_parser",
+    "new_call_id",
+    "parse_reply",
+]
 
 START = "<tool_call>"
 END = "</tool_call>"
@@ -187,3 +207,163 @@ def _partial_start(text: str) -> int:
         if START.startswith(text[-length:]):
             return length
     return 0
+
+
+# --------------------------------------------------------------------------- llama3_json
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+def parse_llama3_json(text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
+    """Split a Llama 3.x reply: JSON call objects (after an optional ``<|python_tag|>``), else text.
+
+    The whole reply must be calls (``{...}`` separated by ``;``); anything else stays text.
+    """
+    body = text.strip()
+    if body.startswith(PYTHON_TAG):
+        body = body[len(PYTHON_TAG) :].lstrip()
+    if not body.startswith("{"):
+        return ParsedReply(content=text)
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    calls: list[ParsedToolCall] = []
+    position = 0
+    while position < len(body):
+        try:
+            data, end = decoder.raw_decode(body, position)
+        except (ValueError, RecursionError):
+            return ParsedReply(content=text)
+        call = _parse_call(json.dumps(data), tool_names) if isinstance(data, dict) else None
+        if call is None:
+            return ParsedReply(content=text)
+        calls.append(call)
+        rest = body[end:].lstrip()
+        if rest.startswith(";"):
+            rest = rest[1:].lstrip()
+        elif rest:
+            return ParsedReply(content=text)
+        position = len(body) - len(rest)
+    return ParsedReply(content=None, tool_calls=calls) if calls else ParsedReply(content=text)
+
+
+class StreamingLlama3JsonParser:
+    """Incremental :func:`parse_llama3_json`: a reply that starts like a call is held to the end."""
+
+    def __init__(self, tool_names: Collection[str] | None = None) -> None:
+        self.tool_names = tool_names
+        self._held = ""
+        self._decided: bool | None = None  # True: holding a call; False: plain text
+
+    def feed(self, text: str) -> str:
+        """Add ``text``; return what is safe to stream as content now."""
+        if self._decided is False:
+            return text
+        self._held += text
+        if self._decided:
+            return ""
+        head = self._held.lstrip()
+        if not head or (PYTHON_TAG.startswith(head) and len(head) < len(PYTHON_TAG)):
+            return ""
+        if head.startswith("{") or head.startswith(PYTHON_TAG):
+            self._decided = True
+            return ""
+        self._decided = False
+        out, self._held = self._held, ""
+        return out
+
+    def finish(self) -> tuple[str, list[ParsedToolCall]]:
+        """The text still to stream as content and the tool calls, once the choice ended."""
+        held, self._held = self._held, ""
+        if not held:
+            return "", []
+        parsed = parse_llama3_json(held, self.tool_names)
+        return ("", parsed.tool_calls) if parsed.tool_calls else (held, [])
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class StreamingParser(Protocol):
+    """One streamed choice's tool-call parser."""
+
+    def feed(self, text: str) -> str:
+        """Add a text delta; return the content safe to stream now."""
+        ...
+
+    def finish(self) -> tuple[str, list[ParsedToolCall]]:
+        """The held content and the parsed calls, once the choice ended."""
+        ...
+
+
+class ToolCallParser:
+    """A model family's tool-call syntax: parsing, streaming and forced calls.
+
+    Attributes:
+        name: vLLM's ``--tool-call-parser`` name.
+        arguments_key: the key holding the arguments in a call object (``arguments``/``parameters``).
+        call_prefix: text written before a forced call's JSON.
+        call_suffix: text written after it.
+    """
+
+    name = ""
+    arguments_key = "arguments"
+    call_prefix = ""
+    call_suffix = ""
+
+    def parse(self, text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
+        """Split a whole reply into content and tool calls."""
+        raise NotImplementedError
+
+    def streaming(self, tool_names: Collection[str] | None = None) -> StreamingParser:
+        """A parser for one streamed choice."""
+        raise NotImplementedError
+
+    def call_schema(self, name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        """The JSON schema of one call of ``name`` in this syntax (keys in the order the model writes them)."""
+        return {
+            "type": "object",
+            "properties": {"name": {"const": name}, self.arguments_key: parameters},
+            "required": ["name", self.arguments_key],
+        }
+
+
+class HermesToolParser(ToolCallParser):
+    """``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` blocks."""
+
+    name = "hermes"
+    arguments_key = "arguments"
+    call_prefix = "<tool_call>\n"
+    call_suffix = "\n</tool_call>"
+
+    def parse(self, text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
+        """See :func:`parse_reply`."""
+        return parse_reply(text, tool_names)
+
+    def streaming(self, tool_names: Collection[str] | None = None) -> StreamingParser:
+        """See :class:`StreamingToolParser`."""
+        return StreamingToolParser(tool_names)
+
+
+class Llama3JsonToolParser(ToolCallParser):
+    """Llama 3.x JSON calls: ``{"name": ..., "parameters": {...}}`` (``arguments`` accepted too)."""
+
+    name = "llama3_json"
+    arguments_key = "parameters"
+
+    def parse(self, text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
+        """See :func:`parse_llama3_json`."""
+        return parse_llama3_json(text, tool_names)
+
+    def streaming(self, tool_names: Collection[str] | None = None) -> StreamingParser:
+        """See :class:`StreamingLlama3JsonParser`."""
+        return StreamingLlama3JsonParser(tool_names)
+
+
+#: vLLM's ``--tool-call-parser`` names implemented here.
+TOOL_CALL_PARSERS: dict[str, ToolCallParser] = {
+    parser.name: parser for parser in (HermesToolParser(), Llama3JsonToolParser())
+}
+
+
+def get_tool_parser(name: str | None) -> ToolCallParser | None:
+    """The parser called ``name`` (``None`` for none); ``KeyError`` for an unknown name."""
+    return None if name is None else TOOL_CALL_PARSERS[name]

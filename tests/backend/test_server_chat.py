@@ -20,8 +20,10 @@ HELLO = [{"role": "user", "content": "Say hello to Ada in one short sentence."}]
 @pytest.fixture(scope="module")
 def template() -> ChatTemplate:
     from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
+    from art_adapters_backend.model_family import resolve_model_family
 
-    return ChatTemplate(load_tokenizer(resolve_model_path(MODEL)))
+    tokenizer = load_tokenizer(resolve_model_path(MODEL))
+    return ChatTemplate(tokenizer, resolve_model_family(tokenizer, bundled=True).chat_template)
 
 
 def _sync_client(backend: LocalBackend) -> openai.OpenAI:

@@ -1,0 +1,136 @@
+"""Reasoning parsers: ``<think>...</think>`` becomes ``reasoning_content``, named like vLLM's.
+
+Both parsers strip a leading ``<think>`` if the model wrote it and split at the first
+``</think>``: what precedes is the reasoning, what follows the content (``None`` when empty).
+They differ only when no ``</think>`` appears (a truncated or non-thinking reply):
+
+* ``qwen3``: thinking on (the default) means the reply was cut while thinking, so it is all
+  reasoning; with ``chat_template_kwargs={"enable_thinking": false}`` it is all content.
+* ``deepseek_r1``: it is all reasoning.
+
+These are the semantics of vLLM's parsers of the same names. The parsed pieces are only what
+the API shows: the exact-token record keeps every sampled token, reasoning included.
+
+Forced tool calls skip the thinking block: :attr:`ReasoningParser.empty_block` is what a
+template renders for "no thinking" (Qwen3's ``<think>\\n\\n</think>\\n\\n``), written before the
+constrained call so the reply still parses as a reply of that family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["REASONING_PARSERS", "ReasoningParser", "StreamingReasoningParser", "get_reasoning_parser"]
+
+START = "<think>"
+END = "</think>"
+
+
+@dataclass(frozen=True)
+class ReasoningParser:
+    """One reasoning parser.
+
+    Attributes:
+        name: vLLM's ``--reasoning-parser`` name.
+        unterminated_is_content_without_thinking: whether a reply with no ``</think>`` is content
+            when thinking was turned off by ``chat_template_kwargs`` (``qwen3``).
+        empty_block: the text of an empty thinking block (written before a forced tool call).
+    """
+
+    name: str
+    unterminated_is_content_without_thinking: bool
+    empty_block: str = "<think>\n\n</think>\n\n"
+
+    def thinking(self, chat_template_kwargs: dict[str, Any] | None) -> bool:
+        """Whether the request leaves thinking on (``enable_thinking`` defaults to true)."""
+        return bool((chat_template_kwargs or {}).get("enable_thinking", True))
+
+    def split(self, text: str, chat_template_kwargs: dict[str, Any] | None = None) -> tuple[str | None, str | None]:
+        """``(reasoning, content)`` of a whole reply (either may be ``None``)."""
+        before, found, after = text.partition(START)
+        body = after if found else before
+        if END in body:
+            reasoning, _, content = body.partition(END)
+            return reasoning, content or None
+        if self.unterminated_is_content_without_thinking and not self.thinking(chat_template_kwargs):
+            return None, body
+        return body, None
+
+    def streaming(self, chat_template_kwargs: dict[str, Any] | None = None) -> StreamingReasoningParser:
+        """A parser for one streamed choice."""
+        content_only = self.unterminated_is_content_without_thinking and not self.thinking(chat_template_kwargs)
+        return StreamingReasoningParser(content_only=content_only)
+
+
+#: vLLM's ``--reasoning-parser`` names implemented here.
+REASONING_PARSERS: dict[str, ReasoningParser] = {
+    "qwen3": ReasoningParser("qwen3", unterminated_is_content_without_thinking=True),
+    "deepseek_r1": ReasoningParser("deepseek_r1", unterminated_is_content_without_thinking=False),
+}
+
+
+def get_reasoning_parser(name: str | None) -> ReasoningParser | None:
+    """The parser called ``name`` (``None`` for none); ``KeyError`` for an unknown name."""
+    return None if name is None else REASONING_PARSERS[name]
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
+    for length in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-length:]):
+            return length
+    return 0
+
+
+class StreamingReasoningParser:
+    """Splits a streamed reply into reasoning and content deltas.
+
+    :meth:`feed` takes a text delta and returns ``(reasoning, content)`` deltas that can be sent
+    now; text that might be the start of ``<think>`` or ``</think>`` is held until it is not.
+    Without ``</think>`` by the end, the reply is reasoning (``content_only``: content), as
+    :meth:`ReasoningParser.split` says; so content is only released once ``</think>`` was seen.
+    """
+
+    def __init__(self, *, content_only: bool = False) -> None:
+        self._buffer = ""
+        self._started = False  # past a possible leading <think>
+        self._done = False  # past </think>
+        self._content_only = content_only
+        self._text = ""
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """Add a text delta; return the ``(reasoning, content)`` deltas safe to send now."""
+        self._text += text
+        if self._done:
+            return "", text
+        if self._content_only and END not in self._text and START not in self._text:
+            # thinking turned off: content, but hold a possible marker start
+            buffer = self._buffer + text
+            keep = max(_partial_suffix(buffer, START), _partial_suffix(buffer, END))
+            self._buffer = buffer[len(buffer) - keep :]
+            return "", buffer[: len(buffer) - keep]
+        buffer = self._buffer + text
+        if not self._started:
+            stripped = buffer.lstrip()
+            if START.startswith(stripped) and len(stripped) < len(START):
+                self._buffer = buffer
+                return "", ""
+            if stripped.startswith(START):
+                buffer = stripped[len(START) :]
+            self._started = True
+        end = buffer.find(END)
+        if end >= 0:
+            self._done = True
+            self._buffer = ""
+            return buffer[:end], buffer[end + len(END) :]
+        keep = _partial_suffix(buffer, END)
+        self._buffer = buffer[len(buffer) - keep :]
+        return buffer[: len(buffer) - keep], ""
+
+    def finish(self) -> tuple[str, str]:
+        """The held text once the reply ended, as ``(reasoning, content)``."""
+        held, self._buffer = self._buffer, ""
+        if self._done or self._content_only:
+            return "", held
+        return held, ""
