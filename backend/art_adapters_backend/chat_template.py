@@ -158,7 +158,7 @@ class ChatTemplate:
             )
         except Exception as exc:  # jinja2's TemplateError and whatever the template raises
             if type(exc).__name__ in {"TemplateError", "TemplateSyntaxError", "UndefinedError"} or isinstance(
-                exc, (TypeError, ValueError, KeyError, IndexError, AttributeError)
+                exc, (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError)
             ):
                 raise ChatTemplateError(f"the chat template could not render this request: {exc}") from exc
             raise

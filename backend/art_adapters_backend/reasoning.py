@@ -97,28 +97,27 @@ class StreamingReasoningParser:
         self._started = False  # past a possible leading <think>
         self._done = False  # past </think>
         self._content_only = content_only
-        self._text = ""
 
     def feed(self, text: str) -> tuple[str, str]:
         """Add a text delta; return the ``(reasoning, content)`` deltas safe to send now."""
-        self._text += text
         if self._done:
             return "", text
-        if self._content_only and END not in self._text and START not in self._text:
-            # thinking turned off: content, but hold a possible marker start
-            buffer = self._buffer + text
-            keep = max(_partial_suffix(buffer, START), _partial_suffix(buffer, END))
-            self._buffer = buffer[len(buffer) - keep :]
-            return "", buffer[: len(buffer) - keep]
         buffer = self._buffer + text
         if not self._started:
             stripped = buffer.lstrip()
-            if START.startswith(stripped) and len(stripped) < len(START):
+            if len(stripped) < len(START) and START.startswith(stripped):  # may still become <think>
                 self._buffer = buffer
                 return "", ""
+            self._started = True
             if stripped.startswith(START):
                 buffer = stripped[len(START) :]
-            self._started = True
+            elif self._content_only:
+                # Thinking turned off and no <think>: content. (A bare </think> later in such a
+                # reply stays content here, where the whole-reply split would call what precedes
+                # it reasoning: a reply the template's "no thinking" prompt makes very unlikely.)
+                self._done = True
+                self._buffer = ""
+                return "", buffer
         end = buffer.find(END)
         if end >= 0:
             self._done = True
@@ -131,6 +130,6 @@ class StreamingReasoningParser:
     def finish(self) -> tuple[str, str]:
         """The held text once the reply ended, as ``(reasoning, content)``."""
         held, self._buffer = self._buffer, ""
-        if self._done or self._content_only:
+        if self._done or (self._content_only and not self._started):
             return "", held
         return held, ""

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 from art_adapters_backend.chat import _constraint
-from art_adapters_backend.chat_template import render_tool_call, tools_system_block
+from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
+from art_adapters_backend.tool_parser import HermesToolParser
 from art_adapters_backend.openai_types import ChatCompletionRequest
 
 from art_adapters import LocalBackend
@@ -18,6 +19,15 @@ MODEL = "smollm2-135m-instruct"
 
 def _body(**overrides: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **overrides}
+
+
+@pytest.fixture(scope="module")
+def template() -> ChatTemplate:
+    from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
+    from art_adapters_backend.model_family import resolve_model_family
+
+    tokenizer = load_tokenizer(resolve_model_path(MODEL))
+    return ChatTemplate(tokenizer, resolve_model_family(tokenizer, bundled=True).chat_template)
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +128,22 @@ async def test_forced_call_of_a_tool_whose_schema_uses_refs(
     )
 
 
-def test_a_deeply_nested_tool_schema_gets_a_worked_example() -> None:
-    # 400 nested objects: valid JSON and a valid schema; the worked example's recursion used to hit
-    # Python's recursion limit (a 500 for the request).
+@pytest.mark.parametrize("depth", [100, 400])
+def test_a_deeply_nested_tool_schema_renders_or_is_a_clear_error(template: ChatTemplate, depth: int) -> None:
+    # Valid JSON and a valid schema, rendered by the template's tojson as it is; nested past what
+    # tojson can recurse through, it is a ChatTemplateError (the server's 400), never a 500.
     params: dict[str, Any] = {"type": "object", "properties": {}}
     inner = params
-    for _ in range(400):
+    for _ in range(depth):
         inner["properties"]["a"] = {"type": "object", "properties": {}}
         inner = inner["properties"]["a"]
-    block = tools_system_block([{"type": "function", "function": {"name": "f", "parameters": params}}])
-    assert '<tool_call>\n{"name": "f", "arguments": {"a": {"a": ' in block
+    tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+    if depth > 300:
+        with pytest.raises(ChatTemplateError, match="recursion"):
+            template.render([{"role": "user", "content": "hi"}], tools)
+        return
+    text = template.render([{"role": "user", "content": "hi"}], tools)
+    assert '"parameters": {"type": "object", "properties": {"a": {"type": "object"' in text
 
 
 @pytest.mark.parametrize("with_ref", [False, True])
@@ -145,7 +161,7 @@ def test_a_deeply_nested_schema_can_be_forced(with_ref: bool) -> None:
             tool_choice="required",
         )
     )
-    constraint = _constraint(request)
+    constraint = _constraint(request, HermesToolParser(), None)
     assert constraint is not None
     arguments = constraint.json_schema["properties"]["arguments"]
     if with_ref:
@@ -155,9 +171,18 @@ def test_a_deeply_nested_schema_can_be_forced(with_ref: bool) -> None:
         assert arguments == params
 
 
-def test_arguments_at_the_edge_of_the_recursion_limit_render_as_text() -> None:
-    # json.loads may just manage a depth that json.dumps, one level deeper, cannot.
-    for depth in range(900, 1001):
+def test_arguments_at_the_edge_of_the_recursion_limit_are_a_clear_error_or_render(template: ChatTemplate) -> None:
+    # json.loads may just manage a depth that the template's tojson, one level deeper, cannot.
+    for depth in range(900, 1001, 10):
         arguments = "[" * depth + "]" * depth
-        rendered = render_tool_call("f", arguments)
-        assert rendered.startswith('<tool_call>\n{"name": "f", "arguments": ')
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}]},
+        ]  # fmt: skip
+        try:
+            text = template.render(messages)
+        except ChatTemplateError as exc:
+            assert "could not render" in str(exc)
+        else:
+            assert '<tool_call>\n{"name": "f", "arguments": ' in text

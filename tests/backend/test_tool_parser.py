@@ -70,3 +70,57 @@ def test_a_long_whitespace_run_inside_a_call_parses_in_linear_time() -> None:
 def test_block_splitting(text: str, content: str | None, calls: int) -> None:
     parsed = parse_reply(text, ["add"])
     assert (parsed.content, len(parsed.tool_calls)) == (text if content == "same" else content, calls)
+
+
+# --------------------------------------------------------------------------- llama3_json
+
+from art_adapters_backend.tool_parser import TOOL_CALL_PARSERS, get_tool_parser  # noqa: E402
+
+LLAMA = TOOL_CALL_PARSERS["llama3_json"]
+
+
+def test_llama3_json_calls_parse_with_parameters_or_arguments() -> None:
+    reply = LLAMA.parse('{"name": "add", "parameters": {"a": 1, "b": 2}}', ["add"])
+    assert reply.content is None and [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("add", {"a": 1, "b": 2})
+    ]
+    two = LLAMA.parse('<|python_tag|>{"name": "add", "arguments": {"a": 1}}; {"name": "add", "parameters": {}}', None)
+    assert [json.loads(c.arguments) for c in two.tool_calls] == [{"a": 1}, {}]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The answer is 3.",
+        '{"name": "mul", "parameters": {}}',  # not offered
+        '{"name": "add", "parameters": {"a": 1}} and more',
+        '{"name": "add", "parameters": [1]}',
+        '{"name": "add", "parameters": {"a": 1}',  # cut
+        'Sure: {"name": "add", "parameters": {}}',  # prose first: Llama 3 calls are the whole reply
+    ],
+)
+def test_llama3_json_non_calls_stay_text(text: str) -> None:
+    reply = LLAMA.parse(text, ["add"])
+    assert reply.tool_calls == [] and reply.content == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"name": "add", "parameters": {"a": 1}}', "Plain text answer.", "  <|python", "{broken"],
+)
+@pytest.mark.parametrize("step", [1, 4, 50])
+def test_llama3_json_streaming_matches_the_whole_reply(text: str, step: int) -> None:
+    stream = LLAMA.streaming(["add"])
+    shown = "".join(stream.feed(text[i : i + step]) for i in range(0, len(text), step))
+    rest, calls = stream.finish()
+    whole = LLAMA.parse(text, ["add"])
+    assert [c.arguments for c in calls] == [c.arguments for c in whole.tool_calls]
+    assert (shown + rest) == ("" if calls else text)
+
+
+def test_forced_call_schemas_follow_each_familys_syntax() -> None:
+    hermes = get_tool_parser("hermes")
+    assert hermes is not None and (hermes.call_prefix, hermes.call_suffix) == ("<tool_call>\n", "\n</tool_call>")
+    assert list(hermes.call_schema("add", {"type": "object"})["properties"]) == ["name", "arguments"]
+    assert (LLAMA.call_prefix, LLAMA.call_suffix) == ("", "")
+    assert list(LLAMA.call_schema("add", {"type": "object"})["properties"]) == ["name", "parameters"]
