@@ -1,9 +1,12 @@
 """The demo's task: a LangGraph ReAct agent on the bundled calculator MCP server.
 
-Scenarios are addition questions ("What is 38 + 17?") with their answer. The agent gets
-one worked example as real conversation turns (a question, an ``add`` tool call, the
-tool's result, the final answer) before the question: that foothold is what lets the
-135M base model succeed sometimes, so GRPO has signal to learn from.
+Scenarios are addition questions ("What is 38 + 17?") with their answer. The agent's own
+prompt gives the 135M base model its foothold: a system prompt that shows how a call of
+``add`` is written in the model's tool syntax, and one worked example as real conversation
+turns (a question, an ``add`` tool call, the tool's result, the final answer) before the
+question. That is what lets it succeed sometimes, so GRPO has signal to learn from. The
+backend injects nothing, so this prompt is exactly what a deployment of the trained model
+(``vllm serve`` with the same chat template) would see too.
 
 :func:`check` is the verifiable reward: 0.5 for an ``add`` call whose arguments are the
 question's two numbers (in either order), 0.5 for a final answer that states the sum.
@@ -41,7 +44,14 @@ __all__ = [
 #: The bundled calculator MCP server, started over stdio with this Python.
 CALCULATOR_SERVER = [sys.executable, "-m", "mcp_tools.servers.calculator"]
 
-SYSTEM_PROMPT = "You are a careful assistant. Use the add tool for arithmetic, then answer with the result."
+SYSTEM_PROMPT = (
+    "You are a careful assistant. Use the add tool for arithmetic, then answer with the result.\n\n"
+    "A call of add looks like this (use the numbers of the user's question, not these):\n"
+    '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>\n\n'
+    "When the tool's result arrives inside <tool_response></tool_response>, use it to answer the user."
+)
+"""The demo agent's system prompt: the task, and how a call is written in the bundled model's
+Hermes tool syntax (the foothold the backend used to inject, now where deployment sees it too)."""
 
 #: Tools offered to the model (the server has more; fewer keeps the prompt short on CPU).
 DEMO_TOOLS = ("add", "subtract")
