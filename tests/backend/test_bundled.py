@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,24 @@ def test_two_processes_convert_once_and_replace_a_half_folder(tmp_path: Path) ->
     assert (half / "model.safetensors").is_file()
     # No temporary folders are left behind.
     assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock")) == [half.name]
+
+
+def test_a_hub_id_resolves_through_the_local_hugging_face_cache_only(bundled_path: Path, tmp_path: Path) -> None:
+    """``org/name`` is found in the local HF cache (laid out as huggingface_hub writes it); never downloaded."""
+    snapshot = tmp_path / "hub" / "models--acme--tiny-chat" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (snapshot / name).symlink_to(bundled_path / name)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0123abcd")
+    script = (
+        "from art_adapters_backend.bundled import resolve_model_path\n"
+        "print(resolve_model_path('acme/tiny-chat'))\n"
+        "try:\n    resolve_model_path('acme/not-cached')\nexcept FileNotFoundError as exc:\n    print(exc)\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    found, error = out.stdout.strip().splitlines()
+    assert Path(found) == snapshot
+    assert "'acme/not-cached'" in error and "local Hugging Face cache" in error
