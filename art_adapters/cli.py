@@ -254,5 +254,60 @@ def train_mcp(
     report(result, console)
 
 
+_EXPORT_HELP = (
+    "Export a checkpoint for vLLM: a PEFT LoRA adapter folder (default) or a merged model (--merged).\n\n"
+    "The folder carries the tokenizer with the chat template every training prompt was rendered with, and a "
+    "README.md with the exact `vllm serve` line (--enable-lora --lora-modules, --chat-template, "
+    "--tool-call-parser) that serves it with the same prompts and parsers. Step 0 (the base weights) "
+    "exports only with --merged. Works offline on the run directory; from Python: `await model.export(out)`."
+)
+
+
+@app.command("export", help=_EXPORT_HELP)
+def export(
+    model: Annotated[
+        str,
+        typer.Argument(metavar="NAME[@STEP]", help="A trained model, optionally '@' a step (default: latest)."),
+    ],
+    out: Annotated[
+        Path,
+        typer.Argument(metavar="OUT", help="The folder to write (created; must be empty unless --force)."),
+    ],
+    merged: Annotated[
+        bool, typer.Option("--merged", help="Write a full model with the adapter merged in (safetensors).")
+    ] = False,
+    run_dir: Annotated[
+        Path, typer.Option(help="The backend's run directory (serve --run-dir); the backend need not run.")
+    ] = Path(".art/backend"),
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace OUT if it exists and is not empty.")
+    ] = False,
+) -> None:
+    """Export checkpoint NAME[@STEP] of a run directory into OUT (see ``_EXPORT_HELP`` and docs/export.md)."""
+    import json
+    import shlex
+
+    from rich.markup import escape
+
+    try:
+        from art_adapters_backend.bundled import BundledModelError
+        from art_adapters_backend.export import EXPORT_MANIFEST, export_checkpoint, parse_model_ref
+    except ImportError as exc:
+        console.print(f"[red]export needs the backend ({exc}): pip install 'art-adapters[backend]'[/red]")
+        raise typer.Exit(code=2) from exc
+    try:
+        name, step = parse_model_ref(model)
+        kind = "a merged model" if merged else "a LoRA adapter"
+        with console.status(f"exporting {escape(model)} from {escape(str(run_dir))} as {kind}..."):
+            path = export_checkpoint(run_dir, name, step, out=out, merged=merged, force=force)
+    except (ValueError, OSError, BundledModelError) as exc:  # ExportError is a ValueError
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(code=2) from exc
+    manifest = json.loads((path / EXPORT_MANIFEST).read_text(encoding="utf-8"))
+    console.print(f"[green]exported {name}@{manifest['step']} ({kind}) to {escape(str(path))}[/green]")
+    console.print("serve it with vLLM (see README.md there):")
+    console.print(shlex.join(manifest["vllm_command"]), markup=False, highlight=False, soft_wrap=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
