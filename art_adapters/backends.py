@@ -129,6 +129,24 @@ class Backend:
         """The exact-token record of a completion the backend served."""
         return await self.request("GET", f"/art/completions/{completion_id}")
 
+    async def export_model(
+        self,
+        name: str,
+        *,
+        out: str,
+        step: int | None = None,
+        merged: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Export checkpoint ``name@step`` into the folder ``out`` on the backend's machine.
+
+        ``POST /art/models/{name}/export`` (see ``docs/export.md``); returns the export's
+        manifest: ``path``, ``step``, ``merged``, ``vllm_command``, ...
+        """
+        body = {"out": out, "step": step, "merged": merged, "force": force}
+        return await self.request("POST", f"/art/models/{name}/export", json=body, timeout=timeout)
+
     async def aclose(self) -> None:
         """Close the HTTP client if we created it (in this event loop; one from a finished loop is dropped)."""
         if self._http is not None and self._owns_http and self._http_loop is asyncio.get_running_loop():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -27,10 +28,18 @@ if TYPE_CHECKING:
 
     from .backends import Backend
 
-__all__ = ["DEFAULT_TRAIN_TIMEOUT_S", "CheckpointInfo", "TrainResult", "TrainableModel"]
+__all__ = [
+    "DEFAULT_EXPORT_TIMEOUT_S",
+    "DEFAULT_TRAIN_TIMEOUT_S",
+    "CheckpointInfo",
+    "TrainResult",
+    "TrainableModel",
+]
 
 #: Default seconds ``TrainableModel.train`` waits for the backend's step (CPU steps take minutes).
 DEFAULT_TRAIN_TIMEOUT_S = 3600.0
+#: Default seconds ``TrainableModel.export`` waits (a merged export loads and writes the whole model).
+DEFAULT_EXPORT_TIMEOUT_S = 1800.0
 
 
 class TrainResult(BaseModel):
@@ -240,3 +249,55 @@ class TrainableModel(BaseModel):
             body = {"retention": policy.model_dump(mode="json")}
         data = await self.backend.request("POST", f"/art/models/{self.name}/checkpoints/delete", json=body)
         return [int(s) for s in data["deleted"]]
+
+    async def export(
+        self,
+        out: str | Path,
+        step: int | None = None,
+        merged: bool = False,
+        *,
+        force: bool = False,
+        timeout: float | None = DEFAULT_EXPORT_TIMEOUT_S,
+    ) -> Path:
+        """Export checkpoint ``step`` for deployment with vLLM; returns the folder written.
+
+        The default writes a PEFT LoRA adapter folder (adapter config naming the base model,
+        the tokenizer with the chat template used in training, ``chat_template.jinja``, and a
+        ``README.md`` with the exact ``vllm serve ... --enable-lora --lora-modules ...`` line);
+        ``merged=True`` writes the base model with the adapter merged in (safetensors). See
+        ``docs/export.md``. The same as ``art-adapters export NAME[@STEP] OUT``.
+
+        The backend writes the folder **on its own machine**: with a :class:`LocalBackend`
+        a relative ``out`` is taken from this process's working directory; a remote backend
+        needs an absolute path on its machine.
+
+        Args:
+            out: the folder to write (its parents are created).
+            step: the checkpoint step; ``None`` for the latest. Step 0 (the base weights)
+                needs ``merged=True``.
+            merged: write a full merged model instead of the adapter.
+            force: replace ``out`` if it exists and is not empty.
+            timeout: seconds to wait (``None``: forever).
+
+        Raises:
+            ConfigError: a negative step, or a relative ``out`` for a remote backend.
+            BackendRequestError: 404 unknown model or step, 409 ``out`` exists and is not
+                empty (pass ``force``), 400 step 0 without ``merged``.
+        """
+        from .backends import LocalBackend
+
+        if step is not None and step < 0:
+            raise ConfigError(f"step must be >= 0, got {step}")
+        backend = self.backend
+        path = Path(out).expanduser()
+        if isinstance(backend, LocalBackend):
+            path = path.absolute()
+        elif not path.is_absolute():
+            raise ConfigError(
+                f"out must be an absolute path on the backend's machine ({backend.base_url}), "
+                f"got {str(out)!r}"
+            )
+        data = await backend.export_model(
+            self.name, out=str(path), step=step, merged=merged, force=force, timeout=timeout or 10.0**9
+        )
+        return Path(data["path"])

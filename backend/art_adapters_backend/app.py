@@ -13,6 +13,7 @@ from .engine.base import ContextLengthError
 from .errors import BadRequestError, install_error_handlers
 from .routes_art import health_router
 from .routes_art import router as art_router
+from .routes_export import router as export_router
 from .routes_openai import router as openai_router
 from .state import ServerState
 
@@ -50,6 +51,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(health_router)
     app.include_router(openai_router)
     app.include_router(art_router)
+    app.include_router(export_router)
     if importlib.util.find_spec(f"{__package__}.routes_train") is not None:
         from .routes_train import router as train_router  # the training API, when installed
 
