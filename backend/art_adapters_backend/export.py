@@ -39,6 +39,7 @@ from .bundled import is_bundled, resolve_model_path
 from .durable import fsync_path
 from .model_family import ModelFamily
 from .registry import ModelRecord, Registry
+from .state import SERVING_SETTINGS
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
@@ -172,8 +173,6 @@ def read_serving_settings(
     Raises:
         ExportNotFoundError: neither ``serving.json`` nor ``base_model`` says which model this is.
     """
-    from .state import SERVING_SETTINGS
-
     run_dir = Path(run_dir)
     settings_file = run_dir / SERVING_SETTINGS
     if settings_file.is_file():
@@ -456,6 +455,11 @@ def export_checkpoint(
         raise ExportError(
             f"model {name!r} was registered on {record.base_model!r}, but the backend last ran this run "
             f"directory on {settings.base_model!r}; start it on {record.base_model!r} once, then export"
+        )
+    if not settings.base_model_path.is_dir():
+        raise ExportNotFoundError(
+            f"the base model folder {settings.base_model_path} the backend loaded is gone; restore it (for "
+            f"the bundled model: start the backend once to convert it again)"
         )
     out = Path(out).expanduser().absolute()
     _prepare_out(out, run_dir, [run_dir / "models", settings.base_model_path], force)

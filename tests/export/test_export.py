@@ -291,3 +291,14 @@ def test_cli_exports_and_reports_errors(tiny_run: Path, tmp_path: Path) -> None:
     assert base.exit_code == 2 and "--merged" in base.output
     step = runner.invoke(cli_app, ["export", f"{NAME}@9", str(tmp_path / "z"), "--run-dir", str(tiny_run)])
     assert step.exit_code == 2 and "its steps are [0, 1]" in step.output
+
+
+def test_a_missing_base_model_folder_is_named(tiny_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    settings = json.loads((run / "serving.json").read_text())
+    settings["base_model_path"] = str(tmp_path / "moved-away")
+    (run / "serving.json").write_text(json.dumps(settings))
+    with pytest.raises(ExportNotFoundError, match="moved-away the backend loaded is gone"):
+        export_checkpoint(run, NAME, out=tmp_path / "a")
+    assert not (tmp_path / "a").exists()
