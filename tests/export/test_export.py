@@ -291,6 +291,8 @@ def test_cli_exports_and_reports_errors(tiny_run: Path, tmp_path: Path) -> None:
     assert base.exit_code == 2 and "--merged" in base.output
     step = runner.invoke(cli_app, ["export", f"{NAME}@9", str(tmp_path / "z"), "--run-dir", str(tiny_run)])
     assert step.exit_code == 2 and "its steps are [0, 1]" in step.output
+    helped = runner.invoke(cli_app, ["export", "--help"])
+    assert helped.exit_code == 0 and "--merged" in helped.output and "vllm serve" in helped.output
 
 
 def test_a_missing_base_model_folder_is_named(tiny_run: Path, tmp_path: Path) -> None:
