@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jinja2
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
@@ -72,6 +73,13 @@ def _arguments(value: Any) -> Any:
     return value if isinstance(value, (dict, list)) else {}
 
 
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """An assistant tool call as the template sees it: as sent, with its arguments parsed."""
+    function = dict(call.get("function") or {})
+    function["arguments"] = _arguments(function.get("arguments"))
+    return {**call, "function": function}
+
+
 def conversation(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[dict[str, Any]]:
     """OpenAI messages as the conversation vLLM hands to the chat template (see module docstring)."""
     out: list[dict[str, Any]] = []
@@ -80,13 +88,9 @@ def conversation(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[dict
         role = message.get("role")
         item: dict[str, Any] = {"role": role, "content": _content_text(message.get("content"))}
         if role == "assistant":
-            calls = message.get("tool_calls")
+            calls = [_as_dict(call) for call in message.get("tool_calls") or []]
             if calls:
-                item["tool_calls"] = [
-                    {**dict(call), "function": {**dict(call.get("function") or {}),
-                                                "arguments": _arguments((call.get("function") or {}).get("arguments"))}}
-                    for call in (_as_dict(c) for c in calls)
-                ]  # fmt: skip
+                item["tool_calls"] = [_tool_call(call) for call in calls]
             reasoning = message.get("reasoning", message.get("reasoning_content"))
             if reasoning is not None:
                 item["reasoning"] = item["reasoning_content"] = reasoning
@@ -156,12 +160,16 @@ class ChatTemplate:
                 tokenize=False,
                 **kwargs,
             )
-        except Exception as exc:  # jinja2's TemplateError and whatever the template raises
-            if type(exc).__name__ in {"TemplateError", "TemplateSyntaxError", "UndefinedError"} or isinstance(
-                exc, (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError)
-            ):
-                raise ChatTemplateError(f"the chat template could not render this request: {exc}") from exc
-            raise
+        except (
+            jinja2.TemplateError,  # raise_exception(...) in the template, undefined values, syntax
+            TypeError,  # e.g. concatenating a missing field: None + str
+            ValueError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            RecursionError,  # tojson of a value nested past Python's recursion limit
+        ) as exc:
+            raise ChatTemplateError(f"the chat template could not render this request: {exc}") from exc
         return str(text)
 
     def encode(
