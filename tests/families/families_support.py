@@ -106,7 +106,11 @@ ADD = {
         "description": "Add two integers.",
         "parameters": {
             "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            # Bounded: a random model's unbounded integer may run on past max_tokens.
+            "properties": {
+                "a": {"type": "integer", "minimum": 0, "maximum": 1000},
+                "b": {"type": "integer", "minimum": 0, "maximum": 1000},
+            },
             "required": ["a", "b"],
         },
     },

@@ -1,0 +1,207 @@
+"""A captured LangGraph run trains one step on exact tokens, per model family; the step is served as
+``name@1``; and (on Qwen3) its export reloads with plain transformers/PEFT giving the backend's
+log-probabilities. The bundled model's export is checked the same way in ``tests/export``.
+
+The graph is a real LangGraph ``StateGraph`` (agent node, ``ToolNode``, ``tools_condition``) whose
+model is ``model.chat_model()``: the first turn is a forced ``add`` call (so the run has a tool
+turn whatever the model is), the second an answer with tools turned off. Two runs with rewards
+assigned by hand make one group.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import torch
+from families_support import SYSTEM, Family
+from langchain_core.tools import tool
+from pydantic import Field
+
+from art_adapters import TrainableModel, TrainConfig, TrajectoryCallbackHandler, TrajectoryGroup
+from art_adapters.trajectory import Trajectory
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = 1e-4
+
+
+@tool
+def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=99)]) -> int:
+    """Add two small integers."""
+    return a + b
+
+
+def _graph(model: TrainableModel) -> Any:
+    """agent -> (tool call?) tools -> agent -> end; the first turn must call ``add``."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    call = model.chat_model(temperature=1.0, max_tokens=48).bind_tools([add], tool_choice="add")
+    answer = model.chat_model(temperature=1.0, max_tokens=8).bind_tools([add], tool_choice="none")
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def _run(graph: Any) -> Trajectory:
+    handler = TrajectoryCallbackHandler()
+    await graph.ainvoke(
+        {"messages": [("system", SYSTEM), ("user", "What is 2 + 3?")]},
+        config={"callbacks": [handler], "recursion_limit": 6},
+    )
+    trajectory = handler.trajectory
+    assert trajectory is not None and trajectory.error is None
+    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    return trajectory
+
+
+async def _extends(family: Family, trajectory: Trajectory) -> bool:
+    """Whether the answer turn's recorded prompt extends the call turn's prompt + completion."""
+    call_turn, answer_turn = trajectory.messages[2], trajectory.messages[4]
+    first = await family.backend.get_token_record(call_turn.completion_id or "")
+    second = await family.backend.get_token_record(answer_turn.completion_id or "")
+    sampled = (
+        first["prompt_token_ids"] + first["choices"][call_turn.choice_index or 0]["completion_token_ids"]
+    )
+    return second["prompt_token_ids"][: len(sampled)] == sampled
+
+
+@pytest.fixture(scope="session")
+async def trained(family: Family) -> dict[str, Any]:
+    """One training step of a fresh model on two captured graph runs of the family (step 1)."""
+    model = TrainableModel(
+        name=f"fam-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
+    )
+    await model.register(family.backend)
+    graph = _graph(model)
+    runs = [await _run(graph) for _ in range(2)]
+    extends = [await _extends(family, run) for run in runs]
+    group = TrajectoryGroup(
+        trajectories=[
+            run.model_copy(update={"reward": reward}) for run, reward in zip(runs, [1.0, 0.0], strict=True)
+        ]
+    )
+    # A large learning rate on the random model, so the adapter moves its logits far past the tolerance.
+    lr = 5e-2 if family.name == "qwen3" else 1e-4
+    result = await model.train([group], config=TrainConfig(learning_rate=lr))
+    return {"model": model, "runs": runs, "extends": extends, "result": result}
+
+
+async def test_a_captured_graph_run_trains_one_step_on_exact_tokens(
+    family: Family, trained: dict[str, Any]
+) -> None:
+    result, runs, extends = trained["result"], trained["runs"], trained["extends"]
+    for run in runs:
+        (call,) = run.messages[2].tool_calls
+        assert call.function.name == "add" and set(json.loads(call.function.arguments)) == {"a", "b"}
+        assert all(m.completion_id for m in run.messages if m.role == "assistant")
+    if family.reasoning_parser == "qwen3":
+        # Qwen3's template drops the call turn's (empty) thinking block when it renders the history,
+        # so the answer turn's prompt does not extend what was sampled: one sequence per turn.
+        assert extends == [False, False]
+    metrics = result.metrics
+    assert result.trained and result.step == 1, result
+    assert (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"]) == (4, 0, 0), (
+        metrics
+    )
+    breaks = extends.count(False)
+    print(f"{family.name}: {metrics['sequences']} sequences from 4 recorded turns, {breaks} prefix breaks")
+    assert metrics["prefix_breaks"] == breaks and metrics["sequences"] == 2 + breaks, metrics
+    assert metrics["grad_norm"] > 0
+
+
+async def test_the_step_is_served_as_name_at_1(family: Family, trained: dict[str, Any]) -> None:
+    model: TrainableModel = trained["model"]
+    assert await model.get_step() == 1
+    client = model.openai_client()
+    reply = await client.chat.completions.create(
+        model=model.served_name(1), messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
+    await client.close()
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    record = await family.backend.get_token_record(reply.id)
+    assert (record["trained_model"], record["step"]) == (model.name, 1)
+
+
+def _logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """log_softmax of ``model``'s logits at each completion position, [len(completion), V]."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model.eval()(input_ids=ids).logits[0]
+    start = len(prompt) - 1
+    return torch.log_softmax(logits[start : start + len(completion)].float(), dim=-1)
+
+
+def _max_diff(logprobs: torch.Tensor, choice: dict[str, Any]) -> float:
+    """The largest gap to every logprob the backend reported (sampled and top-20)."""
+    diffs = []
+    for i, (token, logprob) in enumerate(
+        zip(choice["completion_token_ids"], choice["logprobs"], strict=True)
+    ):
+        diffs.append(abs(logprobs[i, token].item() - logprob))
+        diffs += [abs(logprobs[i, alt].item() - lp) for alt, lp in choice["top_logprobs"][i]]
+    return max(diffs)
+
+
+async def test_the_export_reloads_with_the_backends_logprobs(
+    family: Family, trained: dict[str, Any], tmp_path: Path
+) -> None:
+    if family.name != "qwen3":
+        pytest.skip("the bundled model's export reload is tested in tests/export/test_export_api.py")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model: TrainableModel = trained["model"]
+    client = model.openai_client()
+    reply = await client.chat.completions.create(
+        model=model.served_name(1),
+        messages=[{"role": "user", "content": "What is 2 + 3?"}],
+        max_tokens=6,
+        temperature=1.0,
+        seed=0,
+        logprobs=True,
+        top_logprobs=20,
+    )
+    await client.close()
+    record = await family.backend.get_token_record(reply.id)
+    assert record["step"] == 1
+    (choice,) = record["choices"]
+    prompt = record["prompt_token_ids"]
+
+    adapter = await model.export(tmp_path / "adapter")
+    manifest = json.loads((adapter / "export.json").read_text())
+    assert (manifest["step"], manifest["tool_call_parser"], manifest["reasoning_parser"]) == (
+        1,
+        "hermes",
+        "qwen3",
+    )
+    assert (adapter / manifest["chat_template_file"]).read_text(encoding="utf-8") == family.chat_template
+    base_path = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(adapter))
+    via_peft = _logprobs(peft_model, prompt, choice["completion_token_ids"])
+    with peft_model.disable_adapter():
+        base_diff = _max_diff(_logprobs(peft_model, prompt, choice["completion_token_ids"]), choice)
+    diff = _max_diff(via_peft, choice)
+    print(f"qwen3 adapter export vs backend: max |logprob diff| {diff:.2e} (base weights: {base_diff:.2e})")
+    assert diff < TOLERANCE and base_diff > 100 * TOLERANCE  # the adapter matters, so the check can fail
+
+    merged = await model.export(tmp_path / "merged", merged=True)
+    via_merged = _logprobs(
+        AutoModelForCausalLM.from_pretrained(str(merged)), prompt, choice["completion_token_ids"]
+    )
+    merged_diff = _max_diff(via_merged, choice)
+    print(f"qwen3 merged export vs backend: max |logprob diff| {merged_diff:.2e}")
+    assert merged_diff < TOLERANCE and (via_merged - via_peft).abs().max().item() < TOLERANCE
