@@ -2,8 +2,11 @@
 
 ``family`` is parametrised over the families tested here: ``qwen3`` (a tiny random model on
 Qwen3's real tokenizer and chat template, served with no flags: the template and parsers are
-read off the model folder) and ``smollm2`` (the bundled model with its shipped tool template, on
-the session's shared backend). Session-scoped, so pytest runs each family's tests together and
+read off the model folder), ``smollm2`` (the bundled model with its shipped tool template, on
+the session's shared backend) and ``llama3-json-flags`` (the same tiny model served with
+``--chat-template`` and ``--tool-call-parser llama3_json``: not a Llama model, since no package
+here ships a Llama 3 tokenizer with its chat template, but Llama 3's call syntax and the flags
+end to end). Session-scoped, so pytest runs each family's tests together and
 starts each backend once.
 """
 
@@ -15,11 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from families_support import Family, qwen3_chat_template, tiny_qwen3_path
+from families_support import (
+    HERMES_CALL,
+    LLAMA3_JSON_CALL,
+    LLAMA3_JSON_TEMPLATE,
+    Family,
+    qwen3_chat_template,
+    tiny_qwen3_path,
+)
 
 from art_adapters import LocalBackend
 
-FAMILIES = ["qwen3", "smollm2"]
+FAMILIES = ["qwen3", "smollm2", "llama3-json-flags"]
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +51,23 @@ async def qwen3_backend(
         await backend.close()
 
 
+@pytest.fixture(scope="session")
+async def llama3_json_backend(
+    qwen3_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[LocalBackend]:
+    """The tiny model served with ``--chat-template`` (a Llama 3.x-style file) and ``--tool-call-parser llama3_json``."""
+    backend = LocalBackend(
+        run_dir=tmp_path_factory.mktemp("llama3-json-backend"),
+        base_model=str(qwen3_path),
+        extra_args=["--chat-template", str(LLAMA3_JSON_TEMPLATE), "--tool-call-parser", "llama3_json"],
+    )
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
 def _qwen3(request: pytest.FixtureRequest) -> Family:
     from transformers import AutoTokenizer
 
@@ -53,7 +80,8 @@ def _qwen3(request: pytest.FixtureRequest) -> Family:
         chat_template=qwen3_chat_template(),
         tool_call_parser="hermes",
         reasoning_parser="qwen3",
-        call_prefix="<think>\n\n</think>\n\n<tool_call>\n",
+        call_syntax=HERMES_CALL,
+        forced_prefix="<think>\n\n</think>\n\n",
     )
 
 
@@ -70,11 +98,28 @@ def _smollm2(request: pytest.FixtureRequest) -> Family:
         chat_template=template.read_text(encoding="utf-8"),
         tool_call_parser="hermes",
         reasoning_parser=None,
-        call_prefix="<tool_call>\n",
+        call_syntax=HERMES_CALL,
+    )
+
+
+def _llama3_json_flags(request: pytest.FixtureRequest) -> Family:
+    from transformers import AutoTokenizer
+
+    path: Path = request.getfixturevalue("qwen3_path")
+    return Family(
+        name="llama3-json-flags",
+        backend=request.getfixturevalue("llama3_json_backend"),
+        base_model=str(path),
+        tokenizer=AutoTokenizer.from_pretrained(str(path)),
+        chat_template=LLAMA3_JSON_TEMPLATE.read_text(encoding="utf-8"),
+        tool_call_parser="llama3_json",
+        reasoning_parser=None,
+        call_syntax=LLAMA3_JSON_CALL,
     )
 
 
 @pytest.fixture(scope="session", params=FAMILIES)
 def family(request: pytest.FixtureRequest) -> Any:
     """One model family with its running backend (see the module docstring)."""
-    return {"qwen3": _qwen3, "smollm2": _smollm2}[request.param](request)
+    build = {"qwen3": _qwen3, "smollm2": _smollm2, "llama3-json-flags": _llama3_json_flags}[request.param]
+    return build(request)

@@ -95,6 +95,13 @@ def tiny_qwen3_path() -> Path:
     return target
 
 
+#: One tool call in each syntax (``re.DOTALL``): Hermes ``<tool_call>`` blocks and Llama 3 JSON.
+HERMES_CALL = r'<tool_call>\n\{"name": "[\w.-]+", "arguments": \{.*\}\}\n</tool_call>'
+LLAMA3_JSON_CALL = r'\{"name": "[\w.-]+", "parameters": \{.*\}\}'
+#: The template file of the ``llama3-json-flags`` family (served with ``--chat-template``).
+LLAMA3_JSON_TEMPLATE = Path(__file__).parent / "templates" / "llama3-json-tools.jinja"
+
+
 # --------------------------------------------------------------------------- requests
 
 #: The system prompt and the tools of the test requests.
@@ -207,7 +214,9 @@ class Family:
         chat_template: the template every prompt must be rendered with (located independently).
         tool_call_parser: vLLM's ``--tool-call-parser`` name the server must have chosen.
         reasoning_parser: vLLM's ``--reasoning-parser`` name, or ``None``.
-        call_prefix: the text a forced call starts with in this family's replies.
+        call_syntax: a regular expression matching one tool call as this family writes it.
+        forced_prefix: what a forced call is preceded by in a reply (a reasoning family's empty
+            thinking block), as a literal string.
     """
 
     name: str
@@ -217,7 +226,8 @@ class Family:
     chat_template: str
     tool_call_parser: str
     reasoning_parser: str | None
-    call_prefix: str
+    call_syntax: str
+    forced_prefix: str = ""
 
     def render(self, request: Mapping[str, Any]) -> str:
         """The prompt text vLLM renders for an OpenAI chat request body."""

@@ -24,7 +24,8 @@ from pydantic import Field
 from art_adapters import TrainableModel, TrainConfig, TrajectoryCallbackHandler, TrajectoryGroup
 from art_adapters.trajectory import Trajectory
 
-pytestmark = pytest.mark.slow
+#: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
 
 TOLERANCE = 1e-4
 
