@@ -124,6 +124,21 @@ async def test_a_captured_graph_run_trains_one_step_on_exact_tokens(
     assert metrics["grad_norm"] > 0
 
 
+async def test_each_captured_turn_was_prompted_with_vllms_rendering_of_the_graphs_request(
+    family: Family, trained: dict[str, Any]
+) -> None:
+    """End to end through LangChain: what the graph sent, rendered as vLLM would, is what the turn was sampled on."""
+    for run in trained["runs"]:
+        messages, tools = run.openai_messages(), [t.model_dump(exclude_none=True) for t in run.tools or []]
+        for i, message in enumerate(run.messages):
+            if message.role != "assistant":
+                continue
+            record = await family.backend.get_token_record(message.completion_id or "")
+            assert record["prompt_token_ids"] == family.prompt_ids(
+                {"messages": messages[:i], "tools": tools}
+            ), i
+
+
 async def test_the_step_is_served_as_name_at_1(family: Family, trained: dict[str, Any]) -> None:
     model: TrainableModel = trained["model"]
     assert await model.get_step() == 1
