@@ -91,6 +91,14 @@ class Message(BaseModel):
     for); it is ``None`` elsewhere. It is not an OpenAI field either, so :meth:`to_openai`
     drops it.
 
+    ``model`` is the name of the model that produced an assistant turn, as its call reported
+    it (the response's model name, else the requested one: ``"agent@3"``, ``"gpt-4o"``).
+    Capture sets it on the turns the run's model calls produced, so a graph with several
+    models (a hosted planner beside the trained policy) says which turn is whose; training
+    puts only the policy's turns in the loss. ``None`` means unknown (the call did not say,
+    or JSON written before the field existed) and is trained like the policy's turn. Not an
+    OpenAI field: :meth:`to_openai` drops it.
+
     Unknown fields are kept, so a round trip loses nothing.
     """
 
@@ -105,11 +113,12 @@ class Message(BaseModel):
     choice_index: int = 0
     generated: bool | None = None
     usage: dict[str, Any] | None = None
+    model: str | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """Return the message as the OpenAI chat API expects it (our link fields dropped)."""
         data = self.model_dump(
-            exclude_none=True, exclude={"completion_id", "choice_index", "generated", "usage"}
+            exclude_none=True, exclude={"completion_id", "choice_index", "generated", "usage", "model"}
         )
         if self.role == "assistant" and "content" not in data:
             data["content"] = None

@@ -17,6 +17,9 @@ module assembles that material, so both paths build trajectories the same way:
   (a hand-written few-shot example, history carried over from an earlier run), so
   training keeps it out of the loss; ``None`` (unknown) when an earlier call of the run
   has no recorded output and so might have produced it;
+* each assistant turn a model call produced carries that call's model name
+  (``Message.model``), also where the turn reappears in another call's input, so a graph
+  with several models (a planner, a summariser, the trained policy) says whose turn is whose;
 * each model call's token usage is kept on its output message (``Message.usage``) and
   summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and each failed model
   call gets a line in ``logs``.
@@ -32,7 +35,23 @@ from typing import Any, Protocol
 
 from art_adapters.trajectory import History, Message, ToolCallRecord, ToolSchema, Trajectory
 
-__all__ = ["ModelCall", "ModelCallLike", "assemble", "conversations", "usage_totals"]
+__all__ = ["ModelCall", "ModelCallLike", "assemble", "conversations", "model_name", "usage_totals"]
+
+#: What instrumentations write when they do not know the model (OpenLLMetry writes ``"unknown"``).
+_NO_MODEL_NAMES = frozenset({"", "unknown", "none", "null"})
+
+
+def model_name(*candidates: Any) -> str | None:
+    """The first candidate that is a real model name (a non-empty string other than ``"unknown"``).
+
+    Shared by both capture paths, so a placeholder never passes for a model: a turn whose
+    model is unknown stays ``None`` and is trained like the policy's, where a made-up name
+    would keep it out of training.
+    """
+    for value in candidates:
+        if isinstance(value, str) and value.strip().lower() not in _NO_MODEL_NAMES:
+            return value.strip()
+    return None
 
 
 class ModelCallLike(Protocol):
@@ -43,6 +62,7 @@ class ModelCallLike(Protocol):
     output: Message | None
     usage: dict[str, int]
     error: str | None
+    model: str | None
 
 
 @dataclass
@@ -55,6 +75,8 @@ class ModelCall:
         output: the assistant message produced; ``None`` while running or when the call failed.
         usage: token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
         error: ``"Type: message"`` when the call failed.
+        model: the model's name as the call reported it (response first, else request);
+            ``None`` when it did not say.
     """
 
     messages: list[Message]
@@ -62,6 +84,7 @@ class ModelCall:
     output: Message | None = None
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    model: str | None = None
 
 
 def _key(message: Message) -> tuple[Any, ...]:
@@ -80,8 +103,9 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
     """One history per distinct conversation of the ordered *calls*: extensions replace, divergences add.
 
     Message objects are placed, not copied: each call's messages end up in at most one history.
-    Assistant turns get their ``generated`` marker (see :func:`_mark_generated`), and each
-    call's output its token usage (``usage``, when the call reported any).
+    Assistant turns get their ``generated`` marker and their ``model`` (see
+    :func:`_mark_generated`), and each call's output its token usage (``usage``, when the
+    call reported any).
     """
     histories: list[History] = []
     keys_of: list[list[tuple[Any, ...]]] = []
@@ -90,6 +114,8 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
         if call.output is not None:
             if call.usage:
                 call.output.usage = dict(call.usage)
+            if call.model is not None and call.output.model is None:
+                call.output.model = call.model
             conversation.append(call.output)
         _name_tool_results(conversation)
         keys = [_key(m) for m in conversation]
@@ -112,15 +138,24 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
 
 
 def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) -> None:
-    """Set ``generated`` on every assistant turn of *histories*.
+    """Set ``generated`` (and ``model``, where known) on every assistant turn of *histories*.
 
     ``True``: the turn is (the same turn as) the output of one of *calls*. Otherwise the turn
     was only ever input: ``False`` (prompt, e.g. a few-shot example), unless a call that
     started before its first appearance has no recorded output (it failed, was still
     running, or capture could not convert it) and so might have produced it: then ``None``
     (unknown, trained as before).
+
+    A produced turn also gets the model name of the call that produced it (the first such
+    call, when two produced the same turn), including where it is another call's input: a
+    planner's reply that the policy then reads is still the planner's turn.
     """
-    produced = {_key(call.output) for call in calls if call.output is not None}
+    produced: dict[tuple[Any, ...], str | None] = {}
+    for call in calls:
+        if call.output is not None:
+            key = _key(call.output)
+            if produced.get(key) is None:
+                produced[key] = call.output.model
     input_only: dict[tuple[Any, ...], bool | None] = {}
     output_missing = False
     for call in calls:
@@ -134,7 +169,12 @@ def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) ->
         for message in history.messages:
             if message.role == "assistant":
                 key = _key(message)
-                message.generated = True if key in produced else input_only.get(key)
+                if key in produced:
+                    message.generated = True
+                    if message.model is None:
+                        message.model = produced[key]
+                else:
+                    message.generated = input_only.get(key)
 
 
 def _name_tool_results(conversation: list[Message]) -> None:
@@ -152,12 +192,14 @@ def _name_tool_results(conversation: list[Message]) -> None:
 
 
 def _copy_completion_ids(source: list[Message], target: list[Message]) -> None:
-    """Copy completion ids (and usage) of a conversation contained in *target* onto the turns it shares."""
+    """Copy completion ids (usage, model) of a conversation contained in *target* onto the turns it shares."""
     for src, dst in zip(source, target, strict=False):
         if src.completion_id is not None and dst.completion_id is None:
             dst.completion_id = src.completion_id
         if src.usage is not None and dst.usage is None:
             dst.usage = dict(src.usage)
+        if src.model is not None and dst.model is None:
+            dst.model = src.model
 
 
 def usage_totals(calls: Sequence[ModelCallLike]) -> dict[str, int]:

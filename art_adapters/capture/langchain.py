@@ -19,9 +19,10 @@ captured run only pays for bookkeeping (see ``bench/capture.py``).
 
 What is recorded: every chat-model call's input messages (OpenAI format) and the tools
 bound to it, its output (content, tool calls, the provider's completion id, token
-usage), every tool's result or error, and the MCP ``tools/call`` records that
-:mod:`mcp_tools` reports as the custom event :data:`TOOL_RECORD_EVENT`. Callback errors
-are logged by LangChain and never break the run (``raise_error = False``).
+usage, the model's name: the response's, else the requested one), every tool's result
+or error, and the MCP ``tools/call`` records that :mod:`mcp_tools` reports as the custom
+event :data:`TOOL_RECORD_EVENT`. Callback errors are logged by LangChain and never break
+the run (``raise_error = False``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from art_adapters.capture.langchain_convert import (
     convert_messages,
     error_text,
     output_message,
+    output_model,
     output_usage,
+    requested_model,
     tool_output,
 )
 from art_adapters.capture.recorder import TrajectoryRecorder
@@ -184,6 +187,7 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
             partial(convert_messages, prompt),
             tools=partial(self._tools, kwargs.get("invocation_params")),
             name=_name(serialized, kwargs),
+            model=partial(requested_model, kwargs.get("invocation_params"), kwargs.get("metadata")),
         )
 
     def on_llm_start(
@@ -198,13 +202,20 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         """A completion (non-chat) model was called: its prompt is recorded as one user message."""
         messages = [Message(role="user", content=prompts[0])] if prompts else []
         self.recorder.start_model_call(
-            run_id, parent_run_id, messages, tools=partial(self._tools, kwargs.get("invocation_params"))
+            run_id,
+            parent_run_id,
+            messages,
+            tools=partial(self._tools, kwargs.get("invocation_params")),
+            model=partial(requested_model, kwargs.get("invocation_params"), kwargs.get("metadata")),
         )
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """A model call returned (streamed calls too: LangChain hands over the merged message)."""
         self.recorder.end_model_call(
-            run_id, partial(output_message, response), usage=partial(output_usage, response)
+            run_id,
+            partial(output_message, response),
+            usage=partial(output_usage, response),
+            model=partial(output_model, response),
         )
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -2,7 +2,7 @@
 
 Pure functions used by the callback handler. They read LangChain messages by their
 public attributes (``type``, ``content``, ``tool_calls``, ``tool_call_id``, ``name``,
-``response_metadata``, ``usage_metadata``), so this module imports nothing from
+``response_metadata``, ``usage_metadata``, ``llm_output``), so this module imports nothing from
 LangChain at run time. Records are built with ``model_construct`` from values already
 checked here (LangChain validated the messages), which keeps conversion cheap.
 """
@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from art_adapters.capture.assembly import model_name
 from art_adapters.capture.otel_records import as_text, tool_schema_from_definition
 from art_adapters.trajectory import FunctionCall, Message, ToolCall, ToolSchema
 
@@ -29,7 +30,9 @@ __all__ = [
     "error_text",
     "message_from_langchain",
     "output_message",
+    "output_model",
     "output_usage",
+    "requested_model",
     "tool_output",
     "tools_from_invocation",
     "usage_of",
@@ -199,6 +202,37 @@ def output_usage(response: LLMResult) -> dict[str, int]:
     """Token usage of a model call's result."""
     generation = _first_generation(response)
     return usage_of(getattr(generation, "message", None), response.llm_output)
+
+
+def output_model(response: LLMResult) -> str | None:
+    """The model name a call's result reports: the message's ``response_metadata["model_name"]``
+    (``ChatOpenAI`` copies the response's ``model`` there, streamed or not), its generation info,
+    or ``llm_output["model_name"]``; ``None`` when none does."""
+    generation = _first_generation(response)
+    metadata = getattr(getattr(generation, "message", None), "response_metadata", None) or {}
+    info = getattr(generation, "generation_info", None) or {}
+    llm_output = response.llm_output or {}
+    return model_name(
+        metadata.get("model_name"),
+        metadata.get("model"),
+        info.get("model_name"),
+        llm_output.get("model_name"),
+        llm_output.get("model"),
+    )
+
+
+def requested_model(
+    invocation_params: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
+) -> str | None:
+    """The model name a call asked for: ``invocation_params["model"]`` (or ``model_name``,
+    ``model_id``), else LangChain's ``ls_model_name`` metadata; ``None`` when neither says."""
+    params = invocation_params or {}
+    return model_name(
+        params.get("model"),
+        params.get("model_name"),
+        params.get("model_id"),
+        (metadata or {}).get("ls_model_name"),
+    )
 
 
 def convert_messages(messages: list[Any]) -> list[Message]:

@@ -7,6 +7,10 @@ or ``generate_content``):
   ``gen_ai.output.messages`` as JSON arrays of ``{"role", "parts": [...]}`` with
   ``text``, ``tool_call`` and ``tool_call_response`` parts; ``gen_ai.tool.definitions``;
   ``gen_ai.response.id``; ``gen_ai.usage.input_tokens`` / ``output_tokens``;
+  ``gen_ai.response.model``, else ``gen_ai.request.model``, as the turn's model (else
+  LangChain's ``ls_model_name`` as OpenLLMetry passes it on,
+  ``traceloop.association.properties.ls_model_name``: it writes ``"unknown"`` as the
+  request model of a chat model that LangChain cannot serialise);
 - the older forms: span events ``gen_ai.content.prompt`` / ``gen_ai.content.completion``
   carrying ``gen_ai.prompt`` / ``gen_ai.completion`` JSON, and the flattened
   ``gen_ai.prompt.{i}.role/content/...`` and ``gen_ai.completion.{i}...`` attributes.
@@ -22,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from art_adapters.capture.assembly import model_name
 from art_adapters.capture.otel_records import (
     SpanModelCall,
     SpanToolCall,
@@ -143,6 +148,11 @@ def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | Non
         output=output,
         usage=_usage(attributes),
         error=span_error(span),
+        model=model_name(
+            attributes.get("gen_ai.response.model"),
+            attributes.get("gen_ai.request.model"),
+            attributes.get("traceloop.association.properties.ls_model_name"),
+        ),
     )
 
 

@@ -4,8 +4,8 @@ An ``LLM`` span (``openinference.span.kind``) is one model call: its flattened
 ``llm.input_messages.{i}.message.*`` and ``llm.output_messages.{i}.message.*``
 (``role``, ``content`` or ``contents.{j}.message_content.*``, ``name``,
 ``tool_call_id``, ``tool_calls.{j}.tool_call.{id,function.name,function.arguments}``),
-its tools ``llm.tools.{i}.tool.json_schema`` and token counts
-``llm.token_count.*``. OpenInference has no attribute for the provider's response id,
+its tools ``llm.tools.{i}.tool.json_schema``, token counts ``llm.token_count.*`` and
+the model's name ``llm.model_name``. OpenInference has no attribute for the provider's response id,
 so the completion id is read from ``output.value`` (an OpenAI response's ``id``, or
 LangChain's ``llm_output.id`` / the message's ``response_metadata.id``).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from art_adapters.capture.assembly import model_name
 from art_adapters.capture.otel_records import (
     SpanModelCall,
     SpanToolCall,
@@ -69,6 +70,7 @@ def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | Non
         output=output,
         usage=_usage(attributes),
         error=span_error(span),
+        model=model_name(attributes.get("llm.model_name")),
     )
 
 

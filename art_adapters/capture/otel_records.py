@@ -58,6 +58,8 @@ class SpanModelCall:
         output: the assistant message the model produced, ``None`` when it failed.
         usage: token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
         error: the exception's type and message when the call failed.
+        model: the model's name as the span reports it (response model first, else the
+            requested one), ``None`` when it does not say.
     """
 
     span_id: int
@@ -67,6 +69,7 @@ class SpanModelCall:
     output: Message | None = None
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    model: str | None = None
 
 
 @dataclass

@@ -183,6 +183,8 @@ class TraceState:
                 outer.output.completion_id = call.output.completion_id
             for key, value in call.usage.items():
                 outer.usage.setdefault(key, value)
+            if outer.model is None:
+                outer.model = call.model
             if outer.tools is None:
                 outer.tools = call.tools
         return kept

@@ -19,8 +19,8 @@ own. Its rules:
 All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
 raise on unknown or repeated run ids: capture must never break the captured run.
 
-Cheap on the run's hot path: a model call's ``messages``, ``tools``, ``output`` and
-``usage`` may each be given as a zero-argument callable producing the value; it is
+Cheap on the run's hot path: a model call's ``messages``, ``tools``, ``output``,
+``usage`` and ``model`` may each be given as a zero-argument callable producing the value; it is
 called when the trajectory is assembled, and assembly itself happens when a trajectory
 is first read (or at once when ``on_trajectory`` is set). So a run pays for a few dict
 operations per event, and converting and assembling happen off its critical path.
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Union
 
-from art_adapters.capture.assembly import ModelCall, assemble
+from art_adapters.capture.assembly import ModelCall, assemble, model_name
 from art_adapters.errors import ConfigError
 from art_adapters.trajectory import Message, ToolCallRecord, ToolSchema, Trajectory
 
@@ -60,6 +60,8 @@ class _PendingCall:
     tools: Deferred[list[ToolSchema] | None]
     output: Deferred[Message | None] = None
     usage: Deferred[dict[str, int] | None] = None
+    requested_model: Deferred[str | None] = None
+    response_model: Deferred[str | None] = None
     error: str | None = None
     ended: bool = False
 
@@ -70,6 +72,7 @@ class _PendingCall:
             output=_value(self.output),
             usage=dict(_value(self.usage) or {}),
             error=self.error,
+            model=model_name(_value(self.response_model), _value(self.requested_model)),
         )
 
 
@@ -195,11 +198,15 @@ class TrajectoryRecorder:
         *,
         tools: Deferred[list[ToolSchema] | None] = None,
         name: str | None = None,
+        model: Deferred[str | None] = None,
     ) -> None:
-        """A chat-model call started with these input messages and tools (each may be deferred)."""
+        """A chat-model call started with these input messages and tools (each may be deferred).
+
+        ``model`` is the model name the call asked for (used when its response names none).
+        """
         with self._lock:
             root = self._attach(run_id, parent_run_id, name=name)
-            root.model_calls[run_id] = _PendingCall(messages=messages, tools=tools)
+            root.model_calls[run_id] = _PendingCall(messages=messages, tools=tools, requested_model=model)
 
     def end_model_call(
         self,
@@ -207,15 +214,20 @@ class TrajectoryRecorder:
         output: Deferred[Message | None],
         *,
         usage: Deferred[dict[str, int] | None] = None,
+        model: Deferred[str | None] = None,
         error: str | None = None,
     ) -> None:
-        """A chat-model call ended with ``output`` (or failed with ``error``); output and usage may be deferred."""
+        """A chat-model call ended with ``output`` (or failed with ``error``).
+
+        ``model`` is the model name the response reported. Output, usage and model may be deferred.
+        """
         with self._lock:
             root = self._root(run_id)
             call = root.model_calls.get(run_id) if root is not None else None
             if call is not None:
                 call.output = output
                 call.usage = usage
+                call.response_model = model
                 call.error = error
                 call.ended = True
         self._end_if_root(run_id, error)

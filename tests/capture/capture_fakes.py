@@ -4,7 +4,13 @@
 their own deterministic replies), accepts ``bind_tools`` like a real provider model
 (the tools end up in the call's ``invocation_params``), reports token usage and a
 ``chatcmpl-`` completion id the way ``ChatOpenAI`` does (``llm_output["id"]``), and
-streams: content word by word, then each tool call as a tool-call chunk.
+streams: content word by word, then each tool call as a tool-call chunk. Given a ``model``,
+it names it the way ``ChatOpenAI`` does: in the call's invocation params and LangChain's
+``ls_model_name``; given a ``served_model``, its responses report that name
+(``llm_output["model_name"]`` and ``response_metadata["model_name"]``).
+
+``NamedFakeChatModel`` is langchain-core's ``FakeMessagesListChatModel`` with a model name,
+and :func:`review_graph` a LangGraph graph in which two chat models share one conversation.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import json
 import re
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.graph.message import add_messages
 
 Policy = Callable[[list[BaseMessage]], AIMessage]
 
@@ -37,10 +45,19 @@ class PolicyChatModel(BaseChatModel):
     policy: Policy
     streamed_calls: int = 0
     calls: int = 0
+    model: str | None = None
+    served_model: str | None = None
 
     @property
     def _llm_type(self) -> str:
         return "policy-fake"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model} if self.model else {}
+
+    def _response_metadata(self) -> dict[str, Any]:
+        return {"model_name": self.served_model} if self.served_model else {}
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         """Bind tools as OpenAI function schemas, like provider chat models do."""
@@ -59,9 +76,13 @@ class PolicyChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         reply = self._reply(messages)
-        reply = reply.model_copy(update={"usage_metadata": self._usage(messages, reply)})
+        metadata = {**reply.response_metadata, **self._response_metadata()}
+        reply = reply.model_copy(
+            update={"usage_metadata": self._usage(messages, reply), "response_metadata": metadata}
+        )
         return ChatResult(
-            generations=[ChatGeneration(message=reply)], llm_output={"id": completion_id_for(messages)}
+            generations=[ChatGeneration(message=reply)],
+            llm_output={"id": completion_id_for(messages), **self._response_metadata()},
         )
 
     def _chunks(self, messages: list[BaseMessage]) -> Iterator[ChatGenerationChunk]:
@@ -85,7 +106,11 @@ class PolicyChatModel(BaseChatModel):
                 )
             )
         yield ChatGenerationChunk(
-            message=AIMessageChunk(content="", usage_metadata=self._usage(messages, reply))
+            message=AIMessageChunk(
+                content="",
+                usage_metadata=self._usage(messages, reply),
+                response_metadata=self._response_metadata(),
+            )
         )
 
     def _stream(
@@ -142,3 +167,48 @@ def react_agent(model, tools, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return create_react_agent(model, tools, prompt="You are a calculator.", **kwargs)
+
+
+class NamedFakeChatModel(FakeMessagesListChatModel):
+    """langchain-core's ``FakeMessagesListChatModel`` (replies cycle through ``responses``) with a
+    model name, reported as provider chat models report theirs: ``invocation_params["model"]``
+    and LangChain's ``ls_model_name`` (responses carry no name)."""
+
+    model: str
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+
+class ReviewState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+POLICY_SYSTEM = "Answer in one short sentence."
+REVIEW_SYSTEM = "You review answers. Say what to improve."
+
+
+def review_graph(policy: Any, reviewer: Any) -> Any:
+    """draft (policy) -> review (another model, its own system prompt) -> revise (policy), one message list.
+
+    The reviewer's turn is in the conversation the policy answers last, so the run's main
+    history holds both models' turns: ``system, user, draft, review, revision``.
+    """
+    from langgraph.graph import END, START, StateGraph
+
+    def draft(state: ReviewState) -> dict:
+        return {"messages": [policy.invoke([SystemMessage(POLICY_SYSTEM), *state["messages"]])]}
+
+    def review(state: ReviewState) -> dict:
+        return {"messages": [reviewer.invoke([SystemMessage(REVIEW_SYSTEM), *state["messages"]])]}
+
+    builder = StateGraph(ReviewState)
+    builder.add_node("draft", draft)
+    builder.add_node("review", review)
+    builder.add_node("revise", draft)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("review", "revise")
+    builder.add_edge("revise", END)
+    return builder.compile()

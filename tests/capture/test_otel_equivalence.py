@@ -4,7 +4,7 @@ Third-party LangChain instrumentations — OpenInference's (OpenInference conven
 OpenLLMetry's ``opentelemetry-instrumentation-langchain`` (OTel GenAI conventions), each
 switched on with its documented ``instrument(tracer_provider=...)`` — turn the run into
 spans; TrajectorySpanProcessor assembles them. The callback handler watches the same run. Both must produce the same
-conversation (messages, completion ids), the same tools, histories, tool records and error.
+conversation (messages, completion ids, which model wrote each turn), the same tools, histories, tool records and error.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from capture_fakes import PolicyChatModel
+from capture_fakes import NamedFakeChatModel, PolicyChatModel, review_graph
+from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 from test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
+from test_model_names import QUESTION as REVIEW_QUESTION
+from test_model_names import REVIEW, answer
 
 from art_adapters.capture.langchain import TrajectoryCallbackHandler
 from art_adapters.capture.otel import TrajectorySpanProcessor
@@ -120,3 +123,15 @@ async def test_concurrent_runs(capture, agent) -> None:
     by_question_handler = {t.messages[1].content: comparable(t) for t in handler.trajectories}
     assert set(by_question_otel) == set(questions)
     assert by_question_otel == by_question_handler
+
+
+async def test_a_graph_with_two_chat_models_names_each_turns_model(capture) -> None:
+    """The reviewer's turn, read by the policy, is the reviewer's on the span side too."""
+    reviewer = NamedFakeChatModel(model="reviewer-x", responses=[AIMessage(content=REVIEW)])
+    graph = review_graph(PolicyChatModel(policy=answer, model="agent"), reviewer)
+    handler = TrajectoryCallbackHandler()
+    await graph.ainvoke(REVIEW_QUESTION, config={"callbacks": [handler]})
+    otel = capture.trajectory
+    assert otel is not None
+    assert [m.model for m in otel.messages if m.role == "assistant"] == ["agent", "reviewer-x", "agent"]
+    assert comparable(otel) == comparable(handler.trajectory)
