@@ -22,21 +22,35 @@ class Server:
 
     A completion's tokens are what the template puts inside the assistant turn (the content,
     without the end-of-turn tokens: the record excludes EOS), so later prompts extend them.
+    ``sampled`` makes the model have sampled other text than the message's ``content`` (e.g.
+    thinking that the template drops from later prompts, as Qwen3's does); ``trained_model``
+    is the registered model that served it (``None``: the base model), as in the real record.
     """
 
     def __init__(self, render: Any) -> None:
         self.render = render
         self.records: dict[str, dict[str, Any]] = {}
 
-    def complete(self, history: list[dict[str, Any]], content: str, **prompt_override: Any) -> Message:
+    def complete(
+        self,
+        history: list[dict[str, Any]],
+        content: str,
+        *,
+        sampled: str | None = None,
+        trained_model: str | None = "agent",
+        **prompt_override: Any,
+    ) -> Message:
         prompt = prompt_override.get("prompt") or self.render(history, None, add_generation_prompt=True)
         full = self.render(
-            [*history, {"role": "assistant", "content": content}], None, add_generation_prompt=False
+            [*history, {"role": "assistant", "content": content if sampled is None else sampled}],
+            None,
+            add_generation_prompt=False,
         )
         completion = full[len(prompt) : len(full) - 2]  # drop "<|im_end|>", "\n"
         cid = f"chatcmpl-{next(_ids)}"
         logprobs = [-0.1 - 0.01 * i for i in range(len(completion))]
         self.records[cid] = {
+            "trained_model": trained_model,
             "temperature": prompt_override.get("temperature", 1.0),
             "prompt_token_ids": prompt,
             "choices": [{"index": 0, "completion_token_ids": completion, "logprobs": logprobs}],
@@ -53,6 +67,14 @@ def _masked(seq: Any) -> list[int]:
 
 def _group(*trajectories: Trajectory) -> TrajectoryGroup:
     return TrajectoryGroup(trajectories=list(trajectories))
+
+
+def _server_template(tokenizer: Any, template: str | None = None) -> Any:
+    """The server's renderer: the shipped SmolLM2 tool template (or ``template``), rendered as vLLM does."""
+    from art_adapters_backend.chat_template import ChatTemplate
+    from art_adapters_backend.model_family import bundled_chat_template_path
+
+    return ChatTemplate(tokenizer, template if template is not None else bundled_chat_template_path().read_text())
 
 
 def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(
@@ -330,10 +352,10 @@ def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer:
     conversation stays one sequence; one sampled with other spacing cannot, and the next
     turn starts a new sequence (counted) instead of being cut.
     """
-    from art_adapters_backend.chat_template import ChatTemplate, render_tool_call
     from art_adapters_backend.records import ChoiceRecord, CompletionRecord
 
-    template = ChatTemplate(tokenizer)
+    template = _server_template(tokenizer)
+    canonical_call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
         "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]  # fmt: skip
     records: dict[str, CompletionRecord] = {}
@@ -366,7 +388,7 @@ def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer:
             tools=tools,
         )  # fmt: skip
 
-    canonical = conversation(render_tool_call("add", {"a": 2, "b": 3})).model_copy(update={"reward": 1.0})
+    canonical = conversation(canonical_call).model_copy(update={"reward": 1.0})
     spaced = conversation('<tool_call>\n{"name":"add","arguments":{"a":2,"b":3}}\n</tool_call>').model_copy(
         update={"reward": 0.0}
     )
@@ -378,7 +400,7 @@ def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer:
     assert [s.turns for s in by_trajectory[spaced.id]] == [1, 1]
     assert result.metrics.prefix_breaks == 1 and result.metrics.record_turns == 4
     one = by_trajectory[canonical.id][0]
-    assert tokenizer.decode(_masked(one)) == render_tool_call("add", {"a": 2, "b": 3}) + "2 + 3 = 5."
+    assert tokenizer.decode(_masked(one)) == canonical_call + "2 + 3 = 5."
     assert "<tools>" in tokenizer.decode(one.token_ids)  # the tool block is context, masked out
 
 
@@ -387,7 +409,6 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     result -> answer): capture marks the example's assistant turns ``generated=False``, and they
     stay in the sequence as masked-out context instead of being trained as if the model wrote them."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
-    from art_adapters_backend.chat_template import ChatTemplate
     from capture_fakes import PolicyChatModel, add, calculator_policy, multiply
     from test_langchain import few_shot_graph
 
@@ -403,7 +424,7 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     assert [[m.generated for m in t.messages if m.role == "assistant"] for t in trajectories] == [
         [False, False, True, True]
     ] * 2
-    render = ChatTemplate(tokenizer).encode
+    render = _server_template(tokenizer).encode
 
     def no_records(completion_id: str) -> None:  # the fake model's turns were served elsewhere: re-tokenised
         return None
@@ -428,3 +449,156 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     assert "The answer is 2." in tokenizer.decode(_masked(before.sequences[0]))
     assert before.sequences[0].token_ids == seq.token_ids  # same tokens, only the loss mask differs
     assert all(new <= old for new, old in zip(seq.loss_mask, before.sequences[0].loss_mask, strict=True))
+
+
+def _sampled(server: Server, message: Message) -> tuple[list[int], list[int]]:
+    """The recorded prompt and completion ids of a served turn."""
+    record = server.records[message.completion_id]
+    return record["prompt_token_ids"], record["choices"][0]["completion_token_ids"]
+
+
+def test_a_conversation_whose_every_turn_breaks_is_one_sequence_per_turn_of_exactly_the_sampled_tokens(
+    render: Any, tokenizer: Any
+) -> None:
+    """Qwen3's template drops an earlier turn's thinking from later prompts, so no later prompt
+    extends what was sampled: each turn becomes its own sequence, its recorded prompt then its
+    sampled completion, instead of a re-tokenised copy of the conversation. Both cases counted."""
+    server = Server(render)
+    history: list[dict[str, Any]] = []
+    messages: list[Message] = []
+    thinking: list[Message] = []
+    for i, question in enumerate(["Hi", "Add 2 and 3", "Thanks"]):
+        history.append({"role": "user", "content": question})
+        answer = f"Answer {i}."
+        turn = server.complete(history, answer, sampled=f"<think>\nStep {i}.\n</think>\n\n{answer}")
+        messages += [Message(**history[-1]), turn]
+        thinking.append(turn)
+        history.append({"role": "assistant", "content": answer})  # what the next prompt renders
+    plain: list[Message] = []  # the same questions without thinking: every turn extends
+    flat: list[dict[str, Any]] = []
+    for question in ["Hi", "Add 2 and 3", "Thanks"]:
+        flat.append({"role": "user", "content": question})
+        plain += [Message(**flat[-1]), server.complete(flat, "Ok.")]
+        flat.append({"role": "assistant", "content": "Ok."})
+    broken, extending = Trajectory(messages=messages, reward=1.0), Trajectory(messages=plain, reward=0.0)
+
+    result = build_sequences([_group(broken, extending)], server.get, render)
+    per_turn = [s for s in result.sequences if s.trajectory_id == broken.id]
+    assert [s.turns for s in per_turn] == [1, 1, 1]
+    for sequence, turn in zip(per_turn, thinking, strict=True):
+        prompt, completion = _sampled(server, turn)
+        assert sequence.token_ids == prompt + completion
+        assert _masked(sequence) == completion  # exactly the sampled ids, thinking included
+        assert "<think>" in tokenizer.decode(_masked(sequence))
+    (whole,) = [s for s in result.sequences if s.trajectory_id == extending.id]
+    assert whole.turns == 3
+    m = result.metrics
+    assert (m.prefix_breaks, m.extended_turns, m.record_turns, m.fallback_turns) == (2, 2, 6, 0)
+
+
+def test_only_the_policys_turns_are_trained_other_models_turns_are_prompt(render: Any, tokenizer: Any) -> None:
+    """A graph with a reviewer beside the policy: with a record, the record's trained_model says
+    whose turn it is; without one, the message's model (unknown = the policy's, as before)."""
+    server = Server(render)
+    h: list[dict[str, Any]] = [{"role": "user", "content": "Why is the sky blue?"}]
+    draft = server.complete(h, "Because of the air.")
+    h.append({"role": "assistant", "content": "Because of the air."})
+    judge = server.complete(h, "Too vague.", trained_model="judge")  # another model on the same backend
+    h.append({"role": "assistant", "content": "Too vague."})
+    planner = Message(role="assistant", content="Mention scattering.", model="gpt-4o")  # hosted, no record
+    h.append(planner.to_openai())
+    revision = server.complete(h, "Rayleigh scattering.")
+    messages = [Message(**h[0]), draft, judge, planner, revision]
+    traj = Trajectory(messages=messages, reward=1.0)
+    other = Trajectory(messages=[Message(**h[0]), server.complete(h[:1], "No idea.")], reward=0.0)
+
+    result = build_sequences([_group(traj, other)], server.get, render, policy="agent")
+    (seq,) = [s for s in result.sequences if s.trajectory_id == traj.id]
+    assert seq.turns == 2
+    assert _masked(seq) == _sampled(server, draft)[1] + _sampled(server, revision)[1]
+    context = tokenizer.decode(seq.token_ids)
+    assert "Too vague." in context and "Mention scattering." in context  # in the prompt, masked out
+    assert seq.token_ids == sum(_sampled(server, revision), [])
+    m = result.metrics
+    assert (m.other_model_turns, m.record_turns, m.fallback_turns, m.extended_turns) == (2, 3, 0, 1)
+
+    everyone = build_sequences([_group(traj, other)], server.get, render)  # no policy: every turn
+    assert everyone.metrics.other_model_turns == 0 and everyone.metrics.fallback_turns == 1
+    assert "Too vague." in tokenizer.decode(_masked(everyone.sequences[0]))
+
+    # Without records, the message's model decides: unknown or the policy's name (any step) trains.
+    served_elsewhere = [
+        Message(**h[0]),
+        Message(role="assistant", content="Air.", model="agent@3"),
+        Message(role="assistant", content="Vague.", model="judge"),
+        Message(role="assistant", content="Scattering."),
+    ]
+    pair = [
+        Trajectory(messages=served_elsewhere, reward=1.0),
+        Trajectory(messages=served_elsewhere[:2], reward=0.0),
+    ]
+    by_model = build_sequences([_group(*pair)], lambda cid: None, render, policy="agent")
+    assert (by_model.metrics.other_model_turns, by_model.metrics.fallback_turns) == (1, 3)
+    trained = tokenizer.decode(_masked(by_model.sequences[0]))
+    assert "Air." in trained and "Scattering." in trained and "Vague." not in trained
+
+
+def test_a_group_of_only_other_models_turns_says_so() -> None:
+    user = Message(role="user", content="Hi")
+    pair = [
+        Trajectory(messages=[user, Message(role="assistant", content=x, model="gpt-4o")], reward=r)
+        for x, r in (("Hello", 1.0), ("Yo", 0.0))
+    ]
+    result = build_sequences([_group(*pair)], lambda cid: None, None, policy="agent")
+    assert result.metrics.other_model_turns == 2 and result.sequences == []
+    assert "2 assistant turn(s) came from other models" in (result.nothing_trainable_reason or "")
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [("agent", True), ("agent@0", True), ("agent@12", True), ("agent@x", False), ("agent2", False),
+     ("judge@agent", False), ("agent@", False)],
+)  # fmt: skip
+def test_names_policy(model: str, expected: bool) -> None:
+    from art_adapters_backend.training.data import names_policy
+
+    assert names_policy(model, "agent") is expected
+
+
+#: DeepSeek-R1's layout: the generation prompt opens a think block that a rendered assistant
+#: turn does not have, so re-tokenising a turn cannot find its completion after the prompt.
+THINKING_PROMPT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+#: Mistral's rule: roles must alternate, or the template raises.
+ALTERNATING_TEMPLATE = (
+    "{% for m in messages %}{% if loop.index0 > 0 and m.role == messages[loop.index0 - 1].role %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [THINKING_PROMPT_TEMPLATE, ALTERNATING_TEMPLATE], ids=["r1", "mistral"])
+def test_a_turn_the_template_cannot_locate_is_skipped_and_counted_not_raised(
+    tokenizer: Any, template: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Turns without a record are re-tokenised with the server's template; with a real model's
+    template that may be impossible. The turn is skipped with a warning (no loss, still context for
+    the next turn) and the step goes on."""
+    render = _server_template(tokenizer, template).encode
+    user = Message(role="user", content="Hi")
+    first, second = Message(role="assistant", content="Hello."), Message(role="assistant", content="Hi!")
+    one = Trajectory(messages=[user, first], reward=1.0)
+    two = Trajectory(messages=[user, first, second], reward=0.0)  # two assistant turns in a row
+    with caplog.at_level("WARNING", logger="art_adapters_backend.training.data"):
+        result = build_sequences([_group(one, two)], lambda cid: None, render)
+    m = result.metrics
+    if template is THINKING_PROMPT_TEMPLATE:
+        assert (m.unlocated_turns, m.fallback_turns) == (3, 0) and result.sequences == []
+        assert "no sequences" in (result.nothing_trainable_reason or "")
+    else:  # the first turn renders; the second breaks the alternation rule
+        assert (m.unlocated_turns, m.fallback_turns) == (1, 2)
+        assert all(s.turns == 1 for s in result.sequences)
+    assert "cannot be re-tokenised" in caplog.text

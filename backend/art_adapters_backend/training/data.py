@@ -7,18 +7,22 @@ One conversation becomes one sequence::
     [prompt of turn 1][completion 1][tool output, next user turn, template][completion 2]...
      mask 0            mask 1        mask 0                                 mask 1
 
-Each later turn's recorded prompt must extend the sequence built so far (the chat template
-guarantees this for histories that only grow). When it does not, e.g. the agent rewrote
-its history or a tool call was re-rendered differently from how it was sampled, the
-sequence so far is closed and a new one starts at that turn's prompt: nothing is
-truncated, and ``BuildMetrics.prefix_breaks`` counts it.
+Each later turn's recorded prompt must extend the sequence built so far for the turn to
+join it (``BuildMetrics.extended_turns`` counts those). Templates do not guarantee it: the
+agent may rewrite its history, a template may re-render a tool call differently from how it
+was sampled, or drop earlier turns' thinking (Qwen3). Then the sequence so far is closed and
+a new one starts at that turn's own recorded prompt, so a conversation whose every turn
+breaks becomes one sequence per turn: nothing is truncated or re-tokenised, every trained
+token is one the model sampled, and ``BuildMetrics.prefix_breaks`` counts it.
 
 Turns without a record (served elsewhere, or the record is gone) are re-tokenised with a
 ``render`` callable, the server's chat template: the prompt is the history rendered with
 the generation prompt, the completion is what rendering the assistant message adds after
 it (its content and end-of-turn tokens). Their sampling log-probs are unknown (NaN in
 tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
-counts them.
+counts them. A turn the template cannot locate (rendering it changes the tokens of the
+history before it, or the template refuses the history) is skipped with a warning and
+counted in ``BuildMetrics.unlocated_turns``; it stays in later turns' prompts as context.
 
 Assistant turns marked ``generated=False`` (capture saw them only in the model's input,
 never as its output: a hand-written few-shot example, history from an earlier run) were
@@ -26,6 +30,13 @@ not sampled by the model, so they are prompt: they get no loss and are not a tur
 own; their tokens still enter the sequence, masked out, as part of the next trained turn's
 prompt. ``BuildMetrics.prompt_turns`` counts them. Turns marked ``True`` or ``None``
 (unknown: hand-built trajectories, older JSON) are trained as described above.
+
+Graphs with several models (a hosted planner, a summariser beside the trained policy) train
+only the policy's turns when ``policy`` names it: a turn with a record is the policy's when
+the record's ``trained_model`` is the policy; a turn without one when its ``Message.model``
+is unknown (``None``) or names the policy (``name`` or ``name@step``). Any other assistant
+turn is treated like a ``generated=False`` one: context, never loss, counted in
+``BuildMetrics.other_model_turns``.
 
 Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
 rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
@@ -47,6 +58,8 @@ from art_adapters.trajectory import Message, ToolSchema, Trajectory, TrajectoryG
 
 from .grpo import group_advantages, is_zero_variance
 
+_Record = dict[str, Any]
+
 __all__ = [
     "BuildMetrics",
     "BuildResult",
@@ -55,6 +68,7 @@ __all__ = [
     "Renderer",
     "TrainingSequence",
     "build_sequences",
+    "names_policy",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,7 +78,11 @@ RecordLookup = Callable[[str], "Mapping[str, Any] | BaseModel | None"]
 
 
 class Renderer(Protocol):
-    """The server's chat template as token ids (``ChatTemplate.encode`` has this signature)."""
+    """The server's chat template as token ids (``ChatTemplate.encode`` has this signature).
+
+    It raises ``ValueError`` (``ChatTemplateError`` is one) when the template cannot render
+    a history; the turn is then skipped and counted, not the whole step.
+    """
 
     def __call__(
         self,
@@ -139,7 +157,18 @@ class BuildMetrics(BaseModel):
         prompt_turns: assistant turns skipped as prompt because they are marked
             ``generated=False`` (not produced by the model in this run, e.g. a few-shot
             example); counted once per history they appear in.
-        prefix_breaks: times a turn did not extend its conversation, so a new sequence started.
+        other_model_turns: assistant turns skipped as prompt because another model than the
+            policy produced them (a planner, a summariser); counted once per history they
+            appear in. Always 0 when no ``policy`` is given.
+        unlocated_turns: turns without a record that could not be re-tokenised (the template
+            refused the history, or rendering the turn changed the tokens before it);
+            skipped with a warning, so they are context for later turns, never loss.
+        extended_turns: turns that joined the sequence of the turn before them (their recorded
+            prompt extended it). Per conversation, ``extended_turns + prefix_breaks +
+            temperature_breaks`` is its trained turns minus one.
+        prefix_breaks: times a turn did not extend its conversation, so a new sequence started
+            at that turn's own prompt (a template that rewrites history, e.g. Qwen3 dropping
+            earlier thinking, or a re-rendered tool call).
         temperature_breaks: times a turn was sampled at another temperature than the turns
             before it, so a new sequence started (one temperature per sequence).
         duplicate_turns: turns seen twice in one trajectory's histories (used once).
@@ -161,6 +190,9 @@ class BuildMetrics(BaseModel):
     fallback_turns: int = 0
     missing_records: int = 0
     prompt_turns: int = 0
+    other_model_turns: int = 0
+    unlocated_turns: int = 0
+    extended_turns: int = 0
     prefix_breaks: int = 0
     temperature_breaks: int = 0
     duplicate_turns: int = 0
@@ -185,10 +217,16 @@ class BuildResult(BaseModel):
         reasons = ", ".join(
             f"{count} {reason.replace('_', ' ')}" for reason, count in sorted(m.groups_dropped.items())
         )
-        return (
+        reason = (
             f"nothing trainable: all {m.groups} group(s) were dropped ({reasons}); groups need at least two "
             "scored trajectories with different rewards and an assistant turn that fits max_sequence_length"
         )
+        if m.other_model_turns:
+            reason += (
+                f"; {m.other_model_turns} assistant turn(s) came from other models than the one being "
+                "trained and are prompt, not loss (sample the rollouts from the trained model's name)"
+            )
+        return reason
 
 
 # --------------------------------------------------------------------------- one conversation
@@ -241,6 +279,8 @@ class _Builder:
         elif self.turns and turn.temperature is not None and self.temperature not in (None, turn.temperature):
             self.metrics.temperature_breaks += 1
             self.close()
+        elif self.turns:
+            self.metrics.extended_turns += 1
         if turn.temperature is not None:
             self.temperature = turn.temperature
         new_context = prompt[len(self.ids) :]
@@ -256,14 +296,35 @@ class _Builder:
         self.turns += 1
 
 
-def _record_turn(message: Message, get_record: RecordLookup) -> _Turn | None:
-    """The turn from the message's record, or None when it has none."""
+def _lookup(message: Message, get_record: RecordLookup) -> _Record | None:
+    """The message's completion record as a dict, or None when it has none."""
     if message.completion_id is None:
         return None
     record = get_record(message.completion_id)
     if record is None:
         return None
-    data = record.model_dump() if isinstance(record, BaseModel) else record
+    return record.model_dump() if isinstance(record, BaseModel) else dict(record)
+
+
+def names_policy(model: str, policy: str) -> bool:
+    """Whether a served model name is the policy: ``policy`` itself or ``policy@<step>``."""
+    if model == policy:
+        return True
+    name, at, step = model.rpartition("@")
+    return bool(at) and name == policy and step.isdigit()
+
+
+def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) -> bool:
+    """Whether ``policy`` produced the turn (always, when no policy is given); see the module docstring."""
+    if policy is None:
+        return True
+    if data is not None:
+        return data.get("trained_model") == policy
+    return message.model is None or names_policy(message.model, policy)
+
+
+def _record_turn(message: Message, data: _Record) -> _Turn | None:
+    """The turn from the message's record, or None when the record has no such choice."""
     choice = next((c for c in data.get("choices", []) if c.get("index", 0) == message.choice_index), None)
     if choice is None:
         return None
@@ -302,7 +363,11 @@ def _fallback_turn(
 
 
 def _trajectory_sequences(
-    trajectory: Trajectory, get_record: RecordLookup, render: Renderer | None, metrics: BuildMetrics
+    trajectory: Trajectory,
+    get_record: RecordLookup,
+    render: Renderer | None,
+    metrics: BuildMetrics,
+    policy: str | None,
 ) -> list[_Built]:
     builder = _Builder(metrics)
     seen: set[tuple[str, int]] = set()
@@ -310,8 +375,13 @@ def _trajectory_sequences(
         for index, message in enumerate(history.messages):
             if message.role != "assistant":
                 continue
-            if message.generated is False:  # prompt: masked out, enters via the next turn's prompt
+            # Skipped turns are prompt: masked out, they enter via the next trained turn's prompt.
+            if message.generated is False:
                 metrics.prompt_turns += 1
+                continue
+            data = _lookup(message, get_record)
+            if not _is_policy_turn(message, data, policy):
+                metrics.other_model_turns += 1
                 continue
             if message.completion_id is not None:
                 key = (message.completion_id, message.choice_index)
@@ -319,7 +389,7 @@ def _trajectory_sequences(
                     metrics.duplicate_turns += 1
                     continue
                 seen.add(key)
-            turn = _record_turn(message, get_record)
+            turn = _record_turn(message, data) if data is not None else None
             if turn is None:
                 if message.completion_id is not None:
                     metrics.missing_records += 1
@@ -328,7 +398,18 @@ def _trajectory_sequences(
                         f"trajectory {trajectory.id!r}: assistant turn {index} has no completion record and no "
                         "render callable was given to re-tokenise it; pass render=<chat template encode>"
                     )
-                turn = _fallback_turn(history.messages, index, history.tools, render)
+                try:
+                    turn = _fallback_turn(history.messages, index, history.tools, render)
+                except ValueError as exc:
+                    metrics.unlocated_turns += 1
+                    logger.warning(
+                        "trajectory %s: assistant turn %d has no record and cannot be re-tokenised; it is "
+                        "skipped (context for later turns, no loss): %s",
+                        trajectory.id,
+                        index,
+                        exc,
+                    )
+                    continue
                 metrics.fallback_turns += 1
             else:
                 metrics.record_turns += 1
@@ -345,6 +426,7 @@ def build_sequences(
     get_record: RecordLookup,
     render: Renderer | None = None,
     *,
+    policy: str | None = None,
     scale_rewards: bool = True,
     max_sequence_length: int | None = None,
 ) -> BuildResult:
@@ -356,6 +438,9 @@ def build_sequences(
             ``prompt_token_ids`` and ``choices[{index, completion_token_ids, logprobs}]``), or None.
         render: the chat template for turns without a record (see :class:`Renderer`); when
             ``None``, such a turn is an error.
+        policy: the name of the model being trained; only its assistant turns get loss, other
+            models' turns are prompt (see the module docstring). ``None`` trains every turn
+            not marked ``generated=False``.
         scale_rewards: divide advantages by the group's reward std (``TrainConfig.scale_rewards``).
         max_sequence_length: drop (and count) longer sequences; ``None`` keeps all.
 
@@ -364,7 +449,9 @@ def build_sequences(
         ``sequences`` list comes with :attr:`BuildResult.nothing_trainable_reason`.
 
     Raises:
-        ValueError: a record is corrupt, a turn cannot be tokenised, or a reward is not finite.
+        ValueError: a record is corrupt, a turn without a record comes with no ``render``, or
+            a reward is not finite. (A turn the template cannot re-tokenise is skipped and
+            counted, not raised.)
     """
     metrics = BuildMetrics(groups=len(groups))
     dropped: Counter[str] = Counter()
@@ -386,7 +473,7 @@ def build_sequences(
         group_sequences: list[TrainingSequence] = []
         used_trajectories = 0
         for trajectory, advantage in zip(scored, advantages, strict=True):
-            built = _trajectory_sequences(trajectory, get_record, render, metrics)
+            built = _trajectory_sequences(trajectory, get_record, render, metrics, policy)
             if not built:
                 metrics.trajectories_without_turns += 1
                 continue

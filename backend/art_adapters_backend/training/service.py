@@ -10,7 +10,8 @@ Per request, for model ``name`` (one step at a time per model, others queue):
 3. with the inference engine paused (requests queue and complete afterwards; ``/health``
    and the HTTP server stay responsive because the step runs in a worker thread), the
    sequences are built from the exact-token records (the chat template re-tokenises turns
-   without one), one optimizer update runs, and checkpoint ``N`` is written atomically
+   without one; only ``name``'s own turns carry loss, other models' turns are prompt), one
+   optimizer update runs, and checkpoint ``N`` is written atomically
    under ``run_dir/models/<name>/checkpoints/<N:06d>`` (temporary folder, fsync, rename);
 4. the registry serves it as ``name@N`` and ``name`` and the engine loads it at once;
    older checkpoints stay servable until deleted; ``config.retention`` is applied.
@@ -157,7 +158,10 @@ class TrainingService:
         trainer = self._prepare_trainer(name, step, adapter_path, config)
         state = self.state
         try:
-            result = trainer.train_groups(groups, state.records.get, state.template.encode, config)
+            # Only ``name``'s own turns are trained; other models' turns in the graph are prompt.
+            result = trainer.train_groups(
+                groups, state.records.get, state.template.encode, config, policy=name
+            )
         except BaseException:
             self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
             raise

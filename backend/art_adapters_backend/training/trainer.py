@@ -463,9 +463,13 @@ class LoraTrainer(ABC):
         get_record: RecordLookup,
         render: Renderer | None,
         config: TrainConfig,
+        *,
+        policy: str | None = None,
     ) -> GroupsStepResult:
         """Build sequences from scored groups (:func:`.data.build_sequences`) and train one step.
 
+        ``policy`` names the model being trained: only its assistant turns get loss, other
+        models' turns in the same graph are prompt (``None``: every sampled turn).
         When no group carries signal the result says so (``trained=False`` and the reason);
         no update happens and no exception is raised, so the caller can report it.
         """
@@ -473,6 +477,7 @@ class LoraTrainer(ABC):
             groups,
             get_record,
             render,
+            policy=policy,
             scale_rewards=config.scale_rewards,
             max_sequence_length=config.max_sequence_length,
         )
