@@ -146,16 +146,17 @@ def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) ->
     running, or capture could not convert it) and so might have produced it: then ``None``
     (unknown, trained as before).
 
-    A produced turn also gets the model name of the call that produced it (the first such
-    call, when two produced the same turn), including where it is another call's input: a
-    planner's reply that the policy then reads is still the planner's turn.
+    A produced turn also gets the model name and completion id of the call that produced it
+    (the first such call, when two produced the same turn) where it is another call's input
+    in a history of its own: a planner's reply that the policy then reads is still the
+    planner's turn, and a policy's turn that a reviewer reads is still the same sampled turn
+    (training uses it once, with the tokens and context it was sampled in, never a
+    re-tokenised copy in the reviewer's context).
     """
-    produced: dict[tuple[Any, ...], str | None] = {}
+    produced: dict[tuple[Any, ...], Message] = {}
     for call in calls:
         if call.output is not None:
-            key = _key(call.output)
-            if produced.get(key) is None:
-                produced[key] = call.output.model
+            produced.setdefault(_key(call.output), call.output)
     input_only: dict[tuple[Any, ...], bool | None] = {}
     output_missing = False
     for call in calls:
@@ -169,10 +170,13 @@ def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) ->
         for message in history.messages:
             if message.role == "assistant":
                 key = _key(message)
-                if key in produced:
+                source = produced.get(key)
+                if source is not None:
                     message.generated = True
                     if message.model is None:
-                        message.model = produced[key]
+                        message.model = source.model
+                    if message.completion_id is None:
+                        message.completion_id = source.completion_id
                 else:
                     message.generated = input_only.get(key)
 

@@ -57,17 +57,22 @@ def test_the_recorder_prefers_the_responses_model_name_and_ignores_placeholders(
     ]
 
 
-def test_a_turn_read_by_another_model_keeps_the_name_of_the_model_that_wrote_it() -> None:
+def test_a_turn_read_by_another_model_keeps_the_name_and_id_of_the_call_that_wrote_it() -> None:
     """The planner's reply reaches the policy as input in a history of its own (another system
-    prompt): there it is an input copy, and still the planner's turn."""
+    prompt): there it is an input copy, and still the planner's turn, with its completion id
+    (so training sees one turn, not a copy to re-tokenise in a context it was not sampled in)."""
     user = Message(role="user", content="plan and do")
-    plan = Message(role="assistant", content="step 1: add")
+    plan = Message(role="assistant", content="step 1: add", completion_id="chatcmpl-plan")
     done = Message(role="assistant", content="done")
     planner = ModelCall(
         messages=[Message(role="system", content="plan"), user], output=plan.model_copy(), model="planner"
     )
     policy_call = ModelCall(
-        messages=[Message(role="system", content="act"), user, plan.model_copy()],
+        messages=[
+            Message(role="system", content="act"),
+            user,
+            plan.model_copy(update={"completion_id": None}),  # inputs carry no completion id
+        ],
         output=done.model_copy(),
         model="agent@1",
     )
@@ -79,6 +84,7 @@ def test_a_turn_read_by_another_model_keeps_the_name_of_the_model_that_wrote_it(
         ("assistant", "agent@1"),
     ]
     assert [m.generated for m in trajectory.messages if m.role == "assistant"] == [True, True]
+    assert trajectory.messages[2].completion_id == "chatcmpl-plan"
     (other,) = trajectory.additional_histories
     assert models(other.messages)[-1] == ("assistant", "planner")
 
@@ -109,6 +115,9 @@ async def test_a_graph_with_two_chat_models_records_whose_turn_is_whose(stream: 
         (REVIEW, "reviewer-x"),
     ]
     assert review_history.messages[0].content == REVIEW_SYSTEM
+    # the reviewer's copy of the draft is the same turn (the fake's streamed replies carry no id)
+    draft_id = trajectory.messages[2].completion_id
+    assert review_history.messages[2].completion_id == draft_id and (draft_id is None) == stream
     # Not an OpenAI field; a lossless JSON round trip.
     assert all("model" not in m for m in trajectory.openai_messages())
     again = Trajectory.model_validate_json(trajectory.model_dump_json())

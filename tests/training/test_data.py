@@ -74,7 +74,8 @@ def _server_template(tokenizer: Any, template: str | None = None) -> Any:
     from art_adapters_backend.chat_template import ChatTemplate
     from art_adapters_backend.model_family import bundled_chat_template_path
 
-    return ChatTemplate(tokenizer, template if template is not None else bundled_chat_template_path().read_text())
+    text = template if template is not None else bundled_chat_template_path().read_text()
+    return ChatTemplate(tokenizer, text)
 
 
 def test_single_turn_uses_the_recorded_tokens_and_masks_only_the_completion(
@@ -496,7 +497,9 @@ def test_a_conversation_whose_every_turn_breaks_is_one_sequence_per_turn_of_exac
     assert (m.prefix_breaks, m.extended_turns, m.record_turns, m.fallback_turns) == (2, 2, 6, 0)
 
 
-def test_only_the_policys_turns_are_trained_other_models_turns_are_prompt(render: Any, tokenizer: Any) -> None:
+def test_only_the_policys_turns_are_trained_other_models_turns_are_prompt(
+    render: Any, tokenizer: Any
+) -> None:
     """A graph with a reviewer beside the policy: with a record, the record's trained_model says
     whose turn it is; without one, the message's model (unknown = the policy's, as before)."""
     server = Server(render)
