@@ -333,15 +333,16 @@ def _generation_span(
     usage: Mapping[str, int],
     spec: SpanSpec,
 ) -> SpanSpec:
-    spec.name = f"chat {model}"
+    served = output.model or model  # the turn's own model where capture recorded one
+    spec.name = f"chat {served}"
     attrs: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
-        "gen_ai.response.model": model,
+        "gen_ai.response.model": served,
         "gen_ai.input.messages": _json([genai_message(m) for m in inputs]),
         "gen_ai.output.messages": _json([genai_message(output)]),
         "langfuse.observation.type": "generation",
-        "langfuse.observation.model.name": model,
+        "langfuse.observation.model.name": served,
         "langfuse.observation.input": _json([m.to_openai() for m in inputs]),
         "langfuse.observation.output": _json(output.to_openai()),
         f"{_PREFIX}.timing": "estimated",

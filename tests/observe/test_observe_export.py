@@ -142,7 +142,11 @@ def test_exported_spans_import_back_into_the_same_trajectories(
     assert sorted(t.id for t in imported) == sorted(originals)
     for back in imported:
         original = originals[back.id]
-        assert back.messages == original.messages
+        # a turn whose model capture did not know comes back named after the model the rollouts were logged for
+        assert back.messages == [
+            m.model_copy(update={"model": m.model or "calc@1"}) if m.role == "assistant" else m
+            for m in original.messages
+        ]
         assert back.tools == original.tools
         assert back.additional_histories == original.additional_histories
         fields = ("name", "call_id", "arguments", "result", "is_error", "server", "session_id", "source")
