@@ -137,6 +137,10 @@ def _forced_call(
     return Constraint(json_schema=schema, prefix=thinking_block + parser.call_prefix, suffix=parser.call_suffix)
 
 
+#: the schema a call to a function whose ``parameters`` were left out must match
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
 def _constraint(
     request: ChatCompletionRequest, parser: ToolCallParser | None, reasoning: ReasoningParser | None
 ) -> Constraint | None:
@@ -146,11 +150,15 @@ def _constraint(
     template renders for "no thinking"), so the reply is one the model's own format allows.
     """
     choice = request.tool_choice
-    tools = {tool.function.name: tool.function.parameters for tool in request.tools or []}
+    tools = {tool.function.name: tool.function.parameters or _ANY_OBJECT for tool in request.tools or []}
     defs: dict[str, Any] = {}
     forced = isinstance(choice, NamedToolChoice) or choice == "required"
     if forced and parser is not None:
-        thinking_block = reasoning.empty_block if reasoning is not None else ""
+        # Qwen3 with enable_thinking false: the prompt already ends in the empty block.
+        thinking_off = reasoning is not None and reasoning.unterminated_is_content_without_thinking and not (
+            reasoning.thinking(request.chat_template_kwargs)
+        )
+        thinking_block = reasoning.empty_block if reasoning is not None and not thinking_off else ""
         names = [choice.function.name] if isinstance(choice, NamedToolChoice) else list(tools)
         return _forced_call([_call_schema(parser, n, tools[n], defs) for n in names], defs, parser, thinking_block)
     response_format = request.response_format
@@ -191,6 +199,8 @@ def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
         raise BadRequestError("stream_options is only allowed with 'stream': true", param="stream_options")
     for i, tool in enumerate(request.tools or []):
         params = tool.function.parameters
+        if params is None:
+            continue
         if params.get("type", "object") != "object":
             raise BadRequestError(
                 f"tools[{i}].function.parameters must be a JSON schema of type 'object', not {params.get('type')!r}",
@@ -223,7 +233,7 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
             param="tools",
         )
     reasoning_parser = get_reasoning_parser(family.reasoning_parser)
-    template_kwargs = getattr(request, "chat_template_kwargs", None)
+    template_kwargs = request.chat_template_kwargs
     try:
         prompt = state.template.encode(request.messages, request.tools, chat_template_kwargs=template_kwargs)
     except ChatTemplateError as exc:

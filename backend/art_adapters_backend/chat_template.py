@@ -108,17 +108,9 @@ def tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[di
     for tool in tools or []:
         data = _as_dict(tool)
         function = dict(data.get("function") or {})
-        out.append(
-            {
-                "type": data.get("type", "function"),
-                "function": {
-                    **function,
-                    "name": function.get("name"),
-                    "description": function.get("description"),
-                    "parameters": function.get("parameters"),
-                },
-            }
-        )
+        # vLLM dumps its pydantic model: declared fields in order, then any extra ones
+        declared = {key: function.pop(key, None) for key in ("name", "description", "parameters")}
+        out.append({"type": data.get("type", "function"), "function": {**declared, **function}})
     return out or None
 
 

@@ -32,7 +32,7 @@ _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 def _text_content(value: Any, *, allow_none: bool, allow_refusal: bool = False) -> Any:
-    """OpenAI content: a string, a list of ``{"type": "text", "text": ...}`` parts, or null.
+    """OpenAI content: a string, a list of ``{"type": "text", "text": ...}`` parts (joined by newlines), or null.
 
     With ``allow_refusal`` (assistant messages) ``{"type": "refusal", "refusal": ...}`` parts
     count as text too: they are what the assistant said.
@@ -61,7 +61,7 @@ def _text_content(value: Any, *, allow_none: bool, allow_refusal: bool = False) 
             if not isinstance(part.get("text"), str):
                 raise ValueError(f"content part {i} needs a string 'text'")  # noqa: TRY004
             texts.append(part["text"])
-        return "".join(texts)
+        return "\n".join(texts)  # as vLLM joins text parts before rendering
     raise ValueError(f"content must be a string or a list of text parts, not {type(value).__name__}")
 
 
@@ -128,11 +128,18 @@ class ToolCall(BaseModel):
 
 
 class AssistantMessage(_Message):
-    """An assistant message: text, tool calls, or both."""
+    """An assistant message: text, tool calls, or both, and the reasoning that came before them.
+
+    ``reasoning_content`` (vLLM's response field) or ``reasoning`` (its newer name) is handed to
+    the chat template like vLLM does; templates such as Qwen3's render it for turns after the
+    last user message and drop it for earlier ones.
+    """
 
     role: Literal["assistant"]
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -160,13 +167,17 @@ ChatMessage = Annotated[
 
 
 class FunctionDefinition(BaseModel):
-    """A function the model may call: name, description and a JSON schema of its parameters."""
+    """A function the model may call: name, description and a JSON schema of its parameters.
+
+    ``parameters`` stays ``None`` when the request leaves it out: the template sees what was sent
+    (vLLM renders ``null``); a call to such a function takes an object with any members.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
     name: str
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
     @field_validator("name")
@@ -260,6 +271,8 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
+    #: extra variables for the chat template, as vLLM's field (e.g. ``{"enable_thinking": false}``)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @field_validator("tool_choice", mode="before")
     @classmethod

@@ -105,36 +105,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
 
 #: Mismatches found by this suite and not fixed yet, with the component at fault. Strict: once
 #: fixed, the test passes, the xfail fails, and the entry must go.
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("qwen3", "multi_turn_reasoning"): (
-        "openai_types.AssistantMessage has no reasoning_content/reasoning field (extra='ignore'), so "
-        "the template never sees the reasoning of the turn after the last user query"
-    ),
-    ("qwen3", "thinking_off"): (
-        "openai_types.ChatCompletionRequest has no chat_template_kwargs field (ignored as unknown), so "
-        "enable_thinking=false never reaches the template"
-    ),
-    **{
-        (
-            name,
-            "content_parts",
-        ): "openai_types._text_content joins text parts with '' where vLLM joins them with '\\n'"
-        for name in ("qwen3", "smollm2", "llama3-json-flags")
-    },
-    **{
-        (name, "tool_without_description"): (
-            "chat_template.tool_dicts appends a missing description after parameters (vLLM's dump has name, "
-            "description, parameters in that order; tojson keeps the order)"
-        )
-        for name in ("qwen3", "smollm2", "llama3-json-flags")
-    },
-    **{
-        (name, "tool_without_parameters"): (
-            "openai_types.FunctionDefinition defaults parameters to an empty object schema; vLLM renders null"
-        )
-        for name in ("qwen3", "smollm2", "llama3-json-flags")
-    },
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _diff(family: Family, expected: list[int], got: list[int]) -> str:

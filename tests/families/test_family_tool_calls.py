@@ -116,18 +116,8 @@ async def test_a_streamed_forced_call_parses_into_tool_call_deltas(family: Famil
     await check_record(family, completion_id, body, [[call["id"]]])
 
 
-async def test_a_forced_call_with_thinking_off_follows_the_prompts_empty_block(
-    family: Family, request: pytest.FixtureRequest
-) -> None:
+async def test_a_forced_call_with_thinking_off_follows_the_prompts_empty_block(family: Family) -> None:
     """With ``enable_thinking`` false the prompt ends in Qwen3's empty thinking block: the call comes next."""
-    if family.reasoning_parser is not None:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="openai_types.ChatCompletionRequest drops chat_template_kwargs, and chat._constraint "
-                "writes the empty thinking block before every forced call, even after a prompt ending in it",
-            )
-        )
     body = {"model": family.base_model, "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
             "chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 64, "temperature": 1.0,
             "seed": 3}  # fmt: skip
