@@ -56,7 +56,9 @@ class TrainResult(BaseModel):
             tokens), ``sequence_tokens``, ``sequences``, ``seconds`` (optimizer step),
             ``learning_rate``, plus the data's ``groups``, ``groups_used``,
             ``trajectories``, ``reward_mean``, ``reward_std``, ``record_turns``,
-            ``fallback_turns``, ``prefix_breaks``, ... and ``total_seconds`` (the whole
+            ``fallback_turns``, ``prefix_breaks``, ``extended_turns``, ``other_model_turns``
+            (other models' turns, kept as prompt), ``unlocated_turns`` (turns without a record
+            the template could not re-tokenise, skipped), ... and ``total_seconds`` (the whole
             request: data, step, checkpoint, adapter load). Step-only keys are absent when
             not ``trained``.
         dropped: why groups were dropped: reason -> count (``zero_variance``,
