@@ -29,15 +29,44 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one request's choices.
+    """How to sample one request's choices (vLLM's sampling parameters, with its semantics).
+
+    Every field's default means "off". One step turns the model's logits ``z`` into the next
+    token in vLLM V1's order:
+
+    1. ``logit_bias`` is added (``z[id] += bias``) and, while fewer than ``min_tokens`` tokens
+       were generated, the end-of-sequence ids get ``-inf``;
+    2. penalties: ``repetition_penalty`` divides the positive and multiplies the negative logits
+       of every token seen in the prompt or the output; then
+       ``z -= frequency_penalty * count + presence_penalty * (count > 0)`` over the tokens
+       generated so far (``count``: how often each was generated in this choice);
+    3. ``temperature`` divides ``z`` (greedy takes the argmax here);
+    4. ``min_p``, ``top_k`` and ``top_p`` truncate the distribution, which is renormalised and
+       sampled.
+
+    The reported log-probabilities are ``log_softmax`` of step 3's logits (see
+    :attr:`GeneratedSequence.logprobs`).
 
     Attributes:
         temperature: softmax temperature; 0 means greedy.
-        top_p: nucleus sampling mass in (0, 1].
+        top_p: nucleus sampling mass in (0, 1]; 1 disables it.
         max_tokens: the most new tokens per choice.
         seed: makes sampling reproducible for the same request and batch composition.
         stop: strings that end a choice (not included in the text).
         top_logprobs: how many alternatives to return per token (0 = none).
+        top_k: keep only the ``top_k`` most likely tokens; 0 disables it.
+        min_p: drop tokens less likely than ``min_p`` times the most likely one, in [0, 1];
+            0 disables it.
+        presence_penalty: subtracted once from the logit of every token already generated,
+            in [-2, 2] (positive values favour new tokens).
+        frequency_penalty: subtracted from a token's logit per time it was generated, in [-2, 2].
+        repetition_penalty: CTRL/Hugging Face style factor over prompt and output tokens,
+            > 0; 1 disables it, > 1 discourages repeats.
+        min_tokens: the end-of-sequence tokens cannot be sampled, and stop strings do not end
+            the choice, before this many tokens were generated (at most ``max_tokens``). A
+            constraint that only allows ending still ends the choice.
+        logit_bias: ``(token_id, bias)`` pairs, sorted by id, added to the logits; the
+            server clamps each bias to [-100, 100] as vLLM does.
     """
 
     temperature: float = 1.0
@@ -46,6 +75,24 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     top_logprobs: int = 0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether bias, ``min_tokens`` or a penalty changes the logits before the temperature."""
+        return bool(
+            self.logit_bias
+            or self.min_tokens
+            or self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+        )
 
 
 @dataclass(frozen=True)
@@ -83,10 +130,17 @@ class GeneratedSequence:
             ``eos`` is True: it was sampled, so training learns when to end a turn; it adds no
             text and is not shown in OpenAI ``logprobs.content``, but counts in ``usage``.
         logprobs: the log-probability of each sampled token under the distribution it was
-            sampled from (logits divided by the temperature; raw logits when greedy), taken
-            before top-p truncation and constraint masking, so a plain forward pass of
-            prompt + completion reproduces it (what GRPO's importance ratio needs).
-        top_logprobs: per token, the ``top_logprobs`` most likely ``(token_id, logprob)``.
+            sampled from: ``log_softmax(z / T)`` where ``z`` is the logits after ``logit_bias``,
+            the ``min_tokens`` mask and the penalties (:class:`SamplingParams` steps 1-3; ``T``
+            is the temperature, 1 when greedy), as vLLM's ``--logprobs-mode processed_logprobs``
+            reports it, but taken before ``min_p``/``top_k``/``top_p`` truncation and
+            constraint masking (vLLM's also include those). Without bias, penalties or
+            ``min_tokens`` a plain forward pass of prompt + completion divided by ``T``
+            reproduces it (what GRPO's trainer recomputes); with them it is the behaviour
+            distribution the token was really drawn from, so the trainer's first-step ratio
+            is ``pi(token) / mu(token)`` rather than 1 (see ``docs/training.md``).
+        top_logprobs: per token, the ``top_logprobs`` most likely ``(token_id, logprob)`` under
+            the same distribution as ``logprobs``.
         text: the decoded text, cut before any stop string.
         finish_reason: ``"stop"`` (EOS, stop string, constraint done) or ``"length"``.
         eos: whether ``token_ids[-1]`` is the sampled end-of-sequence token.

@@ -20,7 +20,7 @@ import torch
 
 from .base import FinishReason, GenerationRequest, SequenceDelta
 from .constraint import ConstrainedDecoder
-from .sampling import SampledToken, sample_next
+from .sampling import LogitAdjuster, SampledToken, sample_next
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class Row:
     tracker: TextTracker
     generator: torch.Generator | None
     decoder: ConstrainedDecoder | None
+    adjuster: LogitAdjuster | None = None  # bias/min_tokens/penalty state, None when not asked for
     position: int = 0  # position id of the next token fed to the model
     last_token: int = -1
     n_tokens: int = 0
@@ -195,8 +196,13 @@ class Batch:
             generator=row.generator,
             allowed=allowed,
             forced=forced,
+            top_k=params.top_k,
+            min_p=params.min_p,
+            adjuster=row.adjuster,
         )
         token = sampled.token_id
+        if row.adjuster is not None:
+            row.adjuster.accept(token)
         row.last_token = token
         row.n_tokens += 1
         if token in self.eos_token_ids:  # sampled: reported (and trained on), adds no text

@@ -1,23 +1,127 @@
 """Choosing the next token of one sequence from its logits.
 
-Pure functions over one row of logits, so the decode loop stays short and the maths is
-testable on its own. Definitions (see :class:`~.base.GeneratedSequence`):
+Pure functions over one row of logits (plus :class:`LogitAdjuster`, one choice's penalty
+state), so the decode loop stays short and the maths is testable on its own. The steps follow
+vLLM V1's sampler (see :class:`~.base.SamplingParams`):
 
-* the *reported* distribution is ``log_softmax(logits / T)`` (``T = 1`` when greedy), taken
-  before top-p truncation and constraint masking, so a plain forward pass reproduces it;
-* the *sampling* distribution additionally applies the constraint mask (disallowed tokens get
-  ``-inf``) and top-p truncation (the smallest set of most likely tokens whose mass reaches
-  ``top_p``), then renormalises;
-* greedy (``T == 0``) takes the argmax of the masked logits.
+1. *adjust* (only when a request asks for it): ``logit_bias`` added; the stop ids masked while
+   fewer than ``min_tokens`` tokens were generated; then ``repetition_penalty`` (positive logits
+   of tokens seen in the prompt or output divided by it, negative ones multiplied),
+   ``frequency_penalty * count`` and ``presence_penalty * (count > 0)`` subtracted, ``count``
+   being how often each token was generated so far;
+2. divide by the temperature ``T`` (``T = 1`` when greedy);
+3. the *reported* distribution is ``log_softmax`` of that, the sampled token's log-probability
+   and the ``top_logprobs`` come from it. It equals vLLM's ``processed_logprobs`` except that
+   it is taken before the truncations and the constraint mask below (vLLM's come after them),
+   so with no adjustment a plain forward pass divided by ``T`` reproduces it;
+4. the *sampling* distribution additionally applies the constraint mask (disallowed tokens get
+   ``-inf``), ``min_p`` (tokens below ``min_p`` times the top probability), ``top_k`` and
+   ``top_p`` (the smallest set of most likely tokens whose mass reaches ``top_p``), each on the
+   renormalised result of the one before, then samples;
+5. greedy (``T == 0``) takes the argmax of the masked adjusted logits.
+
+With every option at its default, step 1 and the truncations cost nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-__all__ = ["SampledToken", "sample_next"]
+if TYPE_CHECKING:
+    from .base import SamplingParams
+
+__all__ = ["LogitAdjuster", "SampledToken", "sample_next"]
+
+
+class LogitAdjuster:
+    """One choice's request-time logit adjustments (bias, ``min_tokens``, penalties) and their state.
+
+    The decode loop calls :meth:`accept` with every token the choice generates; the counts it
+    keeps are the choice's own (``n`` choices of one request are penalised independently).
+    """
+
+    def __init__(
+        self, params: SamplingParams, prompt_token_ids: Sequence[int], stop_token_ids: Iterable[int]
+    ) -> None:
+        """Prepare the adjustments ``params`` asks for; ``stop_token_ids`` are the EOS ids."""
+        self._params = params
+        self._prompt = list(prompt_token_ids)
+        self._stop_ids = torch.tensor(sorted(set(stop_token_ids)), dtype=torch.long)
+        self._bias_ids = torch.tensor([t for t, _ in params.logit_bias], dtype=torch.long)
+        self._bias_values = torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32)
+        self._counts: torch.Tensor | None = None  # [V] float32, generated tokens
+        self._seen: torch.Tensor | None = None  # [V] bool, prompt or generated tokens
+        self._pending: list[int] = []  # generated before the vocabulary size was known
+        self.generated = 0
+        """Tokens generated so far in this choice."""
+
+    @classmethod
+    def for_params(
+        cls, params: SamplingParams, prompt_token_ids: Sequence[int], stop_token_ids: Iterable[int]
+    ) -> LogitAdjuster | None:
+        """An adjuster when ``params`` adjusts the logits, else ``None`` (the free fast path)."""
+        return cls(params, prompt_token_ids, stop_token_ids) if params.adjusts_logits else None
+
+    @property
+    def blocks_stop(self) -> bool:
+        """Whether ``min_tokens`` still forbids the stop ids."""
+        return self.generated < self._params.min_tokens
+
+    @property
+    def stop_ids(self) -> torch.Tensor:
+        """The stop (EOS) ids ``min_tokens`` masks, [S] long."""
+        return self._stop_ids
+
+    def accept(self, token_id: int) -> None:
+        """Count one generated token."""
+        self.generated += 1
+        if self._counts is not None:
+            self._counts[token_id] += 1
+        if self._seen is not None:
+            self._seen[token_id] = True
+        if self._counts is None and self._seen is None:
+            self._pending.append(token_id)
+
+    def _state(self, vocab: int) -> None:
+        """Allocate the count and seen vectors (once the vocabulary size is known)."""
+        params = self._params
+        if (params.presence_penalty or params.frequency_penalty) and self._counts is None:
+            self._counts = torch.zeros(vocab, dtype=torch.float32)
+            if self._pending:
+                ids = torch.tensor(self._pending, dtype=torch.long)
+                self._counts.index_add_(0, ids, torch.ones(len(self._pending)))
+        if params.repetition_penalty != 1.0 and self._seen is None:
+            self._seen = torch.zeros(vocab, dtype=torch.bool)
+            self._seen[torch.tensor(self._prompt + self._pending, dtype=torch.long)] = True
+        self._pending = []
+
+    def apply(self, logits: torch.Tensor, *, block_stop: bool) -> torch.Tensor:
+        """The adjusted logits (a new tensor).  logits: [V] float32 -> [V] float32.
+
+        ``z = logits + bias``; ``z[stop] = -inf`` when ``block_stop``; then
+        ``z = where(seen, where(z > 0, z / rp, z * rp), z) - fp * count - pp * (count > 0)``.
+        """
+        params = self._params
+        z = logits.clone()
+        if self._bias_ids.numel():
+            z.index_add_(0, self._bias_ids, self._bias_values)
+        if block_stop and self._stop_ids.numel():
+            z.index_fill_(0, self._stop_ids, float("-inf"))
+        if params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1.0:
+            self._state(z.numel())
+            if self._seen is not None:
+                rp = params.repetition_penalty
+                z = torch.where(self._seen, torch.where(z > 0, z / rp, z * rp), z)
+            if self._counts is not None:
+                if params.frequency_penalty:
+                    z = z - params.frequency_penalty * self._counts
+                if params.presence_penalty:
+                    z = z - params.presence_penalty * (self._counts > 0).float()
+        return z
 
 
 @dataclass(frozen=True)
@@ -41,6 +145,18 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(remove, float("-inf"))
 
 
+def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Set to ``-inf`` every logit below the ``top_k``-th largest (ties kept, as vLLM).  [V] -> [V]."""
+    kth = torch.topk(logits, top_k).values[-1]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Set to ``-inf`` every logit whose probability is below ``min_p`` times the top one.  [V] -> [V]."""
+    probs = torch.softmax(logits, dim=-1)
+    return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+
+
 def sample_next(
     logits: torch.Tensor,
     *,
@@ -50,6 +166,9 @@ def sample_next(
     generator: torch.Generator | None,
     allowed: torch.Tensor | None = None,
     forced: int | None = None,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    adjuster: LogitAdjuster | None = None,
 ) -> SampledToken:
     """Pick the next token from one row of logits.
 
@@ -61,12 +180,21 @@ def sample_next(
         generator: the sequence's own random generator (for reproducible seeds).
         allowed: optional [V] bool mask of tokens a constraint allows.
         forced: a token a constraint imposes (reported like a sampled one, no randomness used).
+        top_k: keep the ``top_k`` most likely tokens; 0 (or >= V) disables it.
+        min_p: drop tokens below ``min_p`` times the top probability; 0 disables it.
+        adjuster: the choice's bias/``min_tokens``/penalty state, or ``None`` (none asked for).
+            The caller reports the chosen token to it with :meth:`LogitAdjuster.accept`.
 
     Returns:
         The token, its log-probability under the reported distribution, and the
         ``top_logprobs`` most likely alternatives under that same distribution.
     """
-    scaled = logits.float() if temperature == 0 else logits.float() / temperature
+    z = logits.float()
+    if adjuster is not None:
+        z = adjuster.apply(
+            z, block_stop=adjuster.blocks_stop and not _constraint_must_stop(adjuster, allowed, forced)
+        )
+    scaled = z if temperature == 0 else z / temperature
     log_probs = torch.log_softmax(scaled, dim=-1)  # [V], the reported distribution
     masked = scaled if allowed is None else scaled.masked_fill(~allowed, float("-inf"))
     if forced is not None:
@@ -74,6 +202,10 @@ def sample_next(
     elif temperature == 0:
         token = int(torch.argmax(masked).item())
     else:
+        if min_p > 0.0:
+            masked = _min_p_filter(masked, min_p)
+        if 0 < top_k < masked.numel():
+            masked = _top_k_filter(masked, top_k)
         if top_p < 1.0:
             masked = _top_p_filter(masked, top_p)
         # Inverse-CDF sampling: one uniform draw (torch.multinomial costs ~2 ms a row here).
@@ -86,3 +218,13 @@ def sample_next(
         values, indices = torch.topk(log_probs, top_logprobs)
         top = [(int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
     return SampledToken(token_id=token, logprob=float(log_probs[token].item()), top_logprobs=top)
+
+
+def _constraint_must_stop(adjuster: LogitAdjuster, allowed: torch.Tensor | None, forced: int | None) -> bool:
+    """Whether the constraint leaves only a stop token (it then wins over ``min_tokens``)."""
+    stop = adjuster.stop_ids
+    if forced is not None:
+        return bool((stop == forced).any())
+    if allowed is None:
+        return False
+    return not bool(allowed.index_fill(0, stop, False).any())

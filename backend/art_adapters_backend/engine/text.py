@@ -21,10 +21,18 @@ _REPLACEMENT = "\ufffd"
 class TextTracker:
     """The text of one sequence as its tokens arrive."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...]) -> None:
-        """Track a sequence that ends at any of the ``stop`` strings (empty ones are ignored)."""
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...], min_tokens: int = 0
+    ) -> None:
+        """Track a sequence that ends at any of the ``stop`` strings (empty ones are ignored).
+
+        With ``min_tokens`` (vLLM's semantics) no stop string is looked for until more than
+        ``min_tokens`` tokens arrived, and one must end after the text of the first ``min_tokens``.
+        """
         self._tokenizer = tokenizer
         self._stop = tuple(s for s in stop if s)
+        self._min_tokens = min_tokens
+        self._protected = 0  # length of the text of the first min_tokens tokens
         self._token_ids: list[int] = []
         self.text = ""
         """The decoded text so far (cut before a stop string once :attr:`stopped`)."""
@@ -38,7 +46,11 @@ class TextTracker:
         self.text = self._tokenizer.decode(self._token_ids, skip_special_tokens=False)
         if not self._stop:
             return
-        cuts = [i for i in (self.text.find(s) for s in self._stop) if i >= 0]
+        if len(self._token_ids) <= self._min_tokens:
+            self._protected = len(self.text)
+            return
+        found = (self.text.find(s, max(0, self._protected - len(s) + 1)) for s in self._stop)
+        cuts = [i for i in found if i >= 0]
         if cuts:
             self.text = self.text[: min(cuts)]
             self.stopped = True

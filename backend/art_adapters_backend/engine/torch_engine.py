@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -43,10 +44,12 @@ from .base import (
     EngineStats,
     GeneratedSequence,
     GenerationRequest,
+    SamplingParams,
     SequenceDelta,
 )
 from .batch import Batch, Job, Row
 from .constraint import ConstrainedDecoder, GrammarCache
+from .sampling import LogitAdjuster
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -247,6 +250,7 @@ class TorchEngine:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
         if not 0 <= params.top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
+        _validate_adjustments(params, self.vocab_size)
         needed = len(request.prompt_token_ids) + params.max_tokens
         if needed > self.context_length:
             raise ContextLengthError(
@@ -273,8 +277,16 @@ class TorchEngine:
                 if job.compiled_grammar is not None
                 else None
             )
-            tracker = TextTracker(self.tokenizer, () if decoder is not None else request.params.stop)
-            rows.append(Row(job=job, index=index, tracker=tracker, generator=generator, decoder=decoder))
+            tracker = TextTracker(
+                self.tokenizer,
+                () if decoder is not None else request.params.stop,
+                min_tokens=request.params.min_tokens,
+            )
+            adjuster = LogitAdjuster.for_params(request.params, request.prompt_token_ids, self.eos_token_ids)
+            rows.append(
+                Row(job=job, index=index, tracker=tracker, generator=generator, decoder=decoder,
+                    adjuster=adjuster)
+            )  # fmt: skip
         with self._cond:
             if self._closed:
                 raise EngineClosedError("the engine is closed")
@@ -468,6 +480,29 @@ class TorchEngine:
                     self._stats.failed_requests += 1
                 job.fail(exc)
             self._pending = deque(row for row in self._pending if not row.job.done)
+
+
+def _validate_adjustments(params: SamplingParams, vocab_size: int) -> None:
+    """Check the vLLM sampling options beyond temperature and top-p (vLLM's ranges)."""
+    if params.top_k < 0:
+        raise ValueError(f"top_k must be 0 (disabled) or at least 1, got {params.top_k}")
+    if not 0 <= params.min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1], got {params.min_p}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(params, name)
+        if not -2 <= value <= 2:
+            raise ValueError(f"{name} must be in [-2, 2], got {value}")
+    if not (math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0):
+        raise ValueError(f"repetition_penalty must be a finite number > 0, got {params.repetition_penalty}")
+    if not 0 <= params.min_tokens <= params.max_tokens:
+        raise ValueError(
+            f"min_tokens must be in [0, max_tokens={params.max_tokens}], got {params.min_tokens}"
+        )
+    bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"logit_bias names token ids outside the vocabulary [0, {vocab_size}): {bad}")
+    if any(not math.isfinite(b) for _, b in params.logit_bias):
+        raise ValueError("logit_bias values must be finite numbers")
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
