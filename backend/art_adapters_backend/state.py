@@ -108,7 +108,11 @@ class ServerState:
             from .engine.vllm_engine import VllmEngine
 
             engine: Any = await asyncio.to_thread(
-                VllmEngine.load, path, log_path=run_dir / "vllm.log", max_loras=config.max_loaded_adapters
+                VllmEngine.load,
+                path,
+                family_flags=family.vllm_flags(run_dir / CHAT_TEMPLATE_FILE),
+                log_path=run_dir / "vllm.log",
+                max_loras=config.max_loaded_adapters,
             )
         else:
             engine = await asyncio.to_thread(

@@ -2,16 +2,20 @@
 
 Each runs where its dependency imports (vLLM: installed and a CUDA GPU; Unsloth: installed, on
 CPU too) and is skipped with the reason elsewhere. Both go through the real HTTP API: sample,
-train one step, and the new checkpoint answers as ``name@1``.
+train one step, and the new checkpoint answers as ``name@1``. On vLLM, tools, forced calls
+(``required`` and named) and ``response_format`` go through too. The vLLM engine's serve line,
+request bodies and response parsing are tested without vLLM in ``tests/backend/test_vllm_engine.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import uuid
 from pathlib import Path
 
+import openai
 import pytest
 from art_adapters_backend.engine.vllm_engine import vllm_available
 from sampled_groups import group_from_choices
@@ -49,12 +53,65 @@ async def _sample_train_serve(backend: LocalBackend) -> None:
     await client.close()
 
 
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+MUL = {"type": "function", "function": {**ADD["function"], "name": "multiply", "description": "Multiply."}}
+
+
+async def _tools_and_constraints(backend: LocalBackend) -> None:
+    """Forced calls (required, named), a tools request and a JSON schema, parsed as on the torch engine."""
+    client = openai.AsyncOpenAI(base_url=backend.openai_base_url, api_key="unused", max_retries=0)
+    ask = [{"role": "user", "content": "What is 2 + 3? Use the add tool."}]
+    model = "smollm2-135m-instruct"
+    named = {"type": "function", "function": {"name": "multiply"}}
+    for tools, choice, name in [([ADD], "required", "add"), ([ADD, MUL], named, "multiply")]:
+        response = await client.chat.completions.create(
+            model=model, messages=ask, tools=tools, tool_choice=choice, temperature=0, max_tokens=60
+        )
+        (call,) = response.choices[0].message.tool_calls or []
+        assert call.function.name == name and response.choices[0].finish_reason == "tool_calls"
+        args = json.loads(call.function.arguments)
+        assert set(args) == {"a", "b"} and all(isinstance(v, int) for v in args.values())
+        record = await backend.get_token_record(response.id)
+        assert record["constrained"] and len(record["choices"][0]["logprobs"]) == len(
+            record["choices"][0]["completion_token_ids"]
+        )
+    auto = await client.chat.completions.create(
+        model=model, messages=ask, tools=[ADD], temperature=0, max_tokens=60
+    )
+    assert auto.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    schema = {"type": "object", "properties": {"fruit": {"enum": ["apple", "pear"]}}, "required": ["fruit"]}
+    shaped = await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Name a fruit as JSON."}],
+        temperature=0,
+        max_tokens=40,
+        response_format={"type": "json_schema", "json_schema": {"name": "fruit", "schema": schema}},
+    )
+    assert json.loads(shaped.choices[0].message.content or "")["fruit"] in ("apple", "pear")
+    await client.close()
+
+
 @pytest.mark.skipif(vllm_available() is not None, reason=f"vLLM engine: {vllm_available()}")
 async def test_vllm_engine_serves_trains_and_hot_loads(tmp_path: Path) -> None:
     async with LocalBackend(
         run_dir=tmp_path / "run", extra_args=["--engine", "vllm", "--device", "cuda"]
     ) as backend:
+        await _tools_and_constraints(backend)
         await _sample_train_serve(backend)
+    # vLLM was started with the family's flags (the bundled template: hermes, no reasoning parser).
+    log = (tmp_path / "run" / "server.log").read_text()
+    assert "--chat-template" in log and "--tool-call-parser hermes" in log
 
 
 @pytest.mark.skipif(
@@ -66,31 +123,3 @@ async def test_unsloth_trainer_behind_the_server(tmp_path: Path) -> None:
         await _sample_train_serve(backend)
         log = (tmp_path / "run" / "server.log").read_text()
         assert "unsloth" in log.lower()
-
-
-async def test_vllm_engine_reads_documented_completion_shapes_without_vllm() -> None:
-    """The response parsing of the thin vLLM path (token ids, EOS, log-probs), on the documented shapes."""
-    from art_adapters_backend.engine.base import Constraint, GenerationRequest, SamplingParams
-    from art_adapters_backend.engine.vllm_engine import VllmEngine
-
-    engine = VllmEngine(Path("."), None, None, "http://127.0.0.1:9", context_length=64, eos_token_ids={2})
-    params = SamplingParams(temperature=0.7, max_tokens=8)
-    with_ids = {"index": 0, "text": "Hi", "finish_reason": "stop", "token_ids": [5, 6, 2],
-                "logprobs": {"tokens": ["token_id:5", "token_id:6", "token_id:2"],
-                             "token_logprobs": [-0.1, -0.2, -0.3]}}  # fmt: skip
-    seq = engine._sequence(0, with_ids, params)
-    assert seq.token_ids == [5, 6, 2] and seq.eos and seq.text_token_ids == [5, 6]
-    assert seq.logprobs == [-0.1, -0.2, -0.3] and seq.finish_reason == "stop"
-    older = {"index": 1, "text": "Hi", "finish_reason": "length",
-             "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.1, -0.2]}}  # fmt: skip
-    seq = engine._sequence(1, older, params)
-    assert seq.token_ids == [5, 6] and not seq.eos and seq.finish_reason == "length"
-    body = engine._body(GenerationRequest([1, 2, 3], params, n=2, adapter="m@1"))
-    assert body["model"] == "m@1" and body["prompt"] == [1, 2, 3] and body["logprobs"] == 0
-    with pytest.raises(ValueError, match="forced tool calls"):
-        engine._body(
-            GenerationRequest([1], params, constraint=Constraint({"type": "object"}, prefix="<tool_call>\n"))
-        )
-    with pytest.raises(ValueError, match="context length"):
-        engine._body(GenerationRequest(list(range(60)), params))
-    await engine.close()

@@ -1,27 +1,72 @@
 """The GPU inference engine: vLLM's OpenAI server run as its own process, behind our engine interface.
 
-Documented vLLM interfaces only:
+Written against vLLM's documentation as of 2026 (v0.12 and later: the ``structured_outputs``
+request field that replaced ``guided_*``; docs.vllm.ai "Structured Outputs",
+``docs/features/structured_outputs.md``; ``StructuredOutputsConfig`` in
+``vllm/config/structured_outputs.py``). Documented interfaces only:
 
-- ``vllm serve <model> --enable-lora --enable-sleep-mode --logprobs-mode processed_logprobs``
-  started as a subprocess on 127.0.0.1, with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (runtime
-  LoRA endpoints) and ``VLLM_SERVER_DEV_MODE=1`` (the ``/sleep`` and ``/wake_up`` endpoints);
-- ``POST /v1/completions`` with the prompt as token ids (our chat template renders it, so the
-  record's prompt is exactly what vLLM saw), ``logprobs=0`` (the sampled token's log-prob,
-  after temperature: ``processed_logprobs``), ``return_token_ids=true`` (the sampled ids; older
-  servers: ``return_tokens_as_token_ids=true`` and the ids parsed from ``token_id:N``);
+- ``vllm serve <model>`` (:func:`vllm_serve_command`) on 127.0.0.1 with ``--enable-lora``,
+  ``--enable-sleep-mode``, ``--logprobs-mode processed_logprobs``, the model family's own flags
+  (:meth:`~..model_family.ModelFamily.vllm_flags`: ``--chat-template`` with the run's
+  ``chat_template.jinja``, ``--enable-auto-tool-choice --tool-call-parser P``,
+  ``--reasoning-parser R``) and ``--structured-outputs-config`` (see below); environment
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (runtime LoRA endpoints) and ``VLLM_SERVER_DEV_MODE=1``
+  (the ``/sleep`` and ``/wake_up`` endpoints);
+- ``POST /v1/completions`` with the prompt as token ids, ``logprobs=0`` (the sampled token's
+  log-prob, after temperature: ``processed_logprobs``), ``return_token_ids=true`` (the sampled
+  ids; older servers: ``return_tokens_as_token_ids=true`` and the ids parsed from ``token_id:N``),
+  the extra sampling parameters vLLM documents for completions (``top_k``, ``min_p``,
+  ``repetition_penalty``, ``min_tokens``, ``frequency_penalty``, ``presence_penalty``,
+  ``logit_bias``) and ``structured_outputs``;
 - ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` for checkpoints;
 - ``POST /sleep?level=1`` / ``POST /wake_up`` around a training step (:meth:`paused`), so the
   trainer has the GPU memory; requests arriving meanwhile wait here and then run.
 
-Limits of this thin path: streaming yields each choice in one delta; constrained decoding
-supports a JSON schema without prefix/suffix (``response_format``) through vLLM's
-``structured_outputs``; forced tool calls (prefix + JSON + suffix) are refused with a clear error.
+**Why completions with token ids, not vLLM's chat endpoint.** Our renderer
+(:mod:`..chat_template`, tested equal to the model's chat template) stays the one source of the
+prompt: the record's prompt ids are exactly what vLLM saw, and tools, ``tool_choice``,
+``response_format`` and reasoning are handled once, in :mod:`..chat`, for both engines. vLLM's own
+chat endpoint would render the same prompt, since it is started with the same ``--chat-template``,
+and would parse with the same ``--tool-call-parser`` / ``--reasoning-parser`` names; those flags
+are passed so the server is the one a checkpoint is deployed on.
+
+**Constraints** (:class:`~.base.Constraint`: ``prefix + JSON(schema) + suffix``), the same
+language as the torch engine's (:mod:`.constraint`):
+
+- a forced tool call (``tool_choice`` ``required`` or named, any family's syntax, Qwen3's empty
+  thinking block included in the prefix) is sent as ``structured_outputs.grammar``: the xgrammar
+  EBNF of ``"prefix" JSON "suffix"`` built with the same xgrammar calls as the torch engine
+  (``Grammar.from_json_schema(any_whitespace=False, strict_mode=True)`` between two literals).
+  Chosen over ``structural_tag`` because a structural tag's ``json_schema`` element always allows
+  free whitespace, so it would accept a larger language than the torch engine;
+- a ``response_format`` schema (no prefix or suffix) is sent as ``structured_outputs.json``; the
+  server runs with ``--structured-outputs-config '{"backend": "xgrammar",
+  "disable_any_whitespace": true}'``, so vLLM compiles it with xgrammar without free whitespace,
+  as the torch engine does. With the backend fixed, a schema xgrammar cannot take is refused by
+  vLLM (400), answered here as :class:`~.constraint.ConstraintError` (a 400 to the client);
+- with a reasoning parser, vLLM would apply a constraint only after ``</think>``; our constraints
+  cover the whole reply (a forced call starts with the family's empty thinking block), so the
+  config also sets ``"enable_in_reasoning": true``;
+- stop strings are not sent with a constraint (the torch engine ignores them too: they could cut
+  the JSON).
+
+**Text**: decoded here from the returned token ids with ``skip_special_tokens=False`` (the final
+EOS left out, the text cut before the first stop string), exactly as the torch engine's
+:class:`~.text.TextTracker` does, so ``<think>``, ``<tool_call>`` and other added tokens stay in
+the text the reasoning and tool-call parsers read. vLLM is asked for
+``skip_special_tokens=false`` and ``spaces_between_special_tokens=false`` so that its stop-string
+matching sees that same text.
+
+Limits of this thin path: streaming yields each choice in one delta; a constrained choice ends
+with the EOS token vLLM samples once the grammar is complete (the torch engine stops without
+sampling it), so its record has one more token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -30,19 +75,138 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .base import ContextLengthError, EngineStats, GeneratedSequence, GenerationRequest, SequenceDelta
+from .base import (
+    Constraint,
+    ContextLengthError,
+    EngineStats,
+    GeneratedSequence,
+    GenerationRequest,
+    SamplingParams,
+    SequenceDelta,
+)
+from .constraint import ConstraintError
 
-__all__ = ["VllmEngine", "vllm_available"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "VllmEngine",
+    "constraint_grammar",
+    "sampling_body",
+    "structured_outputs",
+    "vllm_available",
+    "vllm_serve_command",
+]
 
 logger = logging.getLogger(__name__)
 
 SERVED_BASE = "base"
+
+#: ``SamplingParams`` fields sent under the same name as vLLM's completions parameters, with the
+#: value that means "off" (not sent). ``top_k`` is off at 0 or below, ``logit_bias`` when empty.
+_EXTRA_SAMPLING: tuple[tuple[str, Any], ...] = (
+    ("frequency_penalty", 0.0),
+    ("presence_penalty", 0.0),
+    ("repetition_penalty", 1.0),
+    ("min_p", 0.0),
+    ("min_tokens", 0),
+)
+
+
+def vllm_serve_command(
+    model_path: str | Path,
+    *,
+    port: int,
+    family_flags: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    max_lora_rank: int = 64,
+    max_loras: int = 8,
+    launcher: Sequence[str] | None = None,
+) -> list[str]:
+    """The ``vllm serve`` command line (pure: nothing is looked up but ``launcher``'s default).
+
+    Args:
+        model_path: the base model folder.
+        port: the port on 127.0.0.1.
+        family_flags: the model family's flags (:meth:`~..model_family.ModelFamily.vllm_flags`);
+            with ``--reasoning-parser`` among them, constraints also apply while reasoning.
+        extra_args: more ``vllm serve`` flags, appended last.
+        max_lora_rank: ``--max-lora-rank``.
+        max_loras: ``--max-loras``: how many adapters one batch may mix.
+        launcher: the program to run; default the ``vllm`` executable, else ``python -m``
+            vLLM's CLI module.
+    """
+    if launcher is None:
+        executable = shutil.which("vllm")
+        launcher = [executable] if executable else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+    structured: dict[str, Any] = {"backend": "xgrammar", "disable_any_whitespace": True}
+    if "--reasoning-parser" in family_flags:
+        structured["enable_in_reasoning"] = True
+    return [
+        *launcher, "serve", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", SERVED_BASE,
+        "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(max_loras),
+        "--enable-sleep-mode", "--logprobs-mode", "processed_logprobs",
+        "--structured-outputs-config", json.dumps(structured),
+        *family_flags, *extra_args,
+    ]  # fmt: skip
+
+
+def constraint_grammar(constraint: Constraint) -> str:
+    """The xgrammar EBNF of ``"prefix" JSON(schema) "suffix"``: the torch engine's grammar, as text.
+
+    Raises:
+        ConstraintError: the schema cannot be compiled.
+    """
+    import xgrammar as xgr
+
+    def literal(text: str) -> Any:
+        return xgr.Grammar.from_ebnf("root ::= " + json.dumps(text))
+
+    try:
+        # Key order kept: the grammar emits properties in the schema's order.
+        schema = json.dumps(constraint.json_schema)
+        parts = [literal(constraint.prefix)] if constraint.prefix else []
+        parts.append(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+        if constraint.suffix:
+            parts.append(literal(constraint.suffix))
+        grammar = xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0]
+    except (RuntimeError, ValueError, TypeError) as exc:
+        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConstraintError(f"cannot use the JSON schema: {message}") from exc
+    return str(grammar)
+
+
+def structured_outputs(constraint: Constraint) -> dict[str, Any]:
+    """vLLM's ``structured_outputs`` for a constraint: ``json`` for a bare schema, else ``grammar``."""
+    if not constraint.prefix and not constraint.suffix:
+        return {"json": constraint.json_schema}
+    return {"grammar": constraint_grammar(constraint)}
+
+
+def sampling_body(params: SamplingParams) -> dict[str, Any]:
+    """vLLM's completions sampling parameters for ``params`` (those left at "off" are not sent)."""
+    body: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
+    if params.seed is not None:
+        body["seed"] = params.seed
+    for name, off in _EXTRA_SAMPLING:
+        value = getattr(params, name, None)
+        if value is not None and value != off:
+            body[name] = value
+    top_k = getattr(params, "top_k", None)
+    if top_k is not None and top_k > 0:
+        body["top_k"] = int(top_k)
+    logit_bias = getattr(params, "logit_bias", None)
+    if logit_bias:
+        items = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+        body["logit_bias"] = {str(int(token)): float(bias) for token, bias in items}
+    return body
 
 
 def vllm_available() -> str | None:
@@ -60,6 +224,30 @@ def vllm_available() -> str | None:
     return None
 
 
+def eos_token_ids(path: Path, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """The ids that end a sequence, as vLLM stops on them: the tokenizer's EOS and the generation config's."""
+    ids = {int(tokenizer.eos_token_id)}
+    config = Path(path) / "generation_config.json"
+    if config.is_file():
+        configured = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
+        ids.update([configured] if isinstance(configured, int) else (configured or []))
+    return {int(i) for i in ids}
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The message of vLLM's error body (``{"error": {"message": ...}}``; older: ``{"message": ...}``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else body.get("message")
+        if message:
+            return str(message)
+    return response.text[:500]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -73,8 +261,9 @@ class VllmEngine:
     engine: ``generate``, ``stream``, ``load_adapter``, ``unload_adapter``, ``paused``, ``close``.
     """
 
-    def __init__(self, model_path: Path, tokenizer: Any, process: subprocess.Popen[bytes] | None, base_url: str,
-                 context_length: int, eos_token_ids: set[int]) -> None:  # fmt: skip
+    def __init__(self, model_path: Path, tokenizer: PreTrainedTokenizerBase,
+                 process: subprocess.Popen[bytes] | None, base_url: str, context_length: int,
+                 eos_token_ids: set[int]) -> None:  # fmt: skip
         self.model_path = model_path
         self.tokenizer = tokenizer
         self.process = process
@@ -93,13 +282,15 @@ class VllmEngine:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def load(cls, path: Path, *, port: int | None = None, extra_args: list[str] | None = None,
-             startup_timeout: float = 900.0, max_lora_rank: int = 64, max_loras: int = 8,
-             log_path: Path | None = None) -> VllmEngine:  # fmt: skip
+    def load(cls, path: Path, *, port: int | None = None, family_flags: Sequence[str] = (),
+             extra_args: Sequence[str] = (), startup_timeout: float = 900.0, max_lora_rank: int = 64,
+             max_loras: int = 8, log_path: Path | None = None) -> VllmEngine:  # fmt: skip
         """Start ``vllm serve`` on ``path`` and wait for ``/health`` (blocking; call it in a thread).
 
-        ``max_loras`` (vLLM's ``--max-loras``) is how many adapters one batch may mix; the server
-        passes its ``max_loaded_adapters``, so every adapter it keeps loaded can share a batch.
+        ``family_flags`` are the model family's ``vllm serve`` flags (its chat template file and
+        parsers, :meth:`~..model_family.ModelFamily.vllm_flags`); ``max_loras`` (vLLM's
+        ``--max-loras``) is how many adapters one batch may mix; the server passes its
+        ``max_loaded_adapters``, so every adapter it keeps loaded can share a batch.
 
         Raises:
             RuntimeError: vLLM cannot run here, or the server exited / did not become healthy.
@@ -110,14 +301,10 @@ class VllmEngine:
         if reason is not None:
             raise RuntimeError(f"the vLLM engine cannot start: {reason}; use --engine torch")
         port = port or _free_port()
-        executable = shutil.which("vllm")
-        command = [executable] if executable else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-        command += [
-            "serve", str(path), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_BASE,
-            "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(max_loras),
-            "--enable-sleep-mode",
-            "--logprobs-mode", "processed_logprobs", *(extra_args or []),
-        ]  # fmt: skip
+        command = vllm_serve_command(
+            path, port=port, family_flags=family_flags, extra_args=extra_args,
+            max_lora_rank=max_lora_rank, max_loras=max_loras,
+        )  # fmt: skip
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
         log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - the child keeps it
         logger.info("starting vLLM: %s", " ".join(command))
@@ -139,8 +326,7 @@ class VllmEngine:
         tokenizer = load_tokenizer(path)
         info = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]
         context_length = int(info.get("max_model_len") or tokenizer.model_max_length)
-        eos = {int(tokenizer.eos_token_id)}
-        return cls(path, tokenizer, process, base_url, context_length, eos)
+        return cls(path, tokenizer, process, base_url, context_length, eos_token_ids(path, tokenizer))
 
     async def start(self) -> None:
         """Nothing to start: the vLLM process is already serving."""
@@ -216,33 +402,43 @@ class VllmEngine:
             "prompt": list(request.prompt_token_ids),
             "n": request.n,
             "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
+            **sampling_body(params),
             "logprobs": max(params.top_logprobs, 0),
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
-            "skip_special_tokens": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
         }
-        if params.seed is not None:
-            body["seed"] = params.seed
-        if params.stop:
+        if request.constraint is not None:
+            body["structured_outputs"] = structured_outputs(request.constraint)
+        elif params.stop:
             body["stop"] = list(params.stop)
-        constraint = request.constraint
-        if constraint is not None:
-            if constraint.prefix or constraint.suffix:
-                raise ValueError(
-                    "forced tool calls (constrained prefix + JSON + suffix) are not supported by the vLLM "
-                    "engine yet; use tool_choice='auto' or the torch engine"
-                )
-            body["structured_outputs"] = {"json": constraint.json_schema}
         return body
 
-    def _sequence(self, index: int, choice: dict[str, Any], params: Any) -> GeneratedSequence:
+    def _text(self, token_ids: list[int], stop: Sequence[str], min_tokens: int = 0) -> str:
+        """The text of ``token_ids`` by the torch engine's rule (:class:`~.text.TextTracker`).
+
+        Decoded with ``skip_special_tokens=False`` and cut before the first stop string that does not
+        start inside the text of the first ``min_tokens`` tokens (vLLM's ``min_tokens``). One decode
+        of the whole choice, not one per token.
+        """
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
+        stops = [s for s in stop if s]
+        if not stops:
+            return text
+        protected = 0
+        if min_tokens:
+            protected = len(self.tokenizer.decode(token_ids[:min_tokens], skip_special_tokens=False))
+        cuts = [i for s in stops if (i := text.find(s, max(0, protected - len(s) + 1))) >= 0]
+        return text[: min(cuts)] if cuts else text
+
+    def _sequence(self, index: int, choice: dict[str, Any], request: GenerationRequest) -> GeneratedSequence:
+        params = request.params
         logprobs = choice.get("logprobs") or {}
-        tokens = logprobs.get("tokens") or []
         ids = choice.get("token_ids")
         if ids is None:
-            ids = [int(t.split(":", 1)[1]) for t in tokens]
+            ids = [int(t.split(":", 1)[1]) for t in logprobs.get("tokens") or []]
+        ids = [int(i) for i in ids]
         values = [float(x) if x is not None else 0.0 for x in (logprobs.get("token_logprobs") or [])]
         top = None
         if params.top_logprobs > 0:
@@ -252,8 +448,10 @@ class VllmEngine:
             ]
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         eos = bool(ids) and ids[-1] in self.eos_token_ids and finish == "stop"
+        stop = () if request.constraint is not None else params.stop
+        text = self._text(ids[:-1] if eos else ids, stop, int(getattr(params, "min_tokens", 0) or 0))
         return GeneratedSequence(
-            index=index, token_ids=list(ids), logprobs=values, text=choice.get("text", ""),
+            index=index, token_ids=ids, logprobs=values, text=text,
             finish_reason=finish, top_logprobs=top, eos=eos,
         )  # fmt: skip
 
@@ -264,13 +462,19 @@ class VllmEngine:
         async with self._idle:
             self._in_flight += 1
         try:
-            response = await self._post("/v1/completions", body)
+            response = await self._http.post("/v1/completions", json=body)
         finally:
             async with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+        if response.status_code == 400 and request.constraint is not None:
+            raise ConstraintError(f"vLLM refused the output constraint: {_error_message(response)}")
+        if response.is_error:
+            raise RuntimeError(
+                f"vLLM answered {response.status_code} to /v1/completions: {_error_message(response)}"
+            )
         choices = sorted(response.json()["choices"], key=lambda c: c["index"])
-        out = [self._sequence(c["index"], c, request.params) for c in choices]
+        out = [self._sequence(c["index"], c, request) for c in choices]
         self._stats.requests += 1
         self._stats.sequences += len(out)
         self._stats.tokens_generated += sum(len(s.token_ids) for s in out)
