@@ -33,17 +33,19 @@ are passed so the server is the one a checkpoint is deployed on.
 **Constraints** (:class:`~.base.Constraint`: ``prefix + JSON(schema) + suffix``), the same
 language as the torch engine's (:mod:`.constraint`):
 
-- a forced tool call (``tool_choice`` ``required`` or named, any family's syntax, Qwen3's empty
-  thinking block included in the prefix) is sent as ``structured_outputs.grammar``: the xgrammar
-  EBNF of ``"prefix" JSON "suffix"`` built with the same xgrammar calls as the torch engine
-  (``Grammar.from_json_schema(any_whitespace=False, strict_mode=True)`` between two literals).
-  Chosen over ``structural_tag`` because a structural tag's ``json_schema`` element always allows
-  free whitespace, so it would accept a larger language than the torch engine;
-- a ``response_format`` schema (no prefix or suffix) is sent as ``structured_outputs.json``; the
-  server runs with ``--structured-outputs-config '{"backend": "xgrammar",
-  "disable_any_whitespace": true}'``, so vLLM compiles it with xgrammar without free whitespace,
-  as the torch engine does. With the backend fixed, a schema xgrammar cannot take is refused by
-  vLLM (400), answered here as :class:`~.constraint.ConstraintError` (a 400 to the client);
+- a forced tool call (``tool_choice`` ``required`` or named) with a prefix or suffix (hermes's
+  ``<tool_call>`` block, Qwen3's empty thinking block before it) is sent as
+  ``structured_outputs.grammar``: the xgrammar EBNF of ``"prefix" JSON "suffix"`` built with the
+  same xgrammar calls as the torch engine (``Grammar.from_json_schema(any_whitespace=False,
+  strict_mode=True)`` between two literals). Chosen over ``structural_tag`` because a structural
+  tag's ``json_schema`` element always allows free whitespace, so it would accept a larger
+  language than the torch engine;
+- a constraint without prefix or suffix (``response_format``; ``llama3_json``'s forced call, which
+  is bare JSON) is sent as ``structured_outputs.json``; the server runs with
+  ``--structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'``, so
+  vLLM compiles it with xgrammar without free whitespace, as the torch engine does. With the
+  backend fixed, a schema xgrammar cannot take is refused by vLLM (400), answered here as
+  :class:`~.constraint.ConstraintError` (a 400 to the client);
 - with a reasoning parser, vLLM would apply a constraint only after ``</think>``; our constraints
   cover the whole reply (a forced call starts with the family's empty thinking block), so the
   config also sets ``"enable_in_reasoning": true``;
