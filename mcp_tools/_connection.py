@@ -29,6 +29,25 @@ __all__ = ["ServerConnection"]
 _STDERR_TAIL_CHARS = 1500
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (anyio's task groups wrap a transport's failure twice)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _explain(failure: BaseException) -> str:
+    closed = _compat.error_code(failure) == _compat.CONNECTION_CLOSED
+    if isinstance(failure, _compat.McpProtocolError) and closed:
+        return (
+            "the server closed the connection during the MCP handshake (it exited or crashed at start; "
+            "check the command and its stderr)"
+        )
+    if isinstance(failure, FileNotFoundError):
+        return f"the command was not found ({failure}); check it is installed and on PATH"
+    return f"{type(failure).__name__}: {failure}"
+
+
 class ServerConnection:
     """A started MCP session with one server. Create with :meth:`open`, end with :meth:`aclose`."""
 
@@ -74,12 +93,11 @@ class ServerConnection:
                 f"{config.connect_timeout_s:g}s; check that it starts, or raise connect_timeout_s.{tail}"
             ) from None
         if connection._failure is not None:
-            failure = connection._failure
+            failure = root_cause(connection._failure)
             tail = connection.stderr_tail()
             await connection.aclose()
             raise ToolServerError(
-                f"could not start MCP server {name!r} ({connection.describe()}): "
-                f"{type(failure).__name__}: {failure}{tail}"
+                f"could not start MCP server {name!r} ({connection.describe()}): {_explain(failure)}{tail}"
             ) from failure
         return connection
 
@@ -131,7 +149,8 @@ class ServerConnection:
         except Exception as exc:  # noqa: BLE001 - the transport or handshake failed: report to whoever waits
             self._failure = exc
             if self._ready.is_set():
-                logger.warning("MCP session with %r ended: %s: %s", self.name, type(exc).__name__, exc)
+                cause = root_cause(exc)
+                logger.warning("MCP session with %r ended: %s: %s", self.name, type(cause).__name__, cause)
         finally:
             self._session = None
             self._done.set()
