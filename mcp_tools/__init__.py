@@ -13,6 +13,10 @@ Each call is recorded in the trajectory (a LangChain custom event carrying a
 crashes or hangs raises :class:`art_adapters.errors.ToolServerError` within the call
 timeout. Works with mcp 1.x and 2.x.
 
+A server that keeps its data in a file or folder gets a fresh copy per rollout with
+``StdioServer(state=[StateCopy(source=..., env=...)])``, ``{state:PATH}`` in its
+command, or :func:`with_state` (see :mod:`mcp_tools._isolation`).
+
 For MCP-RL, :func:`generate_scenarios` has a chat model write tasks that need a
 server's tools, kept as :class:`Scenario` records in an editable JSONL file
 (:func:`save_scenarios`, :func:`load_scenarios`) and split with :func:`split_scenarios`. Bundled servers live in :mod:`mcp_tools.servers`.
@@ -21,13 +25,14 @@ server's tools, kept as :class:`Scenario` records in an editable JSONL file
 from __future__ import annotations
 
 from mcp_tools._client import load_tools
-from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
+from mcp_tools._config import HttpServer, McpClientConfig, StateCopy, StdioServer
 from mcp_tools._generate import (
     PLAIN_TASK_PATTERN,
     ScenarioGenerationError,
     describe_tools,
     generate_scenarios,
 )
+from mcp_tools._isolation import with_state
 from mcp_tools._rollout import Rollout, current_rollout, rollout
 from mcp_tools._scenarios import (
     Scenario,
@@ -51,6 +56,7 @@ __all__ = [
     "Scenario",
     "ScenarioFileError",
     "ScenarioGenerationError",
+    "StateCopy",
     "StdioServer",
     "current_rollout",
     "describe_tools",
@@ -61,4 +67,5 @@ __all__ = [
     "rollout",
     "save_scenarios",
     "split_scenarios",
+    "with_state",
 ]

@@ -22,6 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from mcp_tools._config import McpClientConfig, client_config, parse_servers
+from mcp_tools._isolation import warn_unisolated
 from mcp_tools._rollout import current_rollout
 from mcp_tools._session import McpSession
 from mcp_tools._tools import build_tools
@@ -126,6 +127,7 @@ async def load_tools(
     else:
         async with McpSession(toolset.servers, config=toolset.config) as probe:
             listing = await probe.list_tools()
+    warn_unisolated(toolset.servers, listing)
     return list(
         build_tools(listing, resolve=toolset.session, config=toolset.config, tracer_provider=tracer_provider)
     )

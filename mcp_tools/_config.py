@@ -8,6 +8,10 @@ A *server* argument may be:
 * one server's config dict (``{"command": ..., "args": [...]}`` or ``{"url": ...}``);
 * a config dict naming several servers, in the shape langchain-mcp-adapters'
   ``MultiServerMCPClient`` takes: ``{"calc": {...}, "notes": {...}}``.
+
+A stdio server's data files or folders may be declared as per-rollout *state*
+(:class:`StateCopy`, or ``{state:PATH}`` in its args, env or cwd): each session gets
+fresh copies of them (see :mod:`mcp_tools._isolation`).
 """
 
 from __future__ import annotations
@@ -15,18 +19,117 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from art_adapters.errors import ConfigError
 
-__all__ = ["HttpServer", "McpClientConfig", "ServerSpec", "StdioServer", "parse_servers"]
+__all__ = [
+    "STATE_PLACEHOLDER",
+    "HttpServer",
+    "McpClientConfig",
+    "ServerSpec",
+    "StateCopy",
+    "StdioServer",
+    "parse_servers",
+    "parse_state_option",
+]
 
 _HTTP_TRANSPORTS = {"streamable_http", "streamable-http", "http"}
 _UNSUPPORTED_TRANSPORTS = {"sse", "websocket"}
+
+#: ``{state:PATH}`` in a stdio server's args, env values or cwd: per session, the path of a copy of PATH.
+STATE_PLACEHOLDER = re.compile(r"\{state:([^{}]+)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_source(source: str | Path) -> Path:
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ValueError(
+            f"state source {str(source)!r} does not exist (resolved against {Path.cwd()}); "
+            "name the file or folder the server keeps its data in"
+        )
+    return path
+
+
+class StateCopy(BaseModel):
+    """A file or folder a stdio server keeps its data in, copied fresh for each session.
+
+    Each MCP session (so each :func:`mcp_tools.rollout`) copies *source* into its own
+    temporary folder and hands the copy's path to the server it starts, so rollouts never
+    see each other's writes and the original is never touched.
+
+    Attributes:
+        source: the original file or folder (a relative path is taken from the client's
+            working directory when the copy is made). Must exist.
+        env: set this environment variable of the server to the copy's path
+            (e.g. ``MEMORY_FILE_PATH``).
+        arg: append ``arg <copy>`` to the server's arguments (a flag such as ``--repository``).
+            Exactly one of *env* and *arg*; to put the path elsewhere in the command line,
+            write ``{state:PATH}`` there instead.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Path
+    env: str | None = None
+    arg: str | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _exists(cls, source: Path) -> Path:
+        return _check_source(source)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> StateCopy:
+        if (self.env is None) == (self.arg is None):
+            raise ValueError(
+                f"state {str(self.source)!r}: give exactly one of env= (an environment variable) and arg= "
+                "(a flag such as --repository)"
+            )
+        if self.env is not None and not _ENV_NAME.fullmatch(self.env):
+            raise ValueError(f"state env {self.env!r} is not an environment variable name")
+        if self.arg is not None and not self.arg.startswith("-"):
+            raise ValueError(
+                f"state arg {self.arg!r} must be a flag starting with '-'; "
+                "for a positional path write {state:PATH} in the args"
+            )
+        return self
+
+
+def _first_error(exc: ValidationError) -> str:
+    return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+
+
+def parse_state_option(text: str) -> StateCopy:
+    """Parse the command line's ``SOURCE=ENV`` or ``SOURCE=--flag`` into a :class:`StateCopy`.
+
+    Raises:
+        ConfigError: no ``=``, or the source or target is invalid.
+    """
+    source, sep, target = text.rpartition("=")
+    if not sep or not source or not target:
+        raise ConfigError(
+            f"--state {text!r}: write SOURCE=ENV (e.g. ./memory.jsonl=MEMORY_FILE_PATH) "
+            "or SOURCE=--flag (e.g. ./repo=--repository)"
+        )
+    fields = {"arg": target} if target.startswith("-") else {"env": target}
+    try:
+        return StateCopy(source=Path(source), **fields)
+    except ValidationError as exc:
+        raise ConfigError(f"--state {text!r}: {_first_error(exc)}") from exc
 
 
 class StdioServer(BaseModel):
@@ -37,6 +140,9 @@ class StdioServer(BaseModel):
         args: its arguments.
         env: extra environment variables, merged over the SDK's safe default environment.
         cwd: working directory of the process (default: ours).
+        state: files or folders copied fresh for each session and handed to the server
+            (see :class:`StateCopy`); ``{state:PATH}`` in *args*, *env* values or *cwd* does
+            the same in place. Default none: every session works on the server's real data.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,6 +152,23 @@ class StdioServer(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] | None = None
     cwd: str | None = None
+    state: list[StateCopy] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _placeholders_exist(self) -> StdioServer:
+        for text in self.placeholder_texts():
+            for match in STATE_PLACEHOLDER.finditer(text):
+                _check_source(match.group(1))
+        return self
+
+    def placeholder_texts(self) -> list[str]:
+        """The strings that may hold ``{state:PATH}``: args, env values and cwd."""
+        return [*self.args, *(self.env or {}).values(), *([self.cwd] if self.cwd else [])]
+
+    @property
+    def isolated(self) -> bool:
+        """Whether each session gets fresh copies of some state (``state`` or a placeholder)."""
+        return bool(self.state) or any(STATE_PLACEHOLDER.search(t) for t in self.placeholder_texts())
 
 
 class HttpServer(BaseModel):
@@ -78,6 +201,10 @@ class McpClientConfig(BaseModel):
         tool_name_prefix: with several servers, whether tool names get ``<server>_`` in
             front. ``None`` (default): only names that two servers share are prefixed;
             ``True``: all; ``False``: none, and a shared name is a :class:`ConfigError`.
+        state_dir: where each session's copies of the servers' state go (see
+            :class:`StateCopy`). ``None`` (default): a new temporary folder per session, deleted
+            when the session closes. A folder: each session's copies go to a new subfolder
+            ``<server>-<random>`` there and are kept, to inspect what a rollout did.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +212,14 @@ class McpClientConfig(BaseModel):
     call_timeout_s: PositiveFloat = 60.0
     connect_timeout_s: PositiveFloat = 30.0
     tool_name_prefix: bool | None = None
+    state_dir: Path | None = None
+
+
+HTTP_STATE_MESSAGE = (
+    "per-rollout state copies work for stdio servers only: a streamable-HTTP server is one process "
+    "shared by every session, and the client cannot hand it a fresh copy of its data. Run the server "
+    "over stdio (a command) with state, or reset its data between rollouts yourself."
+)
 
 
 def client_config(config: McpClientConfig | None, overrides: Mapping[str, Any]) -> McpClientConfig:
@@ -119,6 +254,8 @@ def _spec_from_mapping(data: Mapping[str, Any], where: str) -> StdioServer | Htt
         )
     if transport in _HTTP_TRANSPORTS:
         transport = "streamable_http"
+        if data.get("state"):
+            raise ConfigError(f"{where}: {HTTP_STATE_MESSAGE}")
     elif transport != "stdio":
         raise ConfigError(f"{where}: unknown transport {transport!r}; use 'stdio' or 'streamable_http'")
     try:
@@ -127,6 +264,13 @@ def _spec_from_mapping(data: Mapping[str, Any], where: str) -> StdioServer | Htt
         return HttpServer.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{where}: invalid {transport} server config: {exc}") from exc
+
+
+def _stdio(command: str, args: list[str]) -> StdioServer:
+    try:
+        return StdioServer(command=command, args=args)
+    except ValidationError as exc:  # a {state:PATH} placeholder naming a missing file
+        raise ConfigError(f"invalid stdio server {command!r}: {_first_error(exc)}") from exc
 
 
 def _single(server: Any, name: str | None) -> tuple[str, StdioServer | HttpServer]:
@@ -140,13 +284,13 @@ def _single(server: Any, name: str | None) -> tuple[str, StdioServer | HttpServe
             spec = HttpServer(url=text)
         else:
             parts = shlex.split(text)
-            spec = StdioServer(command=parts[0], args=parts[1:])
+            spec = _stdio(parts[0], parts[1:])
     elif isinstance(server, list | tuple):
         if not server or not all(isinstance(p, str) and p for p in server):
             raise ConfigError(
                 f"a stdio command must be a non-empty list of non-empty strings, got {server!r}"
             )
-        spec = StdioServer(command=server[0], args=list(server[1:]))
+        spec = _stdio(server[0], list(server[1:]))
     elif isinstance(server, Mapping):
         spec = _spec_from_mapping(server, "server")
     else:

@@ -5,7 +5,11 @@ call inside ``async with mcp_tools.rollout():`` they open one :class:`McpSession
 for that rollout, every later call in the rollout reuses it, and it is closed when
 the block ends. So a stateful server sees one session per rollout, rollouts that
 run concurrently never share state, and a stdio server started per session (like
-the bundled notes server) gives each rollout a fresh copy of its data.
+the bundled notes server) gives each rollout a fresh copy of its data. A server that
+keeps its data in a file or folder needs per-rollout *state* in its config
+(:class:`mcp_tools.StateCopy`, ``{state:PATH}``): each rollout's session then starts
+its own server process on fresh copies, deleted when the rollout ends
+(:mod:`mcp_tools._isolation`).
 
 Why a context variable and not LangChain's run ids: a tool's callback config does
 not carry the root run id (only its own and its parent's), so the root run cannot

@@ -9,6 +9,10 @@ session per call). Use it explicitly::
         await graph.ainvoke(inputs, config={"callbacks": [handler]})
 
 or let :func:`mcp_tools.load_tools` open one lazily per :func:`mcp_tools.rollout`.
+
+A stdio server with per-rollout state (see :mod:`mcp_tools._isolation`) gets fresh
+copies of its data files for each session, and its own process working on them;
+the copies are deleted when the session closes.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Self
 from art_adapters.errors import ConfigError
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer, client_config, parse_servers
 from mcp_tools._connection import ServerConnection
+from mcp_tools._isolation import SessionState, warn_unisolated
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from types import TracebackType
 
     from langchain_core.tools import BaseTool
@@ -61,25 +67,35 @@ class McpSession:
         self.tracer_provider = tracer_provider
         self._connections: dict[str, ServerConnection] = {}
         self._listing: dict[str, list[dict[str, Any]]] | None = None
+        self._state: SessionState | None = None
 
     async def open(self) -> McpSession:
-        """Start or reach every server (concurrently) and do the handshakes; returns ``self``."""
+        """Start or reach every server (concurrently) and do the handshakes; returns ``self``.
+
+        Servers with per-rollout state first get fresh copies of it (see :attr:`state_folders`).
+        """
         if self._connections:
             return self
+        state = await asyncio.to_thread(SessionState.prepare, self.servers, self.config.state_dir)
         names = list(self.servers)
-        tasks = [asyncio.ensure_future(ServerConnection.open(n, self.servers[n], self.config)) for n in names]
+        tasks = [
+            asyncio.ensure_future(ServerConnection.open(n, state.servers[n], self.config)) for n in names
+        ]
         try:
             results = await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
             # Cancelled while opening: the servers still starting stop themselves; close those already up.
             await asyncio.shield(self._close_opened(tasks))
+            state.remove()
             raise
         opened = {n: r for n, r in zip(names, results, strict=True) if isinstance(r, ServerConnection)}
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             await asyncio.gather(*(c.aclose() for c in opened.values()))
+            state.remove()
             raise failures[0]
         self._connections = opened
+        self._state = state
         return self
 
     @staticmethod
@@ -91,6 +107,9 @@ class McpSession:
         """Close every session (stdio servers are stopped). Idempotent."""
         connections, self._connections = list(self._connections.values()), {}
         await asyncio.gather(*(c.aclose() for c in connections))
+        state, self._state = self._state, None
+        if state is not None:  # after the servers stopped: nothing writes into the copies any more
+            await asyncio.to_thread(state.remove)
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -109,6 +128,11 @@ class McpSession:
     def broken(self) -> bool:
         """Whether a server's session has ended under it (the server crashed or the connection died)."""
         return any(c.closed for c in self._connections.values())
+
+    @property
+    def state_folders(self) -> dict[str, Path]:
+        """Each isolated server's folder of fresh state copies for this session (empty when none)."""
+        return dict(self._state.folders) if self._state is not None else {}
 
     @property
     def session_ids(self) -> dict[str, str | None]:
@@ -182,6 +206,8 @@ class McpSession:
         async def resolve() -> McpSession:
             return self
 
+        listing = await self.list_tools()
+        warn_unisolated(self.servers, listing)
         return build_tools(
-            await self.list_tools(), resolve=resolve, config=self.config, tracer_provider=self.tracer_provider
+            listing, resolve=resolve, config=self.config, tracer_provider=self.tracer_provider
         )
