@@ -45,16 +45,19 @@ async def export_model(name: str, body: ExportRequest, request: Request) -> dict
     ``vllm_command`` (argv), ... 404 for an unknown model or step, 409 if ``out`` exists and is not
     empty (send ``force``), 400 for a relative ``out`` or step 0 without ``merged``."""
     state: ServerState = request.app.state.server
-    state.registry.require(name)
+    record = state.registry.require(name)
     if not Path(body.out).is_absolute():
         raise BadRequestError(
             f"out must be an absolute path on the backend's machine, got {body.out!r}", param="out"
         )
+    step = record.steps[-1] if body.step is None else body.step
     try:
-        path = await asyncio.to_thread(
-            export_checkpoint, state.config.run_dir, name, body.step, out=body.out, merged=body.merged,
-            force=body.force, cache_dir=state.config.cache_dir,
-        )  # fmt: skip
+        # the lease keeps retention from deleting the step while its files are read
+        async with state.checkpoint_leases.reading(name, step):
+            path = await asyncio.to_thread(
+                export_checkpoint, state.config.run_dir, name, step, out=body.out, merged=body.merged,
+                force=body.force, cache_dir=state.config.cache_dir,
+            )  # fmt: skip
     except ExportNotFoundError as exc:
         raise NotFoundError(str(exc), code="checkpoint_not_found") from exc
     except ExportExistsError as exc:

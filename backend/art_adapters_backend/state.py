@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .adapters import AdapterCache
+from .checkpoint_leases import CheckpointLeases
 from .chat_template import ChatTemplate
 from .durable import write_atomic
 from .model_family import ModelFamily, resolve_model_family
@@ -78,6 +79,7 @@ class ServerState:
     token_texts: TokenTexts = field(init=False)
     started: float = field(default_factory=time.time)
     adapters: AdapterCache = field(init=False)
+    checkpoint_leases: CheckpointLeases = field(default_factory=CheckpointLeases)
 
     def __post_init__(self) -> None:
         self.adapters = AdapterCache(self.engine, self.config.max_loaded_adapters)

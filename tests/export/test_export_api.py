@@ -7,7 +7,9 @@ is a clear 4xx.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,50 @@ async def test_export_errors_are_clear(
         await trained.export(tmp_path / "taken")
     assert taken.value.status_code == 409 and (tmp_path / "taken" / "notes.txt").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing written on any refusal
+
+
+@pytest.mark.slow
+async def test_deleting_a_step_waits_for_its_export(
+    trained: TrainableModel, local_backend: LocalBackend, tmp_path: Path
+) -> None:
+    """``checkpoints/delete`` of a step being exported waits for the export instead of breaking it."""
+    client = trained.openai_client()
+    response = await client.chat.completions.create(
+        model=trained.served_name(), messages=[{"role": "user", "content": PROMPT}], n=2, temperature=1.0,
+        max_tokens=6, seed=2,
+    )  # fmt: skip
+    await client.close()
+    group = TrajectoryGroup(
+        trajectories=[
+            Trajectory(
+                messages=[
+                    Message(role="user", content=PROMPT),
+                    Message(role="assistant", content=choice.message.content, completion_id=response.id,
+                            choice_index=choice.index),
+                ],  # fmt: skip
+                reward=float(choice.index),
+            )
+            for choice in response.choices
+        ]
+    )
+    result = await trained.train([group], config=TrainConfig(learning_rate=1e-4))
+    assert result.trained
+    old_step = result.step - 1
+    out = tmp_path / "merged"
+    export = asyncio.create_task(trained.export(out, step=old_step, merged=True))
+    while not any(tmp_path.glob(".tmp-merged-*")):  # the backend writes its temporary folder: it holds the lease
+        assert not export.done(), export
+        await asyncio.sleep(0.01)
+    deleted = await local_backend.request("POST", f"/art/models/{trained.name}/checkpoints/delete",
+                                          json={"steps": [old_step]})  # fmt: skip
+    answered = time.time()
+    assert await export == out  # the export read a whole checkpoint: the delete did not pull it away
+    manifest = json.loads((out / "export.json").read_text())
+    # the delete answered only once the export had written everything (its manifest is written last)
+    assert (out / "export.json").stat().st_mtime <= answered
+    assert deleted == {"deleted": [old_step]} and manifest["step"] == old_step and manifest["merged"]
+    assert (out / "model.safetensors").is_file() or any(out.glob("model*.safetensors"))
+    info = await local_backend.get_model(trained.name)
+    assert old_step not in info["steps"]
+    with pytest.raises(BackendRequestError, match=f"has no step {old_step}"):
+        await trained.export(tmp_path / "again", step=old_step)

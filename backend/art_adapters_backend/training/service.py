@@ -245,6 +245,7 @@ class TrainingService:
         self.state.registry.remove_steps(name, steps)
         for step in sorted(steps):
             await self.state.adapters.unload(f"{name}@{step}")
+            await self.state.checkpoint_leases.wait_released(name, step)  # an export reading it
             path = self.store(name).path(step)
             if path.exists():
                 await asyncio.to_thread(self.store(name).delete, step)
