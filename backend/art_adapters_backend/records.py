@@ -60,6 +60,10 @@ class CompletionRecord(BaseModel):
         created: Unix time of the response.
         prompt_token_ids: the rendered prompt's token ids.
         temperature, top_p, max_tokens, seed, stop, n, top_logprobs: the sampling settings used.
+        top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, min_tokens,
+            logit_bias: vLLM's further sampling settings (defaults: off). With a penalty, a bias or
+            ``min_tokens`` the choices' ``logprobs`` are of the adjusted distribution the tokens
+            were drawn from, not of the model alone (see ``GeneratedSequence.logprobs``).
         constrained: whether decoding was constrained (forced tool call, JSON response format).
         stream: whether the response was streamed.
         choices: one record per choice.
@@ -79,6 +83,13 @@ class CompletionRecord(BaseModel):
     stop: list[str] = Field(default_factory=list)
     n: int = 1
     top_logprobs: int = 0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    logit_bias: dict[int, float] = Field(default_factory=dict)
     constrained: bool = False
     stream: bool = False
     choices: list[ChoiceRecord]
@@ -95,7 +106,6 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._index: dict[str, tuple[int, int]] = {}
-        self._calls: dict[str, tuple[str, int]] = {}  # tool-call id -> (completion id, choice index)
         self._load()
         self._file = self.path.open("ab")
         self._read_fd = os.open(self.path, os.O_RDONLY)
@@ -116,7 +126,6 @@ class RecordStore:
                     logger.warning("skipping an unreadable line at byte %d of %s", offset, self.path)
                 else:
                     self._index[record.id] = (offset, len(line))
-                    self._index_calls(record)
                 good_end = end
                 offset = end
         if good_end < self.path.stat().st_size:
@@ -134,21 +143,6 @@ class RecordStore:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._index[record.id] = (offset, len(line))
-            self._index_calls(record)
-
-    def _index_calls(self, record: CompletionRecord) -> None:
-        for choice in record.choices:
-            for call_id in choice.tool_call_ids:
-                self._calls[call_id] = (record.id, choice.index)
-
-    def tool_call_choice(self, call_id: str) -> tuple[CompletionRecord, ChoiceRecord] | None:
-        """The record and choice that issued tool-call id ``call_id``, or ``None``."""
-        where = self._calls.get(call_id)
-        record = self.get(where[0]) if where is not None else None
-        if record is None or where is None:
-            return None
-        choice = next((c for c in record.choices if c.index == where[1]), None)
-        return None if choice is None else (record, choice)
 
     async def put(self, record: CompletionRecord) -> None:
         """Append ``record`` durably without blocking the event loop."""
