@@ -46,7 +46,9 @@ def group_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float | int]:
 
     Returns ``trajectories``, ``exceptions``, ``exception_rate`` (failed / all rollouts),
     ``reward_mean``/``reward_std``/``reward_min``/``reward_max`` over scored trajectories,
-    ``reward_std_within_group_mean`` (the spread GRPO learns from), and ``<metric>_mean``
+    ``reward_std_within_group_mean`` (the spread GRPO learns from), ``tool_call_rate`` (the
+    share of rollouts that called at least one tool), ``tool_error_rate`` (the share of tool
+    calls that reported an error; absent when no tool was called), and ``<metric>_mean``
     for every numeric trajectory metric (tokens, tool calls, RULER score) and for the
     runner's ``duration_s``.
     """
@@ -60,6 +62,11 @@ def group_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float | int]:
         "exceptions": failures,
         "exception_rate": failures / total if total else 0.0,
     }
+    if trajectories:
+        calls = [r for t in trajectories for r in t.tool_records]
+        row["tool_call_rate"] = sum(1 for t in trajectories if t.tool_records) / len(trajectories)
+        if calls:
+            row["tool_error_rate"] = sum(1 for r in calls if r.is_error) / len(calls)
     rewards = [float(t.reward) for t in trajectories if t.reward is not None]
     if rewards:
         row["reward_mean"] = statistics.fmean(rewards)

@@ -18,6 +18,8 @@ _CHARTS = (
     ("loss", "Training loss", ("loss", "policy_loss")),
     ("kl", "KL divergence to the reference", ("kl", "kl_div", "kl_mean")),
     ("exception_rate", "Failed rollouts (fraction)", ("exception_rate",)),
+    ("tool_call_rate", "Rollouts that called a tool (fraction)", ("tool_call_rate",)),
+    ("tool_error_rate", "Tool calls that reported an error (fraction)", ("tool_error_rate",)),
 )
 
 
@@ -40,8 +42,8 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
         out_dir: where to write; default ``<run dir>/plots``.
 
     Charts: ``reward.png`` (mean reward per split, with a band of one standard deviation
-    and the min/max as dotted lines), then ``loss.png``, ``kl.png`` and
-    ``exception_rate.png`` when the history has those metrics.
+    and the min/max as dotted lines), then ``loss.png``, ``kl.png``, ``exception_rate.png``,
+    ``tool_call_rate.png`` and ``tool_error_rate.png`` when the history has those metrics.
 
     Raises:
         ConfigError: no metrics file, no rows in it, or matplotlib is not installed.

@@ -25,6 +25,19 @@ def test_group_metrics_of_a_real_scored_run(scored_groups: list[aa.TrajectoryGro
     assert row["reward_std"] == pytest.approx(statistics.pstdev(rewards)) and row["reward_std"] > 0
     assert row["reward_max"] == 1.0
     assert row["tool_calls_mean"] == 3.0 and row["model_calls_mean"] == 2.0
+    calls = [r for g in scored_groups for t in g.trajectories for r in t.tool_records]
+    assert row["tool_call_rate"] == 1.0
+    assert row["tool_error_rate"] == pytest.approx(sum(r.is_error for r in calls) / len(calls))
+    silent = aa.Trajectory(
+        messages=[aa.Message(role="user", content="hi"), aa.Message(role="assistant", content="hello")]
+    )
+    broken = aa.Trajectory(
+        messages=[aa.Message(role="user", content="hi")],
+        tool_records=[aa.ToolCallRecord(name="add", is_error=True), aa.ToolCallRecord(name="add", result="3")],
+    )
+    rates = group_metrics([aa.TrajectoryGroup(trajectories=[silent, broken])])
+    assert rates["tool_call_rate"] == 0.5 and rates["tool_error_rate"] == 0.5
+    assert "tool_error_rate" not in group_metrics([aa.TrajectoryGroup(trajectories=[silent])])
     assert row["prompt_tokens_mean"] > 0 and row["duration_s_mean"] > 0
     failed = aa.TrajectoryGroup(exceptions=[aa.RolloutException(type="ValueError", message="x")])
     assert group_metrics([*scored_groups, failed])["exception_rate"] == pytest.approx(1 / 7)
@@ -75,6 +88,7 @@ def fill_history(path: Path) -> MetricsHistory:
             history.append(
                 step, {"reward_mean": 0.08 * step, "reward_std": 0.02, "exception_rate": 0.0}, split="val"
             )
+        history.append(step, {"tool_call_rate": 0.5 + 0.1 * step, "tool_error_rate": 0.3}, split="train")
     return history
 
 
@@ -94,7 +108,9 @@ def test_observer_writes_rollout_and_train_rows(
 def test_plot_run_writes_readable_pngs(tmp_path: Path) -> None:
     fill_history(tmp_path / "metrics.jsonl")
     paths = plot_run(tmp_path)
-    assert [p.name for p in paths] == ["reward.png", "loss.png", "kl.png", "exception_rate.png"]
+    assert [p.name for p in paths] == [
+        "reward.png", "loss.png", "kl.png", "exception_rate.png", "tool_call_rate.png", "tool_error_rate.png"
+    ]
     for path in paths:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
