@@ -4,6 +4,8 @@ Shared by the RULER judge and the scenario generator, which both ask for schema-
 JSON where the model supports it and fall back to asking plainly (their prompts state the
 format) where it does not: either the chat model class has no json_schema mode, or the
 endpoint behind it rejects the request (many OpenAI-compatible servers answer 400/422).
+An answer cut at the token limit is still text to salvage: :func:`cut_off_text` takes it
+from the OpenAI SDK's ``LengthFinishReasonError``, :func:`finish_reason` tells it apart.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from typing import Any
 
 from .content import content_text
 
-__all__ = ["NO_JSON_SCHEMA_MODE", "answer_text", "json_schema_output", "rejects_json_schema"]
+__all__ = [
+    "NO_JSON_SCHEMA_MODE",
+    "answer_text",
+    "cut_off_text",
+    "finish_reason",
+    "json_schema_output",
+    "rejects_json_schema",
+]
 
 #: What ``with_structured_output(method="json_schema")`` raises for a model class without that mode.
 NO_JSON_SCHEMA_MODE = (NotImplementedError, TypeError, ValueError)
@@ -45,3 +54,28 @@ def answer_text(result: dict[str, Any]) -> str:
     if not text.strip() and isinstance(result.get("parsed"), dict):
         return json.dumps(result["parsed"])
     return text
+
+
+def cut_off_text(exc: BaseException) -> str | None:
+    """The partial answer inside an ``openai.LengthFinishReasonError``; ``None`` for any other exception.
+
+    ``ChatOpenAI`` sends a ``response_format`` through the OpenAI SDK's ``parse`` call, which
+    raises ``LengthFinishReasonError`` (carrying the whole ``completion``) when the answer
+    stops at the token limit, so no text reaches the caller; this recovers it, so the
+    complete items of a cut JSON array can still be used.
+    """
+    try:
+        from openai import LengthFinishReasonError
+    except ImportError:  # pragma: no cover - langchain-openai depends on openai
+        return None
+    if not isinstance(exc, LengthFinishReasonError):
+        return None
+    choices = exc.completion.choices
+    return (choices[0].message.content or "") if choices else ""
+
+
+def finish_reason(message: Any) -> str | None:
+    """Why the model stopped (``"stop"``, ``"length"``...), from a message's ``response_metadata``."""
+    metadata = getattr(message, "response_metadata", None) or {}
+    reason = metadata.get("finish_reason")
+    return reason if isinstance(reason, str) else None

@@ -8,31 +8,56 @@ item by item: malformed items, tasks that name a tool, and duplicates of earlier
 (compared after :func:`~mcp_tools.normalize_task`) are dropped, and the model is asked
 again for the missing ones, told which tasks it already wrote. The result is exactly
 ``n`` scenarios, or a :class:`ScenarioGenerationError` saying what went wrong.
+
+Every valid scenario is kept: ``save_to=FILE`` appends each one to a JSONL file as it is
+accepted (fsynced; :func:`~mcp_tools.load_scenarios` reads it) and a later call with the
+same file generates only the missing ones; ``on_accept`` sees each one too; the error
+carries the accepted ones. An answer cut at the token limit keeps its complete items, in
+json_schema mode too, and the following calls ask for fewer at a time. The prompt is fitted
+to the generator's context (:mod:`mcp_tools._budget`): tools first, resources trimmed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
 
 from art_adapters.content import content_text
 from art_adapters.errors import ArtAdaptersError, ConfigError
 from art_adapters.structured_output import (
     NO_JSON_SCHEMA_MODE,
     answer_text,
+    cut_off_text,
+    finish_reason,
     json_schema_output,
     rejects_json_schema,
 )
-from mcp_tools._scenarios import MAX_TASK_CHARS, MIN_TASK_CHARS, Scenario, normalize_task
+from mcp_tools._answers import check_item, parse_items
+from mcp_tools._budget import (
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD_TOKENS,
+    UNKNOWN_CONTEXT_RESOURCE_CHARS,
+    answer_reserve,
+    describe_resources,
+    discover_context_tokens,
+    estimate_tokens,
+    is_context_overflow,
+)
+from mcp_tools._scenarios import (
+    MAX_TASK_CHARS,
+    MIN_TASK_CHARS,
+    Scenario,
+    ScenarioFileError,
+    append_scenarios,
+    load_scenarios,
+    normalize_task,
+)
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -53,16 +78,13 @@ JUDGE_BASE_URL_ENV = "ART_ADAPTERS_JUDGE_BASE_URL"
 JUDGE_API_KEY_ENV = "ART_ADAPTERS_JUDGE_API_KEY"
 
 _SCHEMA_NAME = "scenarios"
-#: Words (of two letters or more) a task needs: "2.2.0.1" or "baedaaaahh" is not a request.
-MIN_TASK_WORDS = 3
-_WORD = re.compile(r"[^\W\d_]{2,}")
 
 #: A ``task_pattern`` for small generators: one line of 3-30 plain words starting with a capital.
 #: Under schema-constrained decoding it keeps a 135M model on words instead of digits and
 #: punctuation; strong models do not need it (it forbids quotes, colons, slashes, newlines).
 PLAIN_TASK_PATTERN = r"^[A-Z][a-z]*( [A-Za-z0-9+?.,'#-]+){2,29}$"
 _AVOID_SHOWN = 40
-_RESOURCE_TEXT_CHARS = 2000
+_REJECTED_SHOWN = 5
 
 SYSTEM_PROMPT = """\
 You write realistic tasks for training and testing an AI assistant. The assistant can \
@@ -75,7 +97,17 @@ the wording and the difficulty."""
 
 
 class ScenarioGenerationError(ArtAdaptersError):
-    """The generator did not produce enough valid, distinct scenarios after its retries."""
+    """The generator did not produce enough valid, distinct scenarios after its retries.
+
+    Attributes:
+        scenarios: the valid scenarios kept so far (those read back from ``save_to`` first).
+        saved_to: the file they are already saved in (``save_to``), or ``None``.
+    """
+
+    def __init__(self, message: str, *, scenarios: Sequence[Scenario] = (), saved_to: Path | None = None) -> None:
+        super().__init__(message)
+        self.scenarios: list[Scenario] = list(scenarios)
+        self.saved_to = saved_to
 
 
 def default_generator() -> BaseChatModel:
@@ -156,17 +188,9 @@ def describe_tools(tools: Sequence[Any], resources: Sequence[Mapping[str, Any]] 
         )
         description = " ".join(str(spec["description"]).split())
         lines.append(f"- {spec['name']}({args}): {description}")
-    if resources:
-        lines.append("")
-        lines.append("Data the server holds (resources):")
-        for resource in resources:
-            head = f"- {resource.get('name') or resource.get('uri')}"
-            if resource.get("description"):
-                head += f": {' '.join(str(resource['description']).split())}"
-            lines.append(head)
-            text = resource.get("text")
-            if text:
-                lines.append(str(text)[:_RESOURCE_TEXT_CHARS])
+    shown, _ = describe_resources(resources, None)
+    if shown:
+        lines += ["", shown]
     return "\n".join(lines)
 
 
@@ -212,25 +236,65 @@ def difficulty_plan(written: Sequence[int], count: int) -> list[int]:
     return sorted(plan)
 
 
-def _request_text(description: str, count: int, written: Sequence[Scenario], instructions: str | None) -> str:
-    avoid = [s.task for s in written]
-    parts = [description, ""]
-    if instructions:
-        parts += [f"Guidance: {instructions.strip()}", ""]
-    if avoid:
-        shown = list(avoid)[-_AVOID_SHOWN:]
-        parts.append("Tasks already written (write different ones):")
-        parts += [f"- {t}" for t in shown]
-        parts.append("")
+class _PromptTooLong(Exception):
+    """The tools, guidance and request alone need more characters than the prompt may have."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+def _request_text(
+    tools_text: str,
+    resources: Sequence[Mapping[str, Any]],
+    count: int,
+    written: Sequence[Scenario],
+    instructions: str | None,
+    room: int | None,
+    rejected: Sequence[tuple[str, str]] = (),
+) -> tuple[str, int]:
+    """The user message of one call in at most *room* characters (``None``: no overall limit).
+
+    The tools, the guidance and the request always go in (:class:`_PromptTooLong` when they
+    alone do not fit); the newest tasks already written take at most half of what is left,
+    the resources the rest (:func:`~mcp_tools._budget.describe_resources`). The last few
+    *rejected* ``(task, reason)`` pairs are shown first, so a retry differs from the call it
+    repeats (a seeded sampler would otherwise write the same answer again). Returns the text
+    and how many resources were cut or left out.
+    """
+    guidance = [f"Guidance: {instructions.strip()}", ""] if instructions else []
     plan = ", ".join(str(d) for d in difficulty_plan([s.difficulty for s in written], count))
-    parts.append(
+    request = (
         f"Write {count} new task{'s' if count != 1 else ''} (difficulties: {plan}). Answer with JSON only: "
         '{"scenarios": [{"task": "...", "difficulty": 1}]}'
     )
-    return "\n".join(parts)
+    needed = len("\n".join([tools_text, "", *guidance, request]))
+    left = None if room is None else room - needed
+    if left is not None and left < 0:
+        raise _PromptTooLong(needed)
+    avoid_room = None if left is None else left // 2
+    shown: list[str] = []
+    used = 0
+    for scenario in reversed(list(written)[-_AVOID_SHOWN:]):
+        line = f"- {scenario.task}"
+        if avoid_room is not None and used + len(line) + 1 > avoid_room:
+            break
+        shown.append(line)
+        used += len(line) + 1
+    avoid = ["Tasks already written (write different ones):", *reversed(shown), ""] if shown else []
+    bad = [f"- {task} ({reason})" for task, reason in list(rejected)[-_REJECTED_SHOWN:]]
+    bad_chars = len("\n".join(bad)) + 80
+    if bad and (avoid_room is None or used + bad_chars <= left):
+        avoid += ["Rejected tasks (do not write tasks like these):", *bad, ""]
+        used += bad_chars
+    resource_room = UNKNOWN_CONTEXT_RESOURCE_CHARS if left is None else left - used - 64
+    resource_text, trimmed = describe_resources(resources, resource_room)
+    parts = [tools_text, *(["", resource_text] if resource_text else []), "", *guidance, *avoid, request]
+    return "\n".join(parts), trimmed
 
 
-async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structured: bool) -> str:
+async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structured: bool) -> tuple[str, bool]:
+    """The answer's text and whether it stopped at the token limit (its complete items still count)."""
     if structured:
         try:
             runnable = json_schema_output(model, _SCHEMA_NAME, schema)
@@ -238,72 +302,18 @@ async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structur
             logger.debug("generator %s: no json_schema structured output (%s); asking plainly", model, exc)
         else:
             try:
-                return answer_text(await runnable.ainvoke(messages))
+                result = await runnable.ainvoke(messages)
             except Exception as exc:
-                if not rejects_json_schema(exc):
+                partial = cut_off_text(exc)
+                if partial is not None:
+                    return partial, True
+                if is_context_overflow(exc) or not rejects_json_schema(exc):
                     raise
                 logger.warning("generator rejected the json_schema response format (%s); asking plainly", exc)
+            else:
+                return answer_text(result), finish_reason(result.get("raw")) == "length"
     reply = await model.ainvoke(messages)
-    return content_text(reply.content)
-
-
-def _complete_items(text: str) -> list[Any]:
-    """The complete objects of a ``"scenarios": [...`` array cut short (e.g. by a token limit)."""
-    match = re.search(r'"scenarios"\s*:\s*\[', text)
-    if match is None:
-        return []
-    decoder = json.JSONDecoder()
-    items: list[Any] = []
-    position = match.end()
-    while True:
-        while position < len(text) and text[position] in " \t\r\n,":
-            position += 1
-        if position >= len(text) or text[position] != "{":
-            return items
-        try:
-            item, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
-            return items
-        items.append(item)
-
-
-def _parse_items(text: str) -> list[Any]:
-    """The list of candidate items in an answer; raises ValueError when there is none."""
-    stripped = text.strip()
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", stripped, re.DOTALL)
-    if fenced:
-        stripped = fenced.group(1).strip()
-    try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
-        start = min((i for i in (stripped.find("{"), stripped.find("[")) if i >= 0), default=-1)
-        if start < 0:
-            raise ValueError(f"no JSON in the answer: {text[:120]!r}") from None
-        try:
-            data, _ = json.JSONDecoder().raw_decode(stripped[start:])
-        except json.JSONDecodeError as exc:
-            salvaged = _complete_items(stripped)
-            if not salvaged:
-                raise ValueError(f"malformed JSON ({exc.msg}): {text[:120]!r}") from None
-            logger.info("scenario generator: answer cut short; kept its %d complete item(s)", len(salvaged))
-            data = salvaged
-    if isinstance(data, dict):
-        data = data.get("scenarios")
-    if not isinstance(data, list):
-        raise ValueError(f'expected {{"scenarios": [...]}}, got {text[:120]!r}')  # noqa: TRY004 - bad content
-    return data
-
-
-def _named_tool(task: str, tool_names: Sequence[str]) -> str | None:
-    """The tool a task names outright: written as a call, in backticks, or an identifier-like name."""
-    lowered = task.casefold()
-    for name in tool_names:
-        key = re.escape(name.casefold())
-        if re.search(rf"(?<!\w){key}\s*\(|`{key}`", lowered):
-            return name
-        if re.search(r"[_\d]|[a-z][A-Z]", name) and re.search(rf"(?<!\w){key}(?!\w)", lowered):
-            return name
-    return None
+    return content_text(reply.content), finish_reason(reply) == "length"
 
 
 def _is_server(tools: Any) -> bool:
@@ -324,6 +334,39 @@ async def _server_listing(server: Any) -> tuple[list[dict[str, Any]], list[dict[
     return tools, resources
 
 
+def _read_saved(path: Path) -> list[Scenario]:
+    """The scenarios already in *path*; none when it is missing or blank."""
+    try:
+        if not path.read_text(encoding="utf-8").strip():
+            return []
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioFileError(f"{path}: cannot read the scenarios file: {exc}") from exc
+    return load_scenarios(path)
+
+
+def _check_arguments(
+    n: int, batch_size: int, max_retries: int, max_task_chars: int, task_pattern: str | None, context_tokens: Any
+) -> None:
+    for label, value, low in (("n", n, 1), ("batch_size", batch_size, 1), ("max_retries", max_retries, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{label} must be an int >= {low}, got {value!r}")
+    if context_tokens is not None and (
+        isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1
+    ):
+        raise ConfigError(f"context_tokens must be an int >= 1 or None, got {context_tokens!r}")
+    if not MIN_TASK_CHARS < max_task_chars <= MAX_TASK_CHARS:
+        raise ConfigError(
+            f"max_task_chars must be in ({MIN_TASK_CHARS}, {MAX_TASK_CHARS}], got {max_task_chars!r}"
+        )
+    if task_pattern is not None:
+        try:
+            re.compile(task_pattern)
+        except re.error as exc:
+            raise ConfigError(f"task_pattern is not a valid regular expression: {exc}") from exc
+
+
 async def generate_scenarios(
     tools: Any,
     *,
@@ -338,6 +381,9 @@ async def generate_scenarios(
     max_task_chars: int = MAX_TASK_CHARS,
     existing: Sequence[Scenario] = (),
     task_pattern: str | None = None,
+    save_to: str | Path | None = None,
+    on_accept: Callable[[Scenario], object] | None = None,
+    context_tokens: int | None = None,
 ) -> list[Scenario]:
     """Have *model* write *n* distinct, realistic tasks that need *tools* (without naming them).
 
@@ -349,37 +395,46 @@ async def generate_scenarios(
         model: the generator, any LangChain chat model (default: the configured judge, see
             :func:`default_generator`). A little temperature helps variety.
         resources: the server's resources (``uri``, ``name``, ``description``, and
-            ``text`` when read), shown to the generator so tasks fit the server's data.
+            ``text`` when read), shown to the generator so tasks fit the server's data
+            (trimmed to fit its context, see *context_tokens*).
         instructions: extra guidance for the generator (domain, persona, style).
-        batch_size: most scenarios asked for in one call.
+        batch_size: most scenarios asked for in one call; after an answer cut at the token
+            limit, later calls ask for as many as that answer completed (at least 1).
         max_retries: further calls allowed after calls that failed or fell short
-            (malformed answer, duplicates, tasks naming a tool, endpoint error, timeout).
+            (malformed answer, duplicates, tasks naming a tool, endpoint error, timeout); an
+            answer cut at the token limit falls short only when its complete items do.
         structured: ask for ``response_format`` json_schema where the model supports it
             (an endpoint that answers it with HTTP 400/422 is asked plainly instead).
         timeout_s: seconds one generator call may take; ``None``: no limit.
         max_task_chars: longest task accepted, in characters.
-        existing: scenarios you already have (e.g. ``load_scenarios(file)``): the new ones
-            differ from them, and the generator sees them; they are not returned.
+        existing: scenarios you already have: the new ones differ from them, and the
+            generator sees them; they are not returned.
         task_pattern: a regular expression every task must match, also sent in the schema
             (``pattern``) so constrained decoding enforces it; :data:`PLAIN_TASK_PATTERN`
-            keeps small models on words. Default: none (any text of 3+ words).
+            keeps small models on words. Default: none (any text of 3+ plain words).
+        save_to: a JSONL scenarios file: each scenario is appended to it (and fsynced) as
+            soon as it is accepted, so none is lost when a later call fails. Scenarios
+            already in it count toward *n* and come first in the result: a second call with
+            the same file generates only the missing ones (none when it holds *n* or more).
+        on_accept: called with each scenario as it is accepted (after it is saved).
+        context_tokens: the generator's context length in tokens. Default: asked from the
+            model (LangChain profile, else the endpoint's ``/v1/models`` entry); see
+            :mod:`mcp_tools._budget` for the estimate (characters / 3) and what happens
+            when it stays unknown.
 
     Returns:
         Exactly *n* :class:`~mcp_tools.Scenario` objects, in the order written.
 
     Raises:
-        ConfigError: an argument is invalid, or no model is given or configured.
-        ScenarioGenerationError: fewer than *n* valid distinct scenarios after the retries;
-            the message counts what was rejected and why.
+        ConfigError: an argument is invalid, no model is given or configured, or the tool
+            descriptions alone do not fit the generator's context.
+        ScenarioFileError: *save_to* holds an invalid line.
+        ScenarioGenerationError: fewer than *n* valid distinct scenarios after the retries,
+            or the endpoint said the prompt is too long; the message counts what was kept
+            (and where it is saved) and what was rejected and why; ``.scenarios`` holds them.
         ToolServerError: *tools* is a server that could not be reached.
     """
-    for label, value, low in (("n", n, 1), ("batch_size", batch_size, 1), ("max_retries", max_retries, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{label} must be an int >= {low}, got {value!r}")
-    if not MIN_TASK_CHARS < max_task_chars <= MAX_TASK_CHARS:
-        raise ConfigError(
-            f"max_task_chars must be in ({MIN_TASK_CHARS}, {MAX_TASK_CHARS}], got {max_task_chars!r}"
-        )
+    _check_arguments(n, batch_size, max_retries, max_task_chars, task_pattern, context_tokens)
     if _is_server(tools):
         tools, listed = await _server_listing(tools)
         resources = listed if resources is None else resources
@@ -388,113 +443,153 @@ async def generate_scenarios(
         raise ConfigError(
             "no tools to write scenarios for: the tool list (or the server's tool listing) is empty"
         )
-    if task_pattern is not None:
-        try:
-            re.compile(task_pattern)
-        except re.error as exc:
-            raise ConfigError(f"task_pattern is not a valid regular expression: {exc}") from exc
     specs = [_tool_spec(t) for t in tools]
     tool_names = [s["name"] for s in specs]
     generator = model if model is not None else default_generator()
     if not hasattr(generator, "ainvoke"):
         raise ConfigError(f"model must be a LangChain chat model, got {type(generator).__name__}")
-    description = describe_tools(specs, resources or ())
+    tools_text = describe_tools(specs)
+    target = Path(save_to) if save_to is not None else None
+    accepted = _read_saved(target)[:n] if target is not None else []
+    if accepted:
+        logger.info("scenario generator: %d of %d scenarios already in %s", len(accepted), n, target)
+    if len(accepted) >= n:
+        return accepted
+    if context_tokens is None:
+        context_tokens = await discover_context_tokens(generator)
+    logger.info(
+        "scenario generator: context %s",
+        f"{context_tokens} tokens" if context_tokens else "unknown (resources cut to a fixed size)",
+    )
 
     from langchain_core.messages import HumanMessage, SystemMessage
 
-    accepted: list[Scenario] = []
     existing = list(existing)
-    seen: set[str] = {normalize_task(s.task) for s in existing}
+    seen: set[str] = {normalize_task(s.task) for s in [*existing, *accepted]}
     rejected: Counter[str] = Counter()
     examples: dict[str, str] = {}
     last_error: str | None = None
-    calls_allowed = math.ceil(n / batch_size) + max_retries
-    calls = 0
-    while len(accepted) < n and calls < calls_allowed:
+    batch = batch_size
+    shortfalls = calls = 0
+    reported_trim = False
+    bad_tasks: list[tuple[str, str]] = []
+    while len(accepted) < n and shortfalls <= max_retries:
         calls += 1
-        count = min(n - len(accepted), batch_size)
-        messages = [
-            SystemMessage(SYSTEM_PROMPT),
-            HumanMessage(_request_text(description, count, [*existing, *accepted], instructions)),
-        ]
+        count = min(n - len(accepted), batch)
+        room = reserve = None
+        if context_tokens is not None:
+            reserve = answer_reserve(generator, count, max_task_chars) + 2 * MESSAGE_OVERHEAD_TOKENS
+            room = (context_tokens - reserve) * CHARS_PER_TOKEN - len(SYSTEM_PROMPT)
         try:
-            text = await asyncio.wait_for(
+            request, trimmed = _request_text(
+                tools_text, resources or (), count, [*existing, *accepted], instructions, room, bad_tasks
+            )
+        except _PromptTooLong as exc:
+            needed = estimate_tokens(SYSTEM_PROMPT) + exc.needed // CHARS_PER_TOKEN
+            raise ConfigError(
+                f"the {len(specs)} tool descriptions alone need about {needed} tokens (estimated as "
+                f"characters / {CHARS_PER_TOKEN}) but the generator's context holds {context_tokens}, "
+                f"{reserve} of them kept for its answer: pass fewer tools (one server at a time), a "
+                "generator with a longer context, or the right context_tokens= if that number is wrong"
+            ) from None
+        if trimmed and not reported_trim:
+            reported_trim = True
+            logger.info("scenario generator: %d resource(s) cut or left out to fit the context", trimmed)
+        messages = [SystemMessage(SYSTEM_PROMPT), HumanMessage(request)]
+        cut = False
+        try:
+            text, cut = await asyncio.wait_for(
                 _ask(generator, messages, answer_schema(count, max_task_chars, task_pattern), structured),
                 timeout_s,
             )
-            items = _parse_items(text)
+            items = parse_items(text)
         except TimeoutError:
             waited = f"within {timeout_s:g}s" if timeout_s is not None else "(the model timed out)"
             last_error = f"call {calls}: no answer {waited}"
             rejected["timeout"] += 1
-            logger.warning("scenario generator: %s", last_error)
-            continue
+            items = None
         except ValueError as exc:
             last_error = f"call {calls}: {exc}"
             rejected["malformed answer"] += 1
-            logger.warning("scenario generator: %s", last_error)
-            continue
+            items = None
         except Exception as exc:  # noqa: BLE001 - endpoint errors (openai.APIError...) share no base; retried
+            if is_context_overflow(exc):
+                raise _failure(
+                    accepted, n, calls, rejected, examples, target,
+                    f"the endpoint says the prompt does not fit the generator's context ({exc}); pass "
+                    "context_tokens= (the generator's context length) so the resources are trimmed to fit",
+                ) from exc  # fmt: skip
             last_error = f"call {calls}: {type(exc).__name__}: {exc}"
             rejected["endpoint error"] += 1
+            items = None
+        if cut:
+            complete = len(items or [])
+            batch = max(1, min(batch, complete or count // 2))
+            logger.info(
+                "scenario generator call %d: answer cut at the token limit with %d complete item(s); "
+                "asking for %d at a time",
+                calls, complete, batch,
+            )  # fmt: skip
+        if items is None:
             logger.warning("scenario generator: %s", last_error)
+            shortfalls += 1
             continue
         added = 0
         for item in items:
-            reason, scenario = _check_item(item, tool_names, seen, max_task_chars, task_pattern)
+            if len(accepted) >= n:
+                break
+            reason, scenario = check_item(item, tool_names, seen, max_task_chars, task_pattern)
             if scenario is None:
                 rejected[reason] += 1
                 examples.setdefault(reason, repr(item)[:100])
+                task = item.get("task") if isinstance(item, dict) else None
+                if isinstance(task, str) and task.strip() and (task.strip()[:200], reason) not in bad_tasks:
+                    bad_tasks.append((task.strip()[:200], reason))
                 continue
-            if len(accepted) >= n:
-                break
             seen.add(normalize_task(scenario.task))
             accepted.append(scenario)
             added += 1
+            if target is not None:
+                append_scenarios([scenario], target)
+            if on_accept is not None:
+                on_accept(scenario)
+        # a cut answer is asked again in smaller batches: it falls short only if its complete items do
+        if added == 0 or added < (len(items) if cut else count):
+            shortfalls += 1
         logger.info(
-            "scenario generator call %d: %d of %d asked accepted (%d/%d)",
-            calls,
-            added,
-            count,
-            len(accepted),
-            n,
+            "scenario generator call %d: %d of %d asked accepted (%d/%d)", calls, added, count, len(accepted), n
         )
     if len(accepted) < n:
-        why = ", ".join(f"{count} {reason}" for reason, count in rejected.most_common()) or "nothing rejected"
-        detail = "; ".join(f"{reason}: {example}" for reason, example in examples.items())
-        raise ScenarioGenerationError(
-            f"the generator wrote {len(accepted)} of {n} valid distinct scenarios in {calls} call(s) "
-            f"(rejected: {why}){'; e.g. ' + detail if detail else ''}"
-            f"{'; last error: ' + last_error if last_error else ''}. Raise max_retries, use a stronger "
-            "model, or write the missing scenarios by hand (save_scenarios / load_scenarios)."
-        )
+        hint = "Raise max_retries, use a stronger model, or write the missing scenarios by hand"
+        raise _failure(
+            accepted, n, calls, rejected, examples, target,
+            f"{'last error: ' + last_error + '. ' if last_error else ''}{hint}",
+        )  # fmt: skip
     return accepted
 
 
-def _check_item(
-    item: Any, tool_names: Sequence[str], seen: set[str], max_task_chars: int, task_pattern: str | None
-) -> tuple[str, Scenario | None]:
-    if not isinstance(item, dict):
-        return "malformed item", None
-    task, difficulty = item.get("task"), item.get("difficulty")
-    if not isinstance(task, str):
-        return "malformed item", None
-    if len(task.strip()) > max_task_chars:
-        return "task too long", None
-    if isinstance(difficulty, bool) or not isinstance(difficulty, int | str):
-        return "bad difficulty", None
-    try:
-        scenario = Scenario(task=task, difficulty=difficulty)  # type: ignore[arg-type] - "3" is coerced
-    except ValidationError as exc:
-        fields = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-        return ("bad difficulty" if "difficulty" in fields else "bad task"), None
-    if len(_WORD.findall(scenario.task)) < MIN_TASK_WORDS:
-        return "not a sentence", None
-    if task_pattern is not None and re.fullmatch(task_pattern, scenario.task) is None:
-        return "does not match task_pattern", None
-    named = _named_tool(scenario.task, tool_names)
-    if named is not None:
-        return "names a tool", None
-    if normalize_task(scenario.task) in seen:
-        return "duplicate", None
-    return "", scenario
+def _failure(
+    accepted: Sequence[Scenario],
+    n: int,
+    calls: int,
+    rejected: Counter[str],
+    examples: Mapping[str, str],
+    target: Path | None,
+    advice: str,
+) -> ScenarioGenerationError:
+    """The error for a run that kept *accepted* of *n*: what was kept and where, what was rejected, *advice*."""
+    why = ", ".join(f"{count} {reason}" for reason, count in rejected.most_common()) or "nothing rejected"
+    detail = "; ".join(f"{reason}: {example}" for reason, example in examples.items())
+    if target is not None:
+        kept = (
+            f"; they are saved in {target}: call again with the same save_to (train-mcp: run it again) to "
+            f"generate only the missing {n - len(accepted)}"
+        )
+    else:
+        kept = "; they are in this error's .scenarios (pass save_to= to keep them on disk)" if accepted else ""
+    return ScenarioGenerationError(
+        f"the generator wrote {len(accepted)} of {n} valid distinct scenarios in {calls} call(s){kept} "
+        f"(rejected: {why}){'; e.g. ' + detail if detail else ''}. {advice}.",
+        scenarios=accepted,
+        saved_to=target,
+    )

@@ -5,6 +5,7 @@ tool call) to 5 (many steps). :func:`mcp_tools.generate_scenarios` writes them; 
 keeps them::
 
     mcp_tools.save_scenarios(scenarios, "scenarios.jsonl")   # one JSON object a line
+    append_scenarios([scenario], "scenarios.jsonl")          # one more line, on disk (fsynced)
     scenarios = mcp_tools.load_scenarios("scenarios.jsonl")  # after editing by hand
     train, val = mcp_tools.split_scenarios(scenarios, val_fraction=0.2, seed=0)
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import unicodedata
@@ -31,6 +33,7 @@ from art_adapters.errors import ConfigError
 __all__ = [
     "Scenario",
     "ScenarioFileError",
+    "append_scenarios",
     "load_scenarios",
     "normalize_task",
     "save_scenarios",
@@ -104,6 +107,35 @@ def save_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:
     partial = path.with_name(path.name + ".partial")
     partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     partial.replace(path)
+    return path
+
+
+def append_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:
+    """Append *scenarios* to the JSONL file *path* (created with its folder if missing); returns the path.
+
+    Each call appends its lines (``O_APPEND``) and ``fsync``s the file, so scenarios
+    accepted one by one survive a crash or a kill right after. A file whose last line lacks
+    its newline (a torn write) gets one first, so the new lines stay whole; the torn line is
+    then the one :func:`load_scenarios` reports.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(
+        json.dumps(s.model_dump(mode="json", exclude_defaults=False), ensure_ascii=False) + "\n" for s in scenarios
+    ).encode()
+    if not data:
+        return path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return path
 
 
