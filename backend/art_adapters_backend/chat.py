@@ -30,7 +30,15 @@ from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
 if TYPE_CHECKING:
     from .state import ServerState
 
-__all__ = ["PreparedChat", "choice_body", "make_record", "new_completion_id", "prepare_chat", "response_body"]
+__all__ = [
+    "PreparedChat",
+    "choice_body",
+    "make_record",
+    "new_completion_id",
+    "prepare_chat",
+    "response_body",
+    "sampling_params",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +220,44 @@ def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
         check_schema(request.response_format.json_schema.schema_, "response_format.json_schema.schema")
 
 
+def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size: int) -> SamplingParams:
+    """The engine's sampling settings for ``request`` (vLLM's defaults for the fields not sent).
+
+    Raises:
+        BadRequestError: ``min_tokens`` above ``max_tokens`` or a ``logit_bias`` id outside the
+            vocabulary (vLLM's checks).
+    """
+    min_tokens = request.min_tokens or 0
+    if min_tokens > max_tokens:
+        raise BadRequestError(
+            f"min_tokens is {min_tokens} but max_tokens is {max_tokens}: min_tokens must be at most max_tokens",
+            param="min_tokens",
+        )
+    bias = sorted((int(token), value) for token, value in (request.logit_bias or {}).items())
+    outside = [token for token, _ in bias if token >= vocab_size]
+    if outside:
+        raise BadRequestError(
+            f"logit_bias names token id(s) {', '.join(map(str, outside))} outside the vocabulary "
+            f"(ids 0 to {vocab_size - 1})",
+            param="logit_bias",
+        )
+    return SamplingParams(
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        max_tokens=max_tokens,
+        seed=request.seed,
+        stop=tuple(request.stop or ()),
+        top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
+        top_k=max(request.top_k or 0, 0),
+        min_p=request.min_p or 0.0,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
+        min_tokens=min_tokens,
+        logit_bias=tuple(bias),
+    )
+
+
 async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> PreparedChat:
     """Validate ``request`` against the server and build the engine request.
 
@@ -256,14 +302,7 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
             code="context_length_exceeded",
         )
     max_tokens = asked if asked is not None else min(state.config.default_max_tokens, room)
-    params = SamplingParams(
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        max_tokens=max_tokens,
-        seed=request.seed,
-        stop=tuple(request.stop or ()),
-        top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
-    )
+    params = sampling_params(request, max_tokens, len(state.tokenizer))
     constraint = _constraint(request, tool_parser, reasoning_parser)
     parse_tools = bool(request.tools) and request.tool_choice != "none"
     # Last, once nothing can fail: the lease is given back by whoever finishes the request.
@@ -368,6 +407,13 @@ def make_record(
         stop=list(params.stop),
         n=prepared.generation.n,
         top_logprobs=params.top_logprobs,
+        top_k=params.top_k,
+        min_p=params.min_p,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        repetition_penalty=params.repetition_penalty,
+        min_tokens=params.min_tokens,
+        logit_bias=dict(params.logit_bias),
         constrained=prepared.generation.constraint is not None,
         stream=stream,
         choices=sorted(choices, key=lambda c: c.index),

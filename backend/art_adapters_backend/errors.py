@@ -154,6 +154,8 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | 
         msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if error.get("type") == "missing":
             msg = "field required"
+        elif error.get("type") == "extra_forbidden":
+            msg = "unsupported field: this server does not implement it; remove it from the request"
         elif error.get("type") == "model_attributes_type" and not loc:
             msg = "the body must be a JSON object"
         problem = f"{param}: {msg}" if param else msg
@@ -171,8 +173,11 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    message, param = validation_message(list(exc.errors()))
+    errors = list(exc.errors())
+    message, param = validation_message(errors)
     code = "invalid_json" if message.startswith("invalid JSON") else "invalid_value"
+    if code == "invalid_value" and any(error.get("type") == "extra_forbidden" for error in errors):
+        code = "unsupported_parameter"
     return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
 
 

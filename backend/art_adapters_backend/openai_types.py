@@ -8,6 +8,7 @@ context length) are checked in :mod:`.chat`.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -245,13 +246,24 @@ class StreamOptions(BaseModel):
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 
 
-class ChatCompletionRequest(BaseModel):
-    """The body of ``POST /v1/chat/completions`` (the subset of OpenAI's we implement).
+_IGNORED_FIELDS = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key")
+"""Fields accepted and ignored because ignoring them changes no token: end-user ids and tags for
+OpenAI's abuse monitoring and dashboards (``user``, ``safety_identifier``, ``metadata``), OpenAI's
+own storage and routing (``store``: every completion is recorded here anyway; ``service_tier``;
+``prompt_cache_key``)."""
 
-    Unknown fields are ignored, as OpenAI-compatible servers commonly do.
+
+class ChatCompletionRequest(BaseModel):
+    """The body of ``POST /v1/chat/completions``: OpenAI's fields we implement plus vLLM's sampling extras.
+
+    Any other field is a 400 naming it (``extra="forbid"``): a parameter that is silently dropped
+    leaves the user without the lever they reached for. The fields in ``_IGNORED_FIELDS`` are
+    accepted and have no effect. Sampling fields have vLLM's ranges and meaning (see
+    :class:`~.engine.base.SamplingParams`); ``top_k`` -1 means 0 (off), ``logit_bias`` biases are
+    clamped to [-100, 100] as vLLM does.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
@@ -270,7 +282,21 @@ class ChatCompletionRequest(BaseModel):
     response_format: ResponseFormat | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = None
+    #: vLLM's extra sampling parameters
+    repetition_penalty: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_tokens: int | None = Field(default=None, ge=0)
+    #: accepted and ignored (see ``_IGNORED_FIELDS``)
     user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
     #: extra variables for the chat template, as vLLM's field (e.g. ``{"enable_thinking": false}``)
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -305,6 +331,28 @@ class ChatCompletionRequest(BaseModel):
         if any(not s for s in value):
             raise ValueError("stop strings must not be empty")
         return value
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _logit_bias_keys(cls, value: Any) -> Any:
+        # JSON keys are strings; a Python caller (LangChain's logit_bias={id: bias}) may pass ints.
+        if isinstance(value, dict):
+            return {str(key) if isinstance(key, int) else key: bias for key, bias in value.items()}
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        out: dict[str, float] = {}
+        for key, bias in value.items():
+            if not (key.strip().isascii() and key.strip().isdigit()):
+                raise ValueError(f"logit_bias keys must be token ids written as decimal strings, got {key!r}")
+            if not math.isfinite(bias):
+                raise ValueError(f"logit_bias[{key!r}] must be a finite number, got {bias}")
+            out[str(int(key))] = min(100.0, max(-100.0, bias))
+        return out
 
     @field_validator("tools")
     @classmethod

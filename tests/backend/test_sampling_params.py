@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from art_adapters_backend.engine.base import SamplingParams
 from art_adapters_backend.engine.sampling import LogitAdjuster, sample_next
 from art_adapters_backend.engine.text import TextTracker
+
+from art_adapters import LocalBackend
 
 MODEL = "smollm2-135m-instruct"
 EOS = 5  # the stop id of the small unit-test vocabulary
@@ -141,3 +145,138 @@ def model_path_tokenizer() -> Any:
     from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
 
     return load_tokenizer(resolve_model_path(MODEL))
+
+
+# ---- over HTTP, on the bundled model ----------------------------------------------------------
+
+LOOP = [{"role": "user", "content": "Repeat after me: the the the the the"}]  # greedy repeats " the"
+SHORT = [{"role": "user", "content": "Say yes or no."}]  # greedy answers "Yes." and stops
+
+
+@pytest.fixture(scope="module")
+async def http(local_backend: LocalBackend) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=120) as client:
+        yield client
+
+
+async def _chat(http: httpx.AsyncClient, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
+    """One chat completion and its exact-token record."""
+    response = await http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages, **body})
+    assert response.status_code == 200, response.text
+    record = await http.get(f"/art/completions/{response.json()['id']}")
+    assert record.status_code == 200
+    return {"response": response.json(), "record": record.json()}
+
+
+async def test_logit_bias_makes_the_greedy_completion_that_token(
+    http: httpx.AsyncClient, model_path_tokenizer: Any
+) -> None:
+    [banana] = model_path_tokenizer(" banana", add_special_tokens=False).input_ids
+    out = await _chat(http, SHORT, temperature=0, max_tokens=3, logit_bias={str(banana): 100})
+    assert out["record"]["choices"][0]["completion_token_ids"] == [banana] * 3
+    assert out["record"]["logit_bias"] == {str(banana): 100.0}
+    # Clamped to 100 as vLLM does; -100 keeps the greedy answer's first token out.
+    first = (await _chat(http, SHORT, temperature=0, max_tokens=1))["record"]["choices"][0]["completion_token_ids"]
+    out = await _chat(http, SHORT, temperature=0, max_tokens=1, logit_bias={str(first[0]): -500})
+    assert out["record"]["choices"][0]["completion_token_ids"] != first
+    assert out["record"]["logit_bias"] == {str(first[0]): -100.0}
+
+
+async def test_min_tokens_prevents_an_early_stop(http: httpx.AsyncClient, model_path_tokenizer: Any) -> None:
+    eos = model_path_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    plain = (await _chat(http, SHORT, temperature=0, max_tokens=16))["record"]["choices"][0]
+    assert plain["finish_reason"] == "stop" and len(plain["completion_token_ids"]) < 8
+    out = await _chat(http, SHORT, temperature=0, max_tokens=16, min_tokens=8)
+    ids = out["record"]["choices"][0]["completion_token_ids"]
+    assert eos not in ids[:8] and len(ids) >= 8
+    assert out["response"]["usage"]["completion_tokens"] >= 8 and out["record"]["min_tokens"] == 8
+
+
+async def test_frequency_penalty_breaks_a_greedy_repetition_loop(http: httpx.AsyncClient) -> None:
+    loop = await _chat(http, LOOP, temperature=0, max_tokens=40)
+    assert loop["response"]["choices"][0]["finish_reason"] == "length"
+    assert loop["response"]["choices"][0]["message"]["content"].lower().count("the") > 30
+    out = await _chat(http, LOOP, temperature=0, max_tokens=40, frequency_penalty=1.0)
+    assert out["response"]["choices"][0]["finish_reason"] == "stop"
+    assert out["response"]["usage"]["completion_tokens"] < 20
+
+
+async def test_recorded_logprobs_are_of_the_adjusted_distribution(
+    http: httpx.AsyncClient, model_path_tokenizer: Any
+) -> None:
+    from art_adapters_backend.bundled import resolve_model_path
+    from transformers import AutoModelForCausalLM
+
+    settings = {"frequency_penalty": 0.8, "presence_penalty": 0.5, "repetition_penalty": 1.3, "temperature": 0.7}
+    [bias_id] = model_path_tokenizer(" the", add_special_tokens=False).input_ids
+    out = await _chat(http, LOOP, max_tokens=12, seed=3, logit_bias={str(bias_id): 2.0}, top_k=50, **settings)
+    record = out["record"]
+    assert (record["frequency_penalty"], record["repetition_penalty"], record["top_k"]) == (0.8, 1.3, 50)
+    prompt, choice = record["prompt_token_ids"], record["choices"][0]
+    completion = choice["completion_token_ids"]
+    model = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(MODEL)), dtype=torch.float32)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
+    expected, plain = [], []
+    for t, token in enumerate(completion):
+        z = logits[t].clone()
+        plain.append(torch.log_softmax(z / 0.7, -1)[token].item())
+        z[bias_id] += 2.0
+        counts = torch.bincount(torch.tensor(completion[:t], dtype=torch.long), minlength=z.numel()).float()
+        seen = counts > 0
+        seen[torch.tensor(prompt)] = True
+        z = torch.where(seen, torch.where(z > 0, z / 1.3, z * 1.3), z)
+        z = z - 0.8 * counts - 0.5 * (counts > 0).float()
+        expected.append(torch.log_softmax(z / 0.7, -1)[token].item())  # before top_k, as documented
+    assert choice["logprobs"] == pytest.approx(expected, abs=2e-3)
+    assert max(abs(a - b) for a, b in zip(choice["logprobs"], plain, strict=True)) > 0.1  # not the raw model's
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "fragment"),
+    [
+        ({"reasoning_effort": "low"}, "reasoning_effort", "unsupported field"),
+        ({"best_of": 2}, "best_of", "unsupported field"),
+        ({"presence_penalty": 2.5}, "presence_penalty", "less than or equal to 2"),
+        ({"frequency_penalty": -3}, "frequency_penalty", "greater than or equal to -2"),
+        ({"repetition_penalty": 0}, "repetition_penalty", "greater than 0"),
+        ({"top_k": -2}, "top_k", "greater than or equal to -1"),
+        ({"min_p": 1.5}, "min_p", "less than or equal to 1"),
+        ({"min_tokens": -1}, "min_tokens", "greater than or equal to 0"),
+        ({"min_tokens": 5, "max_tokens": 2}, "min_tokens", "min_tokens must be at most max_tokens"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias", "decimal strings"),
+        ({"logit_bias": {"49152": 1}}, "logit_bias", "49152 outside the vocabulary"),
+    ],
+)
+async def test_bad_sampling_fields_are_400_naming_the_field(
+    http: httpx.AsyncClient, body: dict[str, Any], param: str, fragment: str
+) -> None:
+    response = await http.post(
+        "/v1/chat/completions", json={"model": MODEL, "messages": SHORT, "max_tokens": 2, **body}
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and fragment in error["message"] and param in error["message"]
+
+
+async def test_harmless_fields_are_accepted_and_top_k_minus_one_is_off(http: httpx.AsyncClient) -> None:
+    out = await _chat(
+        http, SHORT, temperature=0, max_tokens=2, user="u1", metadata={"k": "v"}, store=False,
+        service_tier="auto", top_k=-1, min_p=0.0,
+    )  # fmt: skip
+    assert out["record"]["top_k"] == 0
+
+
+async def test_chat_openai_with_sampling_settings(local_backend: LocalBackend) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(
+        model=MODEL, base_url=local_backend.openai_base_url, api_key="unused", max_retries=0, temperature=0,
+        max_tokens=6, frequency_penalty=0.5, presence_penalty=0.2, seed=1, stream_usage=True,
+    )  # fmt: skip
+    whole = await llm.ainvoke("Say hello.")
+    assert isinstance(whole.content, str) and whole.content
+    chunks = [chunk async for chunk in llm.astream("Say hello.")]
+    assert "".join(str(c.content) for c in chunks) == whole.content
+    extra = llm.bind(extra_body={"top_k": 5, "repetition_penalty": 1.1})
+    assert (await extra.ainvoke("Say hello.")).content
