@@ -129,7 +129,8 @@ class StepReport(BaseModel):
         reason: why not, when not trained.
         batch: the index of the step's batch of training scenarios (0, 1, ...).
         scenario_ids: the scenarios of the step's groups.
-        reward_mean: mean reward of the scored training trajectories.
+        reward_mean: mean reward of the step's scored rollouts (the ``reward_mean`` of its
+            ``metrics.jsonl`` row, unscored groups' rewards included where they have any).
         unscored: ``{"group": id, "scenario_id": ..., "reason": ...}`` for every group left out
             because the scorer could not score it.
         metrics: the trainer's metrics (``loss``, ``kl``, ...) and the rollouts' statistics.
@@ -401,13 +402,11 @@ async def train_loop(
                 scenario = group.metadata.get("scenario_id")
                 unscored.append({"group": group.id, "scenario_id": scenario, "reason": reason})
                 logger.warning("step %d: group %s not trained on: %s", step + 1, group.id, reason)
-        rewards = _rewards(usable)
         report = StepReport(
             step=step,
             trained=False,
             batch=batch,
             scenario_ids=[scenario_id(s) for s in scenarios],
-            reward_mean=statistics.fmean(rewards) if rewards else None,
             unscored=unscored,
         )
         if usable:
@@ -418,6 +417,7 @@ async def train_loop(
             report.reason = "no group could be scored"
         extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(unscored)}
         report.metrics = _log(config, report.step, scored, extra, split="train")
+        report.reward_mean = report.metrics.get("reward_mean")  # one mean: the metrics file's
         result.steps.append(report)
         if on_step is not None:
             on_step(report)
