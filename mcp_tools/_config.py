@@ -9,6 +9,16 @@ A *server* argument may be:
 * a config dict naming several servers, in the shape langchain-mcp-adapters'
   ``MultiServerMCPClient`` takes: ``{"calc": {...}, "notes": {...}}``.
 
+A bare ``python`` or ``python3`` as a stdio command means the interpreter running this code
+(``sys.executable``), so ``"python -m mcp_tools.servers.notes"`` starts the server in the
+project's environment whether or not it is activated; write a path (``/usr/bin/python3``) for
+another interpreter.
+
+A server's name (its tools' prefix when several servers share a name, and what messages and
+metadata call it) is taken from what the command runs: the module of ``python -m MODULE``, the
+script of ``python script.py``, the package of ``npx``/``uvx``/``pipx run``, else the
+executable itself (a console script such as ``mcp-server-git``), never an option's value.
+
 A stdio server's data files or folders may be declared as per-rollout *state*
 (:class:`StateCopy`, or ``{state:PATH}`` in its args, env or cwd): each session gets
 fresh copies of them (see :mod:`mcp_tools._isolation`).
@@ -18,6 +28,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
@@ -154,6 +165,11 @@ class StdioServer(BaseModel):
     cwd: str | None = None
     state: list[StateCopy] = Field(default_factory=list)
 
+    @field_validator("command")
+    @classmethod
+    def _our_python(cls, command: str) -> str:
+        return sys.executable if command in _BARE_PYTHONS else command
+
     @model_validator(mode="after")
     def _placeholders_exist(self) -> StdioServer:
         for text in self.placeholder_texts():
@@ -233,11 +249,49 @@ def client_config(config: McpClientConfig | None, overrides: Mapping[str, Any]) 
         raise ConfigError(f"invalid MCP client option: {exc}") from exc
 
 
+#: Commands that mean "the Python running us" in a stdio server command.
+_BARE_PYTHONS = frozenset({"python", "python3"})
+#: Commands that run a program named by their first positional argument.
+_INTERPRETERS = frozenset({"python", "python3", "node", "deno", "bun", "ruby", "perl", "bash", "sh"})
+_LAUNCHERS = frozenset({"npx", "uvx", "pipx", "bunx", "pnpx"})
+#: Launcher words that come before the package: ``pipx run PKG``, ``uv run`` / ``uv tool run``, ``npm exec``.
+_LAUNCHER_VERBS = frozenset({"run", "tool", "exec", "dlx"})
+_SCRIPT_SUFFIXES = frozenset({".py", ".js", ".mjs", ".cjs", ".ts"})
+#: Folder and file stems that say nothing about which server a script is.
+_GENERIC_STEMS = frozenset(
+    {"index", "main", "server", "cli", "__main__", "dist", "build", "lib", "src", "bin", "app"}
+)
+
+
+def _script_name(path: str) -> str:
+    """``/x/server-memory/dist/index.js`` -> ``server-memory``: the first telling part, from the file up."""
+    parts = PurePath(path)
+    for part in [parts.stem, *(p.name for p in parts.parents)]:
+        if part and part not in _GENERIC_STEMS and part not in (".", ".."):
+            return part
+    return parts.stem or path
+
+
 def _name_from_command(command: str, args: list[str]) -> str:
-    if "-m" in args and args.index("-m") + 1 < len(args):
+    program = PurePath(command).name
+    if program.startswith("python") or PurePath(command) == PurePath(sys.executable):
+        program = "python"
+    if "-m" in args and args.index("-m") + 1 < len(args) and program == "python":
         return args[args.index("-m") + 1].rsplit(".", 1)[-1]
-    positional = [a for a in args if not a.startswith("-")]
-    return PurePath(positional[0] if positional else command).stem
+    if program == "python" and "-c" in args:
+        return "python"
+    if program in ("uv", "npm", "pnpm", "yarn") or program in _LAUNCHERS:
+        words = [a for a in args if not a.startswith("-") and a not in _LAUNCHER_VERBS]
+        scripts = [w for w in words if PurePath(w).suffix in _SCRIPT_SUFFIXES]
+        if scripts:
+            return _script_name(scripts[0])
+        if words:  # the package: @scope/name@version -> name
+            return words[0].rsplit("/", 1)[-1].split("@", 1)[0] or words[0]
+    if program in _INTERPRETERS:
+        scripts = [a for a in args if not a.startswith("-")]
+        if scripts:
+            return _script_name(scripts[0])
+    return PurePath(command).stem
 
 
 def _name_from_url(url: str) -> str:
