@@ -29,7 +29,7 @@ def _state(request: Request) -> ServerState:
 
 @router.get("/models", summary="The served models: the base model, every registered name and name@step")
 async def list_models(request: Request) -> dict[str, Any]:
-    """OpenAI's model list."""
+    """OpenAI's model list; like vLLM's, each entry carries ``max_model_len`` (the context length in tokens)."""
     state = _state(request)
     created = int(state.started)
     data = []
@@ -40,6 +40,7 @@ async def list_models(request: Request) -> dict[str, Any]:
             "object": "model",
             "created": record.created if record is not None else created,
             "owned_by": "art-adapters",
+            "max_model_len": state.context_length,
         })  # fmt: skip
     return {"object": "list", "data": data}
 
@@ -51,7 +52,8 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     served = state.registry.resolve(model_id)
     record = state.registry.get(served.trained_model) if served.trained_model else None
     created = record.created if record is not None else int(state.started)
-    return {"id": model_id, "object": "model", "created": created, "owned_by": "art-adapters"}
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "art-adapters",
+            "max_model_len": state.context_length}  # fmt: skip
 
 
 #: Response header carrying the completion id, so clients that drop streamed chunk ids (LangChain's

@@ -149,8 +149,10 @@ async def test_models_list_and_health(local_backend: LocalBackend) -> None:
         assert (await http.get("/health")).json() == {"status": "ok"}
         models = (await http.get("/v1/models")).json()
         assert models["object"] == "list" and MODEL in [m["id"] for m in models["data"]]
-        assert all(m["object"] == "model" for m in models["data"])
-        assert (await http.get(f"/v1/models/{MODEL}")).json()["id"] == MODEL
+        assert all(m["object"] == "model" and m["max_model_len"] == 8192 for m in models["data"])
+        assert (await http.get(f"/v1/models/{MODEL}")).json() | {"created": 0} == {
+            "id": MODEL, "object": "model", "created": 0, "owned_by": "art-adapters", "max_model_len": 8192
+        }
         missing = await http.get("/v1/models/nope@3")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
         openapi = (await http.get("/openapi.json")).json()
