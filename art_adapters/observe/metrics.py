@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from art_adapters.errors import ConfigError
-from art_adapters.trajectory import TrajectoryGroup
+from art_adapters.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["METRICS_FILE", "MetricsHistory", "group_metrics"]
 
@@ -41,14 +41,21 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _called_a_tool(trajectory: Trajectory) -> bool:
+    """Whether the model asked for a tool in any of the trajectory's histories, or a tool ran."""
+    if trajectory.tool_records:
+        return True
+    return any(m.role == "assistant" and m.tool_calls for h in trajectory.histories() for m in h.messages)
+
+
 def group_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float | int]:
     """Statistics over the rollouts of ``groups``.
 
     Returns ``trajectories``, ``exceptions``, ``exception_rate`` (failed / all rollouts),
     ``reward_mean``/``reward_std``/``reward_min``/``reward_max`` over scored trajectories,
     ``reward_std_within_group_mean`` (the spread GRPO learns from), ``tool_call_rate`` (the
-    share of rollouts that called at least one tool), ``tool_error_rate`` (the share of tool
-    calls that reported an error; absent when no tool was called), and ``<metric>_mean``
+    share of rollouts in which the model called at least one tool, run or not), ``tool_error_rate``
+    (the share of the tool calls that ran and reported an error; absent when none ran), and ``<metric>_mean``
     for every numeric trajectory metric (tokens, tool calls, RULER score) and for the
     runner's ``duration_s``.
     """
@@ -64,7 +71,7 @@ def group_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float | int]:
     }
     if trajectories:
         calls = [r for t in trajectories for r in t.tool_records]
-        row["tool_call_rate"] = sum(1 for t in trajectories if t.tool_records) / len(trajectories)
+        row["tool_call_rate"] = sum(1 for t in trajectories if _called_a_tool(t)) / len(trajectories)
         if calls:
             row["tool_error_rate"] = sum(1 for r in calls if r.is_error) / len(calls)
     rewards = [float(t.reward) for t in trajectories if t.reward is not None]

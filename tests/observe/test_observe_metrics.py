@@ -35,7 +35,13 @@ def test_group_metrics_of_a_real_scored_run(scored_groups: list[aa.TrajectoryGro
         messages=[aa.Message(role="user", content="hi")],
         tool_records=[aa.ToolCallRecord(name="add", is_error=True), aa.ToolCallRecord(name="add", result="3")],
     )
-    rates = group_metrics([aa.TrajectoryGroup(trajectories=[silent, broken])])
+    unrun = aa.Trajectory(  # the model asked for a tool, but the run ended before it ran
+        messages=[
+            aa.Message(role="user", content="hi"),
+            aa.Message(role="assistant", tool_calls=[{"id": "c", "function": {"name": "add", "arguments": "{}"}}]),
+        ]
+    )
+    rates = group_metrics([aa.TrajectoryGroup(trajectories=[silent, broken, unrun, silent])])
     assert rates["tool_call_rate"] == 0.5 and rates["tool_error_rate"] == 0.5
     assert "tool_error_rate" not in group_metrics([aa.TrajectoryGroup(trajectories=[silent])])
     assert row["prompt_tokens_mean"] > 0 and row["duration_s_mean"] > 0
