@@ -186,12 +186,41 @@ def train_mcp(
             help="The MCP server: a stdio command ('python -m mcp_tools.servers.notes') or an HTTP URL."
         ),
     ],
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="SOURCE=ENV|FLAG",
+            help=(
+                "A file or folder the stdio server keeps its data in, copied fresh for every rollout (and "
+                "deleted after it) so rollouts never see each other's writes and the original stays "
+                "unchanged. SOURCE=ENV sets the server's environment variable ENV to the copy's path "
+                "(./memory.jsonl=MEMORY_FILE_PATH); SOURCE=--flag appends '--flag COPY' to its arguments "
+                "(./repo=--repository). Repeat for several; or write {state:SOURCE} in the server command. "
+                "Not for HTTP servers."
+            ),
+        ),
+    ] = None,
     scenarios: Annotated[
         Path | None, typer.Option(help="Load scenarios from this JSONL file instead of generating them.")
     ] = None,
     n_scenarios: Annotated[
-        int, typer.Option(help="Scenarios to generate when --scenarios is not given.")
+        int,
+        typer.Option(
+            help="Scenarios to generate when --scenarios is not given; each is saved as it is accepted, "
+            "and a rerun generates only the missing ones."
+        ),
     ] = 24,
+    max_retries: Annotated[
+        int, typer.Option(help="Further scenario-generator calls allowed after calls that failed or fell short.")
+    ] = 3,
+    context_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="The scenario generator's context length in tokens (default: asked from its endpoint); "
+            "its prompt is fitted to it."
+        ),
+    ] = None,
     run_dir: Annotated[Path, typer.Option(help="Run directory: scenarios, backend, metrics, plots.")] = Path(
         ".art/mcp-rl"
     ),
@@ -204,6 +233,23 @@ def train_mcp(
     ] = 4,
     eval_every: Annotated[int, typer.Option(help="Evaluate on the validation split every N steps.")] = 2,
     val_fraction: Annotated[float, typer.Option(help="Share of scenarios held out for validation.")] = 0.25,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option("--tools", metavar="NAME", help="Offer only this tool to the agent (repeat; default: all)."),
+    ] = None,
+    exclude_tools: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-tools", metavar="NAME", help="Never offer this tool (repeat)."),
+    ] = None,
+    first_tool_choice: Annotated[
+        str,
+        typer.Option(
+            metavar="required|auto|NAME",
+            help="tool_choice of each rollout's first model turn: 'required' makes the agent call some tool "
+            "(a small model rarely calls one unprompted, and RL cannot reward what it never tries), 'auto' "
+            "lets it decide, a tool's name forces that tool. Later turns are 'auto'.",
+        ),
+    ] = "required",
     max_turns: Annotated[int, typer.Option(help="Most model turns per rollout.")] = 4,
     max_tokens: Annotated[int, typer.Option(help="Most tokens per model turn.")] = 128,
     model_name: Annotated[str, typer.Option(help="The trainable model's name.")] = "mcp-agent",
@@ -238,7 +284,11 @@ def train_mcp(
     seed: Annotated[int, typer.Option(help="Seed of the train/validation split.")] = 0,
 ) -> None:
     """Train an agent to master an MCP server's tools: scenarios, ReAct agent, RULER rewards, GRPO."""
-    settings = {k: v for k, v in locals().items() if v is not None or k != "system_prompt"}
+    settings = {
+        k: v
+        for k, v in locals().items()
+        if v is not None or k not in ("system_prompt", "state", "exclude_tools")
+    }
     if not logging.getLogger().isEnabledFor(logging.DEBUG):  # keep the progress lines readable
         for name in ("httpx", "httpx2"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -252,6 +302,8 @@ def train_mcp(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(code=2) from exc
     report(result, console)
+    if result.stopped:  # the loop gave up: say so last, and fail
+        raise typer.Exit(code=1)
 
 
 _EXPORT_HELP = (

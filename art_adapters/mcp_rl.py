@@ -14,7 +14,10 @@
 Every rollout runs inside ``mcp_tools.rollout()`` (:func:`make_rollout`): it gets a fresh
 MCP session, so a stateful server (the bundled notes server gives each session its own
 copy of its SQLite data) starts every rollout of a group from the same state, and
-rollouts cannot see each other's changes.
+rollouts cannot see each other's changes. A server that keeps its data in a file or
+folder instead (a memory file, a database, a repository) needs ``state``
+(``--state SOURCE=ENV_OR_FLAG``): each rollout then starts its own server process on
+fresh copies, deleted after the rollout (see ``mcp_tools._isolation``).
 
 The judge (and the default scenario generator) is, in order: the ``judge_*`` settings,
 the ``ART_ADAPTERS_JUDGE_MODEL`` / ``_BASE_URL`` / ``_API_KEY`` environment, else the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +55,14 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "TrainMcpConfig",
     "TrainMcpResult",
+    "ToolTally",
     "build_agent",
     "make_rollout",
     "report",
     "resolve_judge_model",
     "run_train_mcp",
+    "select_tools",
+    "usage_snippet",
 ]
 
 logger = logging.getLogger(__name__)
@@ -75,11 +82,21 @@ class TrainMcpConfig(BaseModel):
     Attributes:
         server: the MCP server: a stdio command (``"python -m mcp_tools.servers.notes"``) or a
             streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``).
+        state: files or folders the (stdio) server keeps its data in, copied fresh for every
+            rollout: ``SOURCE=ENV`` sets the server's environment variable ENV to the copy's
+            path, ``SOURCE=--flag`` appends ``--flag <copy>`` to its arguments (default none;
+            ``{state:SOURCE}`` in the command does the same in place). Not for HTTP servers.
         run_dir: the run directory: scenarios, backend data (for the embedded backend),
             metrics, plots and checkpoints. Default ``.art/mcp-rl``.
         scenarios: a JSONL scenarios file to load instead of generating (see
             ``mcp_tools.load_scenarios``).
         n_scenarios: scenarios to generate when ``scenarios`` is not given (default 24).
+            Each one is appended to ``run_dir/scenarios.jsonl`` as it is accepted; a run that
+            finds k < n there generates only the missing n - k.
+        max_retries: further scenario-generator calls allowed after calls that failed or fell
+            short (default 3; see ``mcp_tools.generate_scenarios``).
+        context_tokens: the scenario generator's context length in tokens, to fit its prompt
+            (tools, then resources trimmed); default: asked from its endpoint, else unknown.
         val_fraction: share held out for evaluation, in [0, 1) (default 0.25).
         seed: seed of the train/validation split and of sampling where the backend takes one.
         model_name: the trainable model's name on the backend (served as ``name@step``).
@@ -96,6 +113,11 @@ class TrainMcpConfig(BaseModel):
         groups_per_step: scenarios per training step (default 2).
         rollouts_per_group: rollouts of each scenario, the GRPO group size (default 4, >= 2).
         eval_every: evaluate on the validation split every this many steps (default 2).
+        tools: offer only these of the server's tools to the agent (default: all of them).
+        exclude_tools: never offer these tools (applied after ``tools``).
+        first_tool_choice: the first model turn's ``tool_choice``: ``"required"`` (default: the
+            agent must call some tool, so every rollout explores the tools), ``"auto"`` (the model
+            decides; a small model then rarely calls any) or a tool's name.
         max_turns: most model turns per rollout; a turn's tool calls run before the next (default 4).
         max_tokens: most tokens per model turn (default 128).
         temperature: sampling temperature of training rollouts (default 1.0; evaluation is greedy).
@@ -107,9 +129,12 @@ class TrainMcpConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: str = Field(min_length=1)
+    state: list[str] = Field(default_factory=list)
     run_dir: Path = Path(".art/mcp-rl")
     scenarios: Path | None = None
     n_scenarios: PositiveInt = 24
+    max_retries: NonNegativeInt = 3
+    context_tokens: PositiveInt | None = None
     val_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
     seed: int = 0
     model_name: str = "mcp-agent"
@@ -124,6 +149,9 @@ class TrainMcpConfig(BaseModel):
     groups_per_step: PositiveInt = 2
     rollouts_per_group: int = Field(default=4, ge=2)
     eval_every: PositiveInt = 2
+    tools: list[str] | None = None
+    exclude_tools: list[str] = Field(default_factory=list)
+    first_tool_choice: str = Field(default="required", min_length=1)
     max_turns: PositiveInt = 4
     max_tokens: PositiveInt = 128
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
@@ -152,6 +180,9 @@ class TrainMcpResult(BaseModel):
         step: the model's latest step at the end.
         train_size, val_size: scenarios in each split.
         evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
+        target_step: the step the run was asked to reach (``steps``).
+        stopped: why training gave up before ``target_step`` (``None`` when it got there);
+            ``train-mcp`` then ends with a non-zero exit code.
         plots: the charts written under ``run_dir/plots``.
         loop_result: what the training loop returned (:class:`~art_adapters.loop.LoopResult`).
     """
@@ -169,6 +200,8 @@ class TrainMcpResult(BaseModel):
     val_size: int
     evals: list[tuple[int, float | None]] = Field(default_factory=list)
     plots: list[Path] = Field(default_factory=list)
+    target_step: int = 0
+    stopped: str | None = None
     loop_result: Any = None
 
 
@@ -217,11 +250,18 @@ def build_agent(
     *,
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
     max_turns: int = 4,
+    first_tool_choice: str = "auto",
 ) -> CompiledStateGraph:
     """A LangGraph ReAct loop: model -> tools -> model ..., at most *max_turns* model turns.
 
     The model answers with tool calls or a final message; after *max_turns* model turns the
     run ends even if the last turn asked for tools (those calls are not run).
+
+    *first_tool_choice* is the OpenAI ``tool_choice`` of the first model turn: ``"auto"`` (the
+    model decides), ``"required"`` (it must call one of the tools) or a tool's name (it must
+    call that one). Later turns are always ``"auto"``. A small model rarely calls a tool
+    unprompted, so a forced first call is what lets RL see tool use at all; the served model
+    samples the call's arguments itself, constrained to the tool's schema.
     """
     from langchain_core.messages import SystemMessage
     from langgraph.graph import END, START, MessagesState, StateGraph
@@ -229,10 +269,23 @@ def build_agent(
 
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
+    names = [t.name for t in tools]
+    if first_tool_choice not in ("auto", "required") and first_tool_choice not in names:
+        raise ConfigError(
+            f"first_tool_choice {first_tool_choice!r} is not 'auto', 'required' or one of the tools "
+            f"({', '.join(names) or 'none'})"
+        )
+    if first_tool_choice != "auto" and not tools:
+        raise ConfigError(f"first_tool_choice {first_tool_choice!r} needs at least one tool")
     llm = chat_model.bind_tools(list(tools))
+    first_llm = llm
+    if first_tool_choice != "auto":
+        first_llm = chat_model.bind_tools(list(tools), tool_choice=first_tool_choice)
 
     async def call_model(state: dict[str, Any]) -> dict[str, Any]:  # plain hints: langgraph evaluates them
-        return {"messages": [await llm.ainvoke([SystemMessage(system_prompt), *state["messages"]])]}
+        first = not any(m.type == "ai" for m in state["messages"])
+        model = first_llm if first else llm
+        return {"messages": [await model.ainvoke([SystemMessage(system_prompt), *state["messages"]])]}
 
     def route(state: dict[str, Any]) -> str:
         messages = state["messages"]
@@ -248,6 +301,26 @@ def build_agent(
     graph.add_conditional_edges("model", route, ["tools", END])
     graph.add_edge("tools", "model")
     return graph.compile()
+
+
+def select_tools(
+    tools: Sequence[BaseTool], include: Sequence[str] | None = None, exclude: Sequence[str] = ()
+) -> list[BaseTool]:
+    """The tools to offer: only *include* (all when ``None``), without *exclude*, in the server's order.
+
+    Raises:
+        ConfigError: a name matches no tool (the message lists the server's tools), or nothing is left.
+    """
+    names = [t.name for t in tools]
+    unknown = [n for n in [*(include or []), *exclude] if n not in names]
+    if unknown:
+        raise ConfigError(
+            f"no tool named {', '.join(map(repr, unknown))} on the server; its tools are: {', '.join(names)}"
+        )
+    chosen = [t for t in tools if (include is None or t.name in include) and t.name not in exclude]
+    if not chosen:
+        raise ConfigError("--tools/--exclude-tools leave no tool to offer the agent")
+    return chosen
 
 
 def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Trajectory]]:
@@ -296,26 +369,37 @@ async def _scenarios(
     if config.scenarios is not None:
         scenarios = mcp_tools.load_scenarios(config.scenarios)
         console.print(f"loaded {len(scenarios)} scenarios from {config.scenarios}")
-    elif target.exists():
-        scenarios = mcp_tools.load_scenarios(target)
-        console.print(f"reusing {len(scenarios)} scenarios from {target} (delete it to generate new ones)")
+        mcp_tools.save_scenarios(scenarios, target)
         return scenarios, target
-    else:
-        console.print(f"generating {config.n_scenarios} scenarios from the server's tools")
-        resources = await _resources(config.server)
-        scenarios = await mcp_tools.generate_scenarios(
-            tools,
-            n=config.n_scenarios,
-            model=generator(),
-            resources=resources,
-            batch_size=batch_size,
-            task_pattern=task_pattern,
-        )
-    mcp_tools.save_scenarios(scenarios, target)
+    have = mcp_tools.load_scenarios(target) if target.exists() and target.read_text("utf-8").strip() else []
+    if len(have) >= config.n_scenarios:
+        console.print(f"reusing {len(have)} scenarios from {target} (delete it to generate new ones)")
+        return have, target
+    kept = f" ({len(have)} already in {target})" if have else ""
+    console.print(f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}")
+    resources = await _resources(_server(config))
+    scenarios = await mcp_tools.generate_scenarios(  # appends each accepted one to target
+        tools,
+        n=config.n_scenarios,
+        model=generator(),
+        resources=resources,
+        batch_size=batch_size,
+        task_pattern=task_pattern,
+        max_retries=config.max_retries,
+        context_tokens=config.context_tokens,
+        save_to=target,
+    )
     return scenarios, target
 
 
-async def _resources(server: str) -> list[dict[str, Any]]:
+def _server(config: TrainMcpConfig) -> Any:
+    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout when given."""
+    import mcp_tools
+
+    return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+
+
+async def _resources(server: Any) -> list[dict[str, Any]]:
     import mcp_tools
 
     async with mcp_tools.McpSession(server) as session:
@@ -354,8 +438,19 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     config.run_dir.mkdir(parents=True, exist_ok=True)
     if config.scenarios is not None:
         mcp_tools.load_scenarios(config.scenarios)  # a bad file fails before anything starts
-    tools = await mcp_tools.load_tools(config.server)
-    console.print(f"MCP server {config.server!r}: {len(tools)} tools ({', '.join(t.name for t in tools)})")
+    served_tools = await mcp_tools.load_tools(_server(config))
+    tools = select_tools(served_tools, config.tools, config.exclude_tools)
+    if config.first_tool_choice not in ("auto", "required", *(t.name for t in tools)):
+        raise ConfigError(
+            f"--first-tool-choice {config.first_tool_choice!r} is not 'auto', 'required' or an offered tool "
+            f"({', '.join(t.name for t in tools)})"
+        )
+    left_out = [t.name for t in served_tools if t not in tools]
+    console.print(
+        f"MCP server {config.server!r}: {len(served_tools)} tools; offering {', '.join(t.name for t in tools)}"
+        + (f" (left out: {', '.join(left_out)})" if left_out else "")
+        + f"; first turn tool_choice {config.first_tool_choice!r}"
+    )
     backend, owned = await _start_backend(config)
     try:
         model = TrainableModel(name=config.model_name, project=config.project, base_model=config.base_model)
@@ -387,8 +482,10 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             tools,
             system_prompt=config.system_prompt,
             max_turns=config.max_turns,
+            first_tool_choice=config.first_tool_choice,
         )
-        rollout = make_rollout(agent)
+        tally = ToolTally()
+        rollout = tally.counting(make_rollout(agent))
         result = TrainMcpResult(
             run_dir=config.run_dir,
             scenarios_file=scenarios_file,
@@ -405,11 +502,13 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             tools,
             system_prompt=config.system_prompt,
             max_turns=config.max_turns,
+            first_tool_choice=config.first_tool_choice,
         )
         loop_result = await _train(
-            model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console
+            model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console, tally
         )
         result.loop_result = loop_result
+        result.target_step, result.stopped = config.steps, loop_result.stopped
         result.evals = [(e.step, e.reward_mean) for e in loop_result.evals]
         result.step = await model.get_step()
         result.plots = _plots(config.run_dir, console)
@@ -417,6 +516,59 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     finally:
         if owned:
             await backend.close()
+
+
+class ToolTally:
+    """Calls and errors per tool over a run's training rollouts, to flag tools that only ever fail.
+
+    A tool whose every call fails (a missing file, setting or login on the server's side) teaches
+    the agent nothing but to avoid it; :meth:`newly_failing` names each such tool once it has
+    failed *min_calls* times without a success.
+    """
+
+    def __init__(self, min_calls: int = 4) -> None:
+        self.min_calls = min_calls
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self._flagged: set[str] = set()
+
+    def add(self, trajectory: Trajectory) -> None:
+        """Count the tool calls of one rollout."""
+        for record in trajectory.tool_records:
+            self.calls[record.name] += 1
+            self.errors[record.name] += int(record.is_error)
+
+    def counting(
+        self, rollout: Callable[[Scenario], Awaitable[Trajectory]]
+    ) -> Callable[[Scenario], Awaitable[Trajectory]]:
+        """*rollout*, counting the tool calls of every trajectory it returns."""
+
+        async def counted(scenario: Scenario) -> Trajectory:
+            trajectory = await rollout(scenario)
+            self.add(trajectory)
+            return trajectory
+
+        return counted
+
+    def newly_failing(self) -> list[tuple[str, int]]:
+        """``(tool, calls)`` for tools that failed every one of at least ``min_calls`` calls, each named once."""
+        out = [
+            (name, calls)
+            for name, calls in self.calls.items()
+            if calls >= self.min_calls and self.errors[name] == calls and name not in self._flagged
+        ]
+        self._flagged.update(name for name, _ in out)
+        return out
+
+
+def _tool_rates(metrics: dict[str, Any]) -> str:
+    """``", tools called in 75% of rollouts, 10% of calls failed"`` from a metrics row ("" without)."""
+    out = ""
+    if isinstance(metrics.get("tool_call_rate"), int | float):
+        out += f", tools called in {metrics['tool_call_rate']:.0%} of rollouts"
+    if isinstance(metrics.get("tool_error_rate"), int | float):
+        out += f", {metrics['tool_error_rate']:.0%} of calls failed"
+    return out
 
 
 async def _train(
@@ -429,6 +581,7 @@ async def _train(
     ruler_options: dict[str, Any],
     config: TrainMcpConfig,
     console: Any,
+    tally: ToolTally | None = None,
 ) -> LoopResult:
     """Hand over to the training loop: RULER scores, held-out evaluation, metrics in ``run_dir``."""
     from .loop import LoopConfig, ruler_scorer, train_loop
@@ -448,12 +601,19 @@ async def _train(
     def on_step(step: Any) -> None:
         reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
         state = "trained" if step.trained else f"not trained ({step.reason})"
-        console.print(f"step {step.step}: mean reward {reward}, {state}")
+        rates = _tool_rates(step.metrics)
+        console.print(f"step {step.step}: mean reward {reward}{rates}, {state}")
+        for name, calls in tally.newly_failing() if tally is not None else []:
+            console.print(
+                f"[yellow]tool {name!r} failed in all {calls} of its calls so far: check what it needs (a "
+                f"file, a setting, a login), or leave it out with --exclude-tools {name}[/yellow]"
+            )
 
     def on_eval(report: Any) -> None:
         reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
         console.print(
             f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
+            + _tool_rates(report.metrics)
         )
 
     return await train_loop(
@@ -493,23 +653,24 @@ def report(result: TrainMcpResult, console: Any) -> None:
     console.print(
         f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
     )
+    # soft_wrap: the console never breaks a line of code, so the snippet pastes as it is
+    console.print(usage_snippet(result), markup=False, highlight=False, soft_wrap=True)
+    if result.stopped:
+        console.print(f"[red]training stopped before step {result.target_step}: {result.stopped}[/red]")
+
+
+def usage_snippet(result: TrainMcpResult) -> str:
+    """Python lines (inside an ``async`` function, indented) that load the trained model as a chat model."""
     backend = (
-        f'aa.LocalBackend(run_dir="{(result.run_dir / "backend").resolve()}")'
+        f"await aa.LocalBackend(run_dir={str((result.run_dir / 'backend').resolve())!r}).start()"
         if result.owned_backend
-        else f'aa.RemoteBackend("{result.backend_url}")'
+        else f"aa.RemoteBackend({result.backend_url!r})"
     )
-    console.print(
-        "\n".join(
-            [
-                "    import art_adapters as aa",
-                f"    backend = await {backend}.start()"
-                if result.owned_backend
-                else f"    backend = {backend}",
-                f'    model = aa.TrainableModel(name="{result.model_name}", project="{result.project}")',
-                "    await model.register(backend)",
-                f"    llm = model.chat_model(step={result.step})",
-            ]
-        ),
-        markup=False,
-        highlight=False,
-    )
+    lines = [
+        "import art_adapters as aa",
+        f"backend = {backend}",
+        f"model = aa.TrainableModel(name={result.model_name!r}, project={result.project!r})",
+        "await model.register(backend)",
+        f"llm = model.chat_model(step={result.step})",
+    ]
+    return "\n".join(f"    {line}" for line in lines)

@@ -15,11 +15,16 @@ import mcp_tools
 from art_adapters.cli import app
 from art_adapters.mcp_rl import (
     GENERATOR_TEMPERATURE,
+    ToolTally,
     TrainMcpConfig,
+    TrainMcpResult,
     _with_temperature,
     build_agent,
     make_rollout,
+    report,
     resolve_judge_model,
+    select_tools,
+    usage_snippet,
 )
 from mcp_tools import Scenario
 from mcp_tools.servers import server_command
@@ -136,3 +141,89 @@ def test_train_mcp_help_and_bad_inputs_fail_fast(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "could not start MCP server" in " ".join(result.output.split())
     result = runner.invoke(app, ["train-mcp", "x", "--rollouts-per-group", "1"])
     assert result.exit_code == 2 and "rollouts_per_group" in result.output
+
+
+@pytest.mark.slow
+async def test_a_forced_first_turn_makes_the_real_model_call_a_tool(local_backend: aa.LocalBackend) -> None:
+    """With ``first_tool_choice`` the bundled model calls a tool in every rollout (it never does unprompted);
+    a named tool is the one called; only the first turn is forced."""
+    tools = await mcp_tools.load_tools(server_command("calculator"))
+    model = aa.TrainableModel(name="forced-first", project="mcp-tests")
+    await model.register(local_backend)
+    chat = model.chat_model(temperature=1.0, max_tokens=48)
+    scenario = {"task": "What is 17 + 25?", "difficulty": 1}
+    for choice, expected in (("required", {t.name for t in tools}), ("multiply", {"multiply"})):
+        agent = build_agent(chat, tools, max_turns=2, first_tool_choice=choice)
+        groups = await aa.run_groups(make_rollout(agent), [scenario], n=3, max_exceptions=0, progress=False)
+        for trajectory in groups[0].trajectories:
+            first = next(m for m in trajectory.messages if m.role == "assistant")
+            assert first.tool_calls and {c.function.name for c in first.tool_calls} <= expected, first
+            assert trajectory.tool_records and trajectory.tool_records[0].name in expected
+    with pytest.raises(aa.ConfigError, match="'nope' is not 'auto', 'required' or one of the tools"):
+        build_agent(chat, tools, first_tool_choice="nope")
+
+
+async def test_select_tools_filters_in_the_servers_order_and_names_unknown_tools() -> None:
+    tools = await mcp_tools.load_tools(server_command("calculator"))
+    assert [t.name for t in select_tools(tools, ["sqrt", "add"])] == ["add", "sqrt"]
+    assert [t.name for t in select_tools(tools, None, ["sqrt", "power"])] == [
+        "add", "subtract", "multiply", "divide"
+    ]
+    with pytest.raises(aa.ConfigError, match="no tool named 'plus'.*its tools are: add, subtract"):
+        select_tools(tools, ["plus"])
+    with pytest.raises(aa.ConfigError, match="leave no tool"):
+        select_tools(tools, ["add"], ["add"])
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_the_printed_snippet_is_never_wrapped_and_parses(owned: bool, tmp_path: Path) -> None:
+    """On a narrow terminal the snippet's long lines stay whole, and the printed lines are valid Python;
+    a loop that gave up says so last."""
+    import ast
+    import io
+    import textwrap
+
+    from rich.console import Console
+
+    run_dir = tmp_path / ("a-long-run-directory-name-" * 4)
+    result = TrainMcpResult(
+        run_dir=run_dir, scenarios_file=run_dir / "scenarios.jsonl", model_name="mcp-agent", project="mcp-rl",
+        backend_url="http://127.0.0.1:8123", owned_backend=owned, step=3, train_size=3, val_size=1,
+        target_step=5, stopped="3 iterations in a row trained nothing",
+    )  # fmt: skip
+    out = io.StringIO()
+    report(result, Console(file=out, width=40, color_system=None))
+    printed = out.getvalue().splitlines()
+    start = printed.index("    import art_adapters as aa")
+    snippet = "\n".join(printed[start : start + 5])
+    assert snippet == usage_snippet(result)
+    compile(textwrap.dedent(snippet), "<snippet>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    assert ("LocalBackend" in snippet) == owned and "chat_model(step=3)" in snippet
+    assert " ".join(" ".join(printed[start + 5 :]).split()) == (
+        "training stopped before step 5: 3 iterations in a row trained nothing"
+    )
+
+
+async def test_a_tool_that_only_ever_fails_is_flagged_once() -> None:
+    """Real rollouts on the calculator server: ``divide`` by zero fails every time and is named once;
+    ``add``, which works, never is."""
+
+    def policy(messages: list[BaseMessage]) -> AIMessage:
+        if any(m.type == "ai" for m in messages):
+            return AIMessage(content="done")
+        calls = [
+            {"name": "divide", "args": {"a": 1, "b": 0}, "id": "d"},
+            {"name": "add", "args": {"a": 1, "b": 2}, "id": "a"},
+        ]
+        return AIMessage(content="", tool_calls=calls)
+
+    tools = await mcp_tools.load_tools(server_command("calculator"))
+    tally = ToolTally(min_calls=4)
+    rollout = tally.counting(make_rollout(build_agent(PolicyChatModel(policy=policy), tools, max_turns=2)))
+    await aa.run_groups(rollout, SCENARIOS[:1], n=3, max_exceptions=0, progress=False)
+    assert tally.calls == {"divide": 3, "add": 3} and tally.errors["divide"] == 3 and tally.errors["add"] == 0
+    assert tally.newly_failing() == []  # 3 calls: not yet enough to say
+    await rollout(SCENARIOS[1])
+    assert tally.newly_failing() == [("divide", 4)]
+    await rollout(SCENARIOS[1])
+    assert tally.newly_failing() == []  # named once

@@ -59,22 +59,26 @@ async def test_train_mcp_trains_one_step_evaluates_plots_and_says_how_to_use_it(
                 "--groups-per-step", "1",
                 "--val-fraction", "0.5",
                 "--rollouts-per-group", "3",
-                "--max-turns", "1",
-                "--max-tokens", "24",
+                "--max-turns", "2",
+                "--max-tokens", "48",
                 "--model-name", "mcp-e2e",
+                "--exclude-tools", "sqrt",
             ],
             tmp_path / "ruler-cache",
         )  # fmt: skip
         judged = list(judge.requests)
     assert code == 0, output
-    assert "6 tools (add, subtract, multiply, divide, power, sqrt)" in output
+    assert (
+        "6 tools; offering add, subtract, multiply, divide, power (left out: sqrt); "
+        "first turn tool_choice 'required'"
+    ) in output
     assert f"judge: scripted-judge at {judge_url} (--judge-model)" in output
     assert "1 train, 1 validation" in output
     assert "eval at step 0: mean reward" in output and "eval at step 1: mean reward" in output
     assert "step 1: mean reward" in output and ", trained" in output
     assert f"run directory: {run_dir.resolve()}" in output
-    assert 'aa.TrainableModel(name="mcp-e2e", project="mcp-rl")' in output
-    assert "model.chat_model(step=1)" in output and f'aa.RemoteBackend("{local_backend.base_url}")' in output
+    assert "aa.TrainableModel(name='mcp-e2e', project='mcp-rl')" in output
+    assert "model.chat_model(step=1)" in output and f"aa.RemoteBackend({local_backend.base_url!r})" in output
     # the judge saw the step-0 evaluation and the training group; the step-1 evaluation too unless its
     # greedy answer did not change (then RULER's cache answered); all through RULER's json_schema
     assert len(judged) in (2, 3)
@@ -83,6 +87,14 @@ async def test_train_mcp_trains_one_step_evaluates_plots_and_says_how_to_use_it(
     assert load_scenarios(run_dir / "scenarios.jsonl") == SCENARIOS
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {(r["split"], r["step"]) for r in rows} >= {("val", 0), ("train", 1), ("val", 1)}
+    # the forced first turn: every rollout called a tool, and the console says so with the file's numbers
+    (train_row,) = [r for r in rows if r["split"] == "train"]
+    assert all(r["tool_call_rate"] == 1.0 for r in rows) and "tool_error_rate" in train_row, [
+        {k: r.get(k) for k in ("step", "split", "tool_call_rate", "tool_calls_mean", "model_calls_mean")} for r in rows
+    ]
+    reward = train_row["reward_mean"]
+    assert f"step 1: mean reward {reward:.3f}, tools called in 100% of rollouts" in output
+    assert (run_dir / "plots" / "tool_call_rate.png").stat().st_size > 0
     assert (run_dir / "plots" / "reward.png").stat().st_size > 0
     model = aa.TrainableModel(name="mcp-e2e", project="mcp-rl")
     await model.register(local_backend)
