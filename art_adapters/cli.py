@@ -54,6 +54,16 @@ def serve(
         str | None,
         typer.Option(envvar="ART_ADAPTERS_API_KEY", help="Require this key (Authorization: Bearer) on every request."),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="Without --api-key only requests addressed to 127.0.0.1, localhost or [::1] (and loopback "
+            "browser Origins) are answered, a guard against DNS rebinding; also accept this host name "
+            "(repeat; '*': any). Ignored with --api-key.",
+        ),
+    ] = None,
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port to this file once serving (useful with --port 0).")
     ] = None,
@@ -102,6 +112,7 @@ def serve(
     try:
         config = ServeConfig(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
+            allowed_hosts=tuple(allowed_host or ()),
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
             max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
             cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from .auth import ApiKeyMiddleware
 from .engine.base import ContextLengthError
 from .errors import BadRequestError, install_error_handlers
+from .host_check import HostOriginMiddleware
 from .routes_art import health_router
 from .routes_art import router as art_router
 from .routes_export import router as export_router
@@ -32,7 +33,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     Routes: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/art/...`` (see
     ``docs/backend-api.md``); every error is an OpenAI-style JSON body; with an API key
-    configured every request but ``/health`` must carry it.
+    configured every request but ``/health`` must carry it; without one only loopback ``Host``
+    names and ``Origin`` s are answered (:mod:`.host_check`).
     """
     app = FastAPI(
         title="art-adapters backend",
@@ -59,4 +61,6 @@ def create_app(state: ServerState) -> FastAPI:
     api_key = state.config.api_key_value
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    else:  # no key: only loopback Host names and Origins (DNS rebinding), see host_check
+        app.add_middleware(HostOriginMiddleware, allowed_hosts=state.config.allowed_hosts)
     return app

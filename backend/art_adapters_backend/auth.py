@@ -27,7 +27,7 @@ class ApiKeyMiddleware:
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
-        self._expected = f"Bearer {api_key}".encode()
+        self._expected = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
@@ -38,7 +38,9 @@ class ApiKeyMiddleware:
             if name == b"authorization":
                 header = value
                 break
-        if hmac.compare_digest(header, self._expected):
+        # The auth scheme is case-insensitive (RFC 9110 section 11.1): "bearer" and "BEARER" are "Bearer".
+        scheme, _, token = header.strip().partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._expected):
             await self.app(scope, receive, send)
             return
         if not header:

@@ -34,6 +34,11 @@ class ServeConfig(BaseModel):
             and cached) or a Hugging Face causal-LM folder. Served under exactly this id.
         api_key: when set, every request but ``GET /health`` must send
             ``Authorization: Bearer <api_key>``. Required for non-loopback hosts.
+        allowed_hosts: without ``api_key`` the server answers only requests whose ``Host``
+            is a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``, any port) and whose
+            browser ``Origin``, if any, is a loopback URL (403 otherwise; a guard against DNS
+            rebinding, see ``host_check``). These further host names (no port; ``*``: any)
+            are accepted too. Ignored with ``api_key``. Default none.
         port_file: if set, the bound port is written there (atomically) once the server
             accepts connections.
         max_batch_size: most sequences the engine decodes together (dynamic batching). Default 8.
@@ -67,6 +72,7 @@ class ServeConfig(BaseModel):
     run_dir: Path = Path(".art/backend")
     base_model: str = Field(default="smollm2-135m-instruct", min_length=1)
     api_key: SecretStr | None = None
+    allowed_hosts: tuple[str, ...] = ()
     port_file: Path | None = None
     max_batch_size: PositiveInt = 8
     max_loaded_adapters: PositiveInt = 8
@@ -88,6 +94,12 @@ class ServeConfig(BaseModel):
             raise ValueError(
                 "the API key is empty: pass a non-empty --api-key / ART_ADAPTERS_API_KEY, or none"
             )
+        for name in self.allowed_hosts:
+            if not name or name != name.strip() or any(c in name for c in "/@ ") or name.count(":") == 1:
+                raise ValueError(
+                    f"--allowed-host {name!r}: give a bare host name or address (no scheme, port or path), "
+                    "or '*' for any"
+                )
         if self.api_key is None and not is_loopback(self.host):
             raise ValueError(
                 f"binding {self.host!r} (not a loopback address) would expose the server to the network "

@@ -9,9 +9,11 @@ Every error the server returns has the body OpenAI uses::
     APIError                    an error with an HTTP status (raise it anywhere in a request)
     ├── BadRequestError         400: the request is malformed or asks for the impossible
     ├── AuthenticationError     401: missing or wrong API key
+    ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
     ├── NotFoundError           404: unknown model, completion id or route
     ├── ConflictError           409: the request contradicts existing state
-    └── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
+    ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
+    └── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
 
 :func:`install_error_handlers` turns these, FastAPI's validation errors (one readable
 message instead of pydantic's list) and any unexpected exception (logged with its
@@ -36,7 +38,9 @@ __all__ = [
     "BadRequestError",
     "CheckpointUnavailableError",
     "ConflictError",
+    "EngineUnavailableError",
     "NotFoundError",
+    "PermissionDeniedError",
     "UnexpectedErrorMiddleware",
     "error_body",
     "install_error_handlers",
@@ -89,6 +93,13 @@ class AuthenticationError(APIError):
     error_type = "authentication_error"
 
 
+class PermissionDeniedError(APIError):
+    """403: the request may not be answered (a server without an API key refuses foreign Host/Origin headers)."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+
 class NotFoundError(APIError):
     """404: the model, completion id or route does not exist."""
 
@@ -105,6 +116,13 @@ class CheckpointUnavailableError(APIError):
     """500: a registered checkpoint cannot be loaded (its folder is gone or unreadable); the server keeps serving."""
 
     status_code = 500
+    error_type = "server_error"
+
+
+class EngineUnavailableError(APIError):
+    """503: the inference engine cannot serve now (it failed to wake up after a training step)."""
+
+    status_code = 503
     error_type = "server_error"
 
 

@@ -401,7 +401,7 @@ async def test_forced_and_auto_tool_calls_through_the_server(
     fake_vllm.reply = lambda body: (200, _completion(_choice(qwen3_tokenizer, forced_text)))
     transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://backend") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             request = {"model": "qwen3-test", "messages": ASK, "tools": [ADD], "tool_choice": "required",
                        "max_tokens": 64, "temperature": 0, "stop": ["Observation:"]}  # fmt: skip
             response = await client.post("/v1/chat/completions", json=request)
@@ -458,7 +458,7 @@ async def test_vllm_refusing_a_constraint_is_a_400(
     schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://backend"
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as client:
             response = await client.post("/v1/chat/completions", json={
                 "model": "smollm2-135m-instruct", "messages": ASK, "max_tokens": 16,
