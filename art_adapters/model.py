@@ -88,7 +88,8 @@ class CheckpointInfo(BaseModel):
     created: float | None = None
 
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: Matched whole (``fullmatch``: ``$`` would let a trailing newline in).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class TrainableModel(BaseModel):
@@ -115,7 +116,7 @@ class TrainableModel(BaseModel):
     @field_validator("name", "project")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid name: use 1-128 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit (no '@', '/' or spaces)"

@@ -64,7 +64,8 @@ EXPORT_MANIFEST = "export.json"
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 #: ``vllm serve --max-lora-rank`` accepts only these values.
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-_REF = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(?P<step>\d+))?$")
+#: ``name[@step]``, matched whole; the step in canonical form (ASCII digits, no sign or leading zero).
+_REF = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(?P<step>0|[1-9][0-9]*))?")
 
 
 class ExportError(ValueError):
@@ -114,7 +115,7 @@ def parse_model_ref(ref: str) -> tuple[str, int | None]:
     Raises:
         ExportError: ``ref`` is not a model name with an optional ``@step`` (a number).
     """
-    match = _REF.match(ref.strip())
+    match = _REF.fullmatch(ref)
     if match is None:
         raise ExportError(
             f"{ref!r} is not NAME or NAME@STEP (a registered model's name, optionally '@' and a step "

@@ -29,7 +29,7 @@ __all__ = [
     "UserMessage",
 ]
 
-_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would accept a trailing newline
 
 
 def _text_content(value: Any, *, allow_none: bool, allow_refusal: bool = False) -> Any:
@@ -184,7 +184,7 @@ class FunctionDefinition(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _FUNCTION_NAME.match(value):
+        if not _FUNCTION_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid function name: use 1-64 letters, digits, '_', '-', '.', ':'"
             )

@@ -29,7 +29,11 @@ __all__ = ["ModelRecord", "Registry", "ServedModel"]
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: A model or project name, matched whole (``fullmatch``: ``$`` would let a trailing newline in).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: A step as ``name@step`` writes it: ASCII digits, no sign, no leading zero (so ``@-0``, ``@00``,
+#: ``@٠`` or ``@1_0`` never alias a step).
+_STEP = re.compile(r"0|[1-9][0-9]*")
 
 
 class ModelRecord(BaseModel):
@@ -128,7 +132,7 @@ class Registry:
         base model this server does not serve.
         """
         for field, value in (("name", name), ("project", project)):
-            if not _NAME.match(value):
+            if not isinstance(value, str) or not _NAME.fullmatch(value):
                 raise BadRequestError(
                     f"{value!r} is not a valid {field}: use 1-128 letters, digits, '.', '_' or '-', "
                     "starting with a letter or digit",
@@ -264,10 +268,7 @@ class Registry:
         if not at:
             step = record.latest_step
         else:
-            try:
-                step = int(step_text)
-            except ValueError:
-                step = -1
+            step = int(step_text) if _STEP.fullmatch(step_text) else -1
             if step not in record.checkpoints:
                 raise NotFoundError(
                     f"model {name!r} has no step {step_text!r}; its steps are {record.steps}",
