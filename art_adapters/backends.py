@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,12 +28,18 @@ import httpx
 
 from .errors import BackendRequestError, BackendUnavailableError
 
-__all__ = ["Backend", "LocalBackend", "RemoteBackend"]
+__all__ = ["Backend", "LocalBackend", "RemoteBackend", "path_segment"]
 
 logger = logging.getLogger(__name__)
 
 #: Default timeout of control requests (registration, records); training has its own.
 DEFAULT_TIMEOUT_S = 60.0
+
+
+def path_segment(value: str) -> str:
+    """``value`` quoted as one URL path segment (``/``, ``?``, ``#``, ``%``, ``..`` cannot change the route)."""
+    text = quote(str(value), safe="")
+    return text.replace(".", "%2E") if text in (".", "..") else text
 
 
 class Backend:
@@ -123,11 +130,11 @@ class Backend:
 
     async def get_model(self, name: str) -> dict[str, Any]:
         """The registry record of a model: ``name``, ``base_model``, ``latest_step``, ``steps``."""
-        return await self.request("GET", f"/art/models/{name}")
+        return await self.request("GET", f"/art/models/{path_segment(name)}")
 
     async def get_token_record(self, completion_id: str) -> dict[str, Any]:
         """The exact-token record of a completion the backend served."""
-        return await self.request("GET", f"/art/completions/{completion_id}")
+        return await self.request("GET", f"/art/completions/{path_segment(completion_id)}")
 
     async def export_model(
         self,
@@ -145,7 +152,9 @@ class Backend:
         manifest: ``path``, ``step``, ``merged``, ``vllm_command``, ...
         """
         body = {"out": out, "step": step, "merged": merged, "force": force}
-        return await self.request("POST", f"/art/models/{name}/export", json=body, timeout=timeout)
+        return await self.request(
+            "POST", f"/art/models/{path_segment(name)}/export", json=body, timeout=timeout
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client if we created it (in this event loop; one from a finished loop is dropped)."""

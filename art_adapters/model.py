@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from .backends import path_segment
 from .errors import ConfigError
 from .train_config import RetentionPolicy, TrainConfig
 from .trajectory import TrajectoryGroup
@@ -222,13 +223,13 @@ class TrainableModel(BaseModel):
             "config": config.model_dump(mode="json"),
         }
         data = await self.backend.request(
-            "POST", f"/art/models/{self.name}/train", json=body, timeout=timeout or 10.0**9
+            "POST", f"/art/models/{path_segment(self.name)}/train", json=body, timeout=timeout or 10.0**9
         )
         return TrainResult.model_validate(data)
 
     async def checkpoints(self) -> list[CheckpointInfo]:
         """The servable steps of this model with their metrics, oldest first (step 0 included)."""
-        data = await self.backend.request("GET", f"/art/models/{self.name}/checkpoints")
+        data = await self.backend.request("GET", f"/art/models/{path_segment(self.name)}/checkpoints")
         return [CheckpointInfo.model_validate(c) for c in data["data"]]
 
     async def delete_checkpoints(
@@ -250,7 +251,8 @@ class TrainableModel(BaseModel):
         else:
             policy = RetentionPolicy(keep_latest=keep_latest, best_metric=best_metric, mode=mode)
             body = {"retention": policy.model_dump(mode="json")}
-        data = await self.backend.request("POST", f"/art/models/{self.name}/checkpoints/delete", json=body)
+        path = f"/art/models/{path_segment(self.name)}/checkpoints/delete"
+        data = await self.backend.request("POST", path, json=body)
         return [int(s) for s in data["deleted"]]
 
     async def export(

@@ -104,11 +104,13 @@ class AdapterCache:
                 try:
                     await _maybe_await(self.engine.load_adapter(key, path))  # type: ignore[attr-defined]
                 except (OSError, ValueError) as exc:
+                    # The folder and the cause (whose text often names the path) go to the server log
+                    # only: a client is not told where the server keeps its files.
                     logger.warning("cannot load checkpoint %s from %s: %s", key, path, exc)
                     raise CheckpointUnavailableError(
-                        f"checkpoint {key} cannot be loaded from {path} ({type(exc).__name__}: {exc}); "
-                        f"restore the folder, or stop serving step {served.step} with "
-                        f"POST /art/models/{served.trained_model}/checkpoints/delete",
+                        f"checkpoint {key} cannot be loaded ({type(exc).__name__}; the server log names "
+                        f"the folder and the cause); restore the folder, or stop serving step "
+                        f"{served.step} with POST /art/models/{served.trained_model}/checkpoints/delete",
                         code="checkpoint_unavailable",
                     ) from exc
                 self._loaded[key] = path
@@ -116,7 +118,14 @@ class AdapterCache:
             self._loaded.move_to_end(key)
             if lease:
                 self._leases[key] += 1  # taken before any await below, so eviction skips it
-        await self._shrink(keep=key)
+        try:
+            await self._shrink(keep=key)
+        except Exception:  # an engine that fails to unload another adapter must not fail this request
+            logger.exception("could not unload idle adapters (%d loaded)", len(self._loaded))
+        except asyncio.CancelledError:  # the caller never sees the key: give its lease back
+            if lease:
+                self.release(key)
+            raise
         return key
 
     async def _shrink_later(self) -> None:
