@@ -201,6 +201,12 @@ class LocalBackend(Backend):
     :meth:`close` yourself. Needs the ``backend`` extra
     (``pip install 'art-adapters[backend]'``).
 
+    The subprocess never outlives this process: it is started with ``--parent-pid`` and a
+    pipe as its stdin, and stops when the pipe closes or its parent changes, so a killed
+    script or notebook kernel (SIGTERM, SIGKILL, a crash) does not leave it serving (see
+    ``art_adapters_backend.parent_watch``). The API key reaches it through the environment
+    (``ART_ADAPTERS_API_KEY``), never its command line, and is never logged.
+
     Args:
         run_dir: the backend's run directory (registry, token records, checkpoints);
             it survives restarts. Default: ``./.art/backend``.
@@ -247,23 +253,36 @@ class LocalBackend(Backend):
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         port_file = Path(tempfile.mkdtemp(prefix="art-port-")) / "port"
-        command = [
-            sys.executable, "-m", "art_adapters_backend", "serve",
-            "--host", "127.0.0.1", "--port", str(self.port), "--port-file", str(port_file),
-            "--run-dir", str(self.run_dir), "--base-model", self.base_model, *self.extra_args,
-        ]  # fmt: skip
-        if self.api_key:
-            command += ["--api-key", self.api_key]
-        logger.info("starting local backend: %s", " ".join(command))
+        command = self._command(port_file)
+        logger.info("starting local backend: %s", " ".join(redact_command(command)))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            # Popen returns once the child is forked; the waiting below is async.
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
+            # Popen returns once the child is forked; the waiting below is async. stdin is a pipe we
+            # never write to: it closes when this process ends, however it ends, and the child stops.
+            self._process = subprocess.Popen(  # noqa: ASYNC220
+                command, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=self._environment()
+            )
         port = await self._wait_for_port(port_file)
         self.base_url = f"http://127.0.0.1:{port}"
         await self._wait_for_health()
         logger.info("local backend serving at %s (log: %s)", self.base_url, self.log_path)
         return self
+
+    def _command(self, port_file: Path) -> list[str]:
+        """The ``serve`` command line (no secret on it: the key goes by :meth:`_environment`)."""
+        return [
+            sys.executable, "-m", "art_adapters_backend", "serve",
+            "--host", "127.0.0.1", "--port", str(self.port), "--port-file", str(port_file),
+            "--run-dir", str(self.run_dir), "--base-model", self.base_model,
+            "--parent-pid", str(os.getpid()), *self.extra_args,
+        ]  # fmt: skip
+
+    def _environment(self) -> dict[str, str]:
+        """This process's environment with ``ART_ADAPTERS_API_KEY`` set to our key (removed without one)."""
+        env = {k: v for k, v in os.environ.items() if k != _API_KEY_ENV}
+        if self.api_key:
+            env[_API_KEY_ENV] = self.api_key
+        return env
 
     async def _wait_for_port(self, port_file: Path) -> int:
         deadline = time.monotonic() + self.startup_timeout
@@ -292,6 +311,7 @@ class LocalBackend(Backend):
 
     def _raise_if_exited(self) -> None:
         if self._process is not None and (code := self._process.poll()) is not None:
+            _close_stdin(self._process)
             self._process = None
             tail = _tail(self.log_path)
             raise BackendUnavailableError(
@@ -303,15 +323,20 @@ class LocalBackend(Backend):
         """Stop the subprocess (SIGTERM, then SIGKILL after ``timeout``) and close the client."""
         await self.aclose()
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.to_thread(process.wait, timeout)
-        except subprocess.TimeoutExpired:
-            logger.warning("local backend did not stop within %.0f s; killing it", timeout)
-            process.kill()
-            await asyncio.to_thread(process.wait)
+            if process.poll() is not None:
+                return
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning("local backend did not stop within %.0f s; killing it", timeout)
+                process.kill()
+                await asyncio.to_thread(process.wait)
+        finally:
+            _close_stdin(process)
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -323,6 +348,34 @@ class LocalBackend(Backend):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+#: The environment variable ``serve`` reads its API key from.
+_API_KEY_ENV = "ART_ADAPTERS_API_KEY"
+#: Flags whose value is a secret (hidden when a command line is logged).
+_SECRET_FLAGS = frozenset({"--api-key"})
+
+
+def redact_command(command: list[str]) -> list[str]:
+    """``command`` with the values of secret flags (``--api-key K``, ``--api-key=K``) replaced by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in command:
+        name, eq, _ = arg.partition("=")
+        if hide_next:
+            out.append("***")
+        elif eq and name in _SECRET_FLAGS:
+            out.append(f"{name}=***")
+        else:
+            out.append(arg)
+        hide_next = arg in _SECRET_FLAGS
+    return out
+
+
+def _close_stdin(process: subprocess.Popen[bytes]) -> None:
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
 
 
 def _tail(path: Path, lines: int = 20) -> str:

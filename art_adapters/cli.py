@@ -67,6 +67,14 @@ def serve(
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port to this file once serving (useful with --port 0).")
     ] = None,
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Stop when the process with this pid ends, however it ends (also when a pipe given as stdin "
+            "closes); LocalBackend passes its own.",
+        ),
+    ] = None,
     engine: Annotated[
         str, typer.Option(help="Inference engine: 'torch' (CPU/CUDA, in process) or 'vllm' (CUDA, own process).")
     ] = "torch",
@@ -112,7 +120,7 @@ def serve(
     try:
         config = ServeConfig(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
-            allowed_hosts=tuple(allowed_host or ()),
+            allowed_hosts=tuple(allowed_host or ()), parent_pid=parent_pid,
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
             max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
             cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,

@@ -41,6 +41,10 @@ class ServeConfig(BaseModel):
             are accepted too. Ignored with ``api_key``. Default none.
         port_file: if set, the bound port is written there (atomically) once the server
             accepts connections.
+        parent_pid: stop (as on SIGTERM) when the process with this pid is no longer our
+            parent, however it ended (SIGKILL included); with a pipe as stdin, also when the
+            pipe closes. ``LocalBackend`` passes its own pid (see ``parent_watch``). Default
+            ``None``: run until stopped.
         max_batch_size: most sequences the engine decodes together (dynamic batching). Default 8.
         max_loaded_adapters: most LoRA checkpoints kept loaded in the engine; the least recently
             used one no request is using is unloaded first, and loaded again when asked for. Default 8.
@@ -74,6 +78,7 @@ class ServeConfig(BaseModel):
     api_key: SecretStr | None = None
     allowed_hosts: tuple[str, ...] = ()
     port_file: Path | None = None
+    parent_pid: PositiveInt | None = None
     max_batch_size: PositiveInt = 8
     max_loaded_adapters: PositiveInt = 8
     device: str = "cpu"

@@ -63,8 +63,19 @@ def _absorb_signal(signum: int, frame: object) -> None:
     logger.info("received %s; shutting down", signal.Signals(signum).name)
 
 
+def _watch_parent(config: ServeConfig) -> None:
+    if config.parent_pid is None:
+        return
+    from .parent_watch import stdin_is_pipe, watch_parent
+
+    pipe = sys.stdin.buffer if stdin_is_pipe() else None
+    watch_parent(config.parent_pid, pipe=pipe, grace_s=config.graceful_shutdown_s + 30.0)
+    logger.info("stopping when process %d ends%s", config.parent_pid, " (or closes our stdin)" if pipe else "")
+
+
 async def serve(config: ServeConfig) -> None:
-    """Serve until SIGTERM/SIGINT, then close the engine and the stores."""
+    """Serve until SIGTERM/SIGINT (or until ``config.parent_pid`` ends), then close the engine and the stores."""
+    _watch_parent(config)
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
     try:
