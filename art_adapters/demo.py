@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from .loop import EvalReport
+from .redact import redact_url
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -115,7 +116,8 @@ def resolve_judge(no_judge: bool = False) -> tuple[Any | None, str]:
     key = os.environ.get(JUDGE_API_KEY_ENV) or openai_key or "not-needed"
     name = model or OPENAI_JUDGE_MODEL
     judge = ChatOpenAI(model=name, base_url=base_url, api_key=key, temperature=0.0)
-    return judge, f"rewards: RULER, judge {name} at {base_url or 'the OpenAI API'}"
+    where = redact_url(base_url) if base_url else "the OpenAI API"  # no user:password@ on the console
+    return judge, f"rewards: RULER, judge {name} at {where}"
 
 
 def _table(before: EvalReport, after: EvalReport, console: Console) -> None:

@@ -141,10 +141,10 @@ class TrainMcpConfig(BaseModel):
     project: str = "mcp-rl"
     base_model: str = "smollm2-135m-instruct"
     backend_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
     judge_model: str | None = None
     judge_base_url: str | None = None
-    judge_api_key: str | None = None
+    judge_api_key: str | None = Field(default=None, repr=False)
     steps: NonNegativeInt = 4
     groups_per_step: PositiveInt = 2
     rollouts_per_group: int = Field(default=4, ge=2)
@@ -224,6 +224,8 @@ def resolve_judge_model(
 
     from mcp_tools._generate import JUDGE_API_KEY_ENV, JUDGE_BASE_URL_ENV, JUDGE_MODEL_ENV, default_generator
 
+    from .redact import redact_url
+
     if config.judge_model:
         base_url = config.judge_base_url or os.environ.get(JUDGE_BASE_URL_ENV) or None
         api_key = (
@@ -233,10 +235,11 @@ def resolve_judge_model(
             or "not-needed"
         )
         judge = ChatOpenAI(model=config.judge_model, base_url=base_url, api_key=api_key, temperature=0.0)
-        return judge, f"judge: {config.judge_model} at {base_url or 'the OpenAI API'} (--judge-model)"
+        where = redact_url(base_url) if base_url else "the OpenAI API"
+        return judge, f"judge: {config.judge_model} at {where} (--judge-model)"
     if os.environ.get(JUDGE_MODEL_ENV, "").strip():
         judge = _with_temperature(default_generator(), 0.0)
-        where = os.environ.get(JUDGE_BASE_URL_ENV) or "the OpenAI API"
+        where = redact_url(os.environ.get(JUDGE_BASE_URL_ENV) or "the OpenAI API")
         return judge, f"judge: {os.environ[JUDGE_MODEL_ENV]} at {where} (${JUDGE_MODEL_ENV})"
     return fallback(), (
         f"{LOCAL_JUDGE_LINE} (no judge configured; set --judge-model or "

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from art_adapters.errors import ConfigError
+from art_adapters.redact import redact_url
 
 __all__ = ["ObserveConfig"]
 
@@ -55,10 +56,14 @@ class ObserveConfig(BaseModel):
     Attributes:
         otlp_endpoint: full OTLP/HTTP traces URL (``http://host:4318/v1/traces``) of any backend;
             ``None`` for none.
-        otlp_headers: HTTP headers sent with every OTLP export (auth tokens).
+        otlp_headers: HTTP headers sent with every OTLP export (auth tokens); left out of ``repr``.
         langfuse_public_key: Langfuse project public key (``pk-lf-...``); with the secret key it
             turns the Langfuse destination on.
-        langfuse_secret_key: Langfuse project secret key (``sk-lf-...``).
+        langfuse_secret_key: Langfuse project secret key (``sk-lf-...``), a ``SecretStr``
+            (``repr`` and validation errors show ``**********``; ``.get_secret_value()`` reads it).
+
+    Validation errors never echo the values given (``hide_input_in_errors``), so a typo in one
+    setting does not print the keys passed beside it.
         langfuse_base_url: Langfuse server, e.g. ``https://cloud.langfuse.com``,
             ``https://us.cloud.langfuse.com`` or your self-hosted ``http://langfuse:3000``.
         use_langfuse_sdk: ``None`` (default): use the ``langfuse`` package when it is installed;
@@ -78,12 +83,12 @@ class ObserveConfig(BaseModel):
             ``wandb`` is importable; ``False``: never; ``True``: require it.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     otlp_endpoint: str | None = None
-    otlp_headers: dict[str, str] = Field(default_factory=dict)
+    otlp_headers: dict[str, str] = Field(default_factory=dict, repr=False)
     langfuse_public_key: str | None = None
-    langfuse_secret_key: str | None = None
+    langfuse_secret_key: SecretStr | None = None
     langfuse_base_url: str = DEFAULT_LANGFUSE_URL
     use_langfuse_sdk: bool | None = None
     service_name: str = "art-adapters"
@@ -105,7 +110,7 @@ class ObserveConfig(BaseModel):
         for name in ("otlp_endpoint", "langfuse_base_url"):
             value = getattr(self, name)
             if value is not None and not value.startswith(("http://", "https://")):
-                raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
+                raise ConfigError(f"{name} must be an http(s) URL, got {redact_url(value)!r}")
         return self
 
     @property
@@ -127,7 +132,8 @@ class ObserveConfig(BaseModel):
 
     def langfuse_headers(self) -> dict[str, str]:
         """The basic-auth header Langfuse's OTLP endpoint expects."""
-        token = base64.b64encode(f"{self.langfuse_public_key}:{self.langfuse_secret_key}".encode()).decode()
+        secret = self.langfuse_secret_key.get_secret_value() if self.langfuse_secret_key else ""
+        token = base64.b64encode(f"{self.langfuse_public_key}:{secret}".encode()).decode()
         return {"Authorization": f"Basic {token}"}
 
     @classmethod

@@ -210,7 +210,7 @@ class Observer:
         try:
             self._langfuse = sdk.Langfuse(
                 public_key=cfg.langfuse_public_key,
-                secret_key=cfg.langfuse_secret_key,
+                secret_key=cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else None,
                 base_url=cfg.langfuse_base_url,
                 tracer_provider=provider,
                 should_export_span=lambda span: True,  # our provider carries only our spans

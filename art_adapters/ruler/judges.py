@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..content import content_text
 from ..errors import ConfigError
+from ..redact import redact_url
 from ..structured_output import NO_JSON_SCHEMA_MODE, answer_text, json_schema_output, rejects_json_schema
 
 if TYPE_CHECKING:
@@ -72,10 +74,10 @@ class LangChainJudge:
 
     @property
     def model_id(self) -> str:
-        """Class, model name and base URL (where the model has them)."""
+        """Class, model name and base URL (where the model has them; without credentials in it)."""
         name = getattr(self.model, "model_name", None) or getattr(self.model, "model", None) or "?"
         base = getattr(self.model, "openai_api_base", None) or getattr(self.model, "base_url", None)
-        return f"{type(self.model).__name__}:{name}" + (f"@{base}" if base else "")
+        return f"{type(self.model).__name__}:{name}" + (f"@{redact_url(str(base))}" if base else "")
 
     @property
     def cache_id(self) -> str:
@@ -154,9 +156,9 @@ class LiteLLMJudge:
 
     @property
     def model_id(self) -> str:
-        """``litellm:`` and the model name, plus ``api_base`` when one is set."""
+        """``litellm:`` and the model name, plus ``api_base`` (without credentials) when one is set."""
         base = self.completion_kwargs.get("api_base")
-        return f"litellm:{self.model}" + (f"@{base}" if base else "")
+        return f"litellm:{self.model}" + (f"@{redact_url(str(base))}" if base else "")
 
     @property
     def cache_id(self) -> str:
@@ -175,14 +177,28 @@ class LiteLLMJudge:
         return content_text(response.choices[0].message.content)
 
 
-#: Settings that never change a verdict (credentials, transport) and stay out of cache keys.
+#: Settings that never shape a cache key: transport, the raw endpoint (``model_id`` has it without
+#: credentials), and anything that may carry a credential: headers, ``extra_body`` (a free-form
+#: dict that can hold tokens; a setting sent there that changes the verdict needs ``cache=False``
+#: or a new cache directory), cloud credentials.
 _NOT_VERDICT = frozenset(
-    {"api_key", "openai_api_key", "headers", "default_headers", "timeout", "stream", "_type"}
+    {"headers", "default_headers", "extra_headers", "extra_body", "default_query", "timeout",
+     "request_timeout", "stream", "_type", "client", "http_client", "http_async_client", "max_retries",
+     "api_base", "base_url", "openai_api_base", "organization", "openai_organization", "openai_proxy"}
+)  # fmt: skip
+#: Names of credentials (``api_key``, ``aws_secret_access_key``, ``azure_ad_token``, ``vertex_credentials``...);
+#: ``max_tokens`` and other budgets do not match.
+_CREDENTIAL = re.compile(
+    r"(?:^|_)(?:key|token|secret|password|credentials?)$|^aws_|^azure_ad_|header", re.IGNORECASE
 )
 
 
 def _with_settings(model_id: str, settings: Mapping[str, Any]) -> str:
-    kept = {k: v for k, v in settings.items() if k not in _NOT_VERDICT and v is not None}
+    kept = {
+        k: v
+        for k, v in settings.items()
+        if k not in _NOT_VERDICT and not _CREDENTIAL.search(k) and v is not None
+    }
     return model_id + " " + json.dumps(kept, sort_keys=True, default=str) if kept else model_id
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, JudgeError
+from ..redact import redact_text
 from ..trajectory import TrajectoryGroup
 from .answer import InvalidAnswer, JudgeScore, parse_answer
 from .cache import RulerCache
@@ -85,7 +86,7 @@ async def _ask(
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - the judge endpoint failed (HTTP error, connection reset...): retried
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = redact_text(f"{type(exc).__name__}: {exc}")  # no https://user:pass@ of the endpoint
         errors.append(f"attempt {attempt}: {reason}")
         logger.warning("RULER judge %s on %s, %s", judge.model_id, _describe(group), errors[-1])
     raise JudgeError(
