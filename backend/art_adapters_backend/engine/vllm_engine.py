@@ -20,7 +20,16 @@ request field that replaced ``guided_*``; docs.vllm.ai "Structured Outputs",
   ``logit_bias``) and ``structured_outputs``;
 - ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` for checkpoints;
 - ``POST /sleep?level=1`` / ``POST /wake_up`` around a training step (:meth:`paused`), so the
-  trainer has the GPU memory; requests arriving meanwhile wait here and then run.
+  trainer has the GPU memory; requests arriving meanwhile wait here and then run. Both calls have
+  timeouts; a failed sleep wakes the server again and fails the step, and a server that cannot be
+  woken (after retries) answers 503 (:class:`~..errors.EngineUnavailableError`) instead of leaving
+  requests waiting, and is tried again on the next request.
+
+**Access.** Runtime LoRA loading and the dev endpoints are on, so the server gets a fresh random API
+key at every start, passed as ``VLLM_API_KEY`` (vLLM's ``--api-key``, by environment so it is not on
+the command line that ``ps`` shows) and sent as ``Authorization: Bearer`` with every request here.
+vLLM checks it on the ``/v1`` routes (inference, ``load_lora_adapter``); ``/sleep``, ``/wake_up`` and
+``/health`` stay open to local users, so it is bound to 127.0.0.1 only.
 
 **Why completions with token ids, not vLLM's chat endpoint.** Our renderer
 (:mod:`..chat_template`, tested equal to the model's chat template) stays the one source of the
@@ -71,13 +80,14 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +102,7 @@ from .base import (
     SamplingParams,
     SequenceDelta,
 )
+from ..errors import EngineUnavailableError
 from .constraint import ConstraintError
 
 if TYPE_CHECKING:
@@ -103,6 +114,7 @@ __all__ = [
     "sampling_body",
     "structured_outputs",
     "vllm_available",
+    "vllm_environment",
     "vllm_serve_command",
 ]
 
@@ -158,6 +170,17 @@ def vllm_serve_command(
         "--structured-outputs-config", json.dumps(structured),
         *family_flags, *extra_args,
     ]  # fmt: skip
+
+
+def vllm_environment(api_key: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``vllm serve`` environment: ``base`` (default ours) plus runtime LoRA loading, the dev
+    endpoints (``/sleep``, ``/wake_up``) and ``VLLM_API_KEY`` (``--api-key`` off the command line)."""
+    return {
+        **(os.environ if base is None else base),
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_API_KEY": api_key,
+    }
 
 
 def constraint_grammar(constraint: Constraint) -> str:
@@ -265,16 +288,22 @@ class VllmEngine:
 
     def __init__(self, model_path: Path, tokenizer: PreTrainedTokenizerBase,
                  process: subprocess.Popen[bytes] | None, base_url: str, context_length: int,
-                 eos_token_ids: set[int]) -> None:  # fmt: skip
+                 eos_token_ids: set[int], *, api_key: str | None = None, sleep_timeout_s: float = 300.0,
+                 wake_timeout_s: float = 300.0, wake_attempts: int = 3) -> None:  # fmt: skip
         self.model_path = model_path
         self.tokenizer = tokenizer
         self.process = process
         self.base_url = base_url
         self.context_length = context_length
         self.eos_token_ids = eos_token_ids
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=600)
+        self.sleep_timeout_s = sleep_timeout_s
+        self.wake_timeout_s = wake_timeout_s
+        self.wake_attempts = max(1, wake_attempts)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=600, headers=headers)
         self._awake = asyncio.Event()
         self._awake.set()
+        self._asleep_error: str | None = None  # why the last wake-up failed; requests get a 503
         self._pause_lock = asyncio.Lock()
         self._in_flight = 0
         self._idle = asyncio.Condition()
@@ -307,7 +336,8 @@ class VllmEngine:
             path, port=port, family_flags=family_flags, extra_args=extra_args,
             max_lora_rank=max_lora_rank, max_loras=max_loras,
         )  # fmt: skip
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
+        api_key = secrets.token_urlsafe(32)  # a new one at every start; only this process knows it
+        env = vllm_environment(api_key)
         log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - the child keeps it
         logger.info("starting vLLM: %s", " ".join(command))
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -326,9 +356,11 @@ class VllmEngine:
                 raise RuntimeError(f"vllm serve did not become healthy within {startup_timeout:.0f} s")
             time.sleep(1.0)
         tokenizer = load_tokenizer(path)
-        info = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]
+        auth = {"Authorization": f"Bearer {api_key}"}
+        info = httpx.get(f"{base_url}/v1/models", timeout=10, headers=auth).json()["data"][0]
         context_length = int(info.get("max_model_len") or tokenizer.model_max_length)
-        return cls(path, tokenizer, process, base_url, context_length, eos_token_ids(path, tokenizer))
+        return cls(path, tokenizer, process, base_url, context_length, eos_token_ids(path, tokenizer),
+                   api_key=api_key)  # fmt: skip
 
     async def start(self) -> None:
         """Nothing to start: the vLLM process is already serving."""
@@ -377,18 +409,61 @@ class VllmEngine:
     async def paused(self) -> AsyncIterator[None]:
         """Sleep vLLM (level 1: weights to CPU, KV cache freed) once running requests end; wake it after.
 
-        Requests arriving meanwhile wait and then run; none fails.
+        Requests arriving meanwhile wait and then run. Whatever happens, waiting requests are
+        released: if ``/sleep`` fails or times out, vLLM is woken again and the error propagates
+        (the training step fails, inference goes on); if it cannot be woken after the step,
+        requests get a 503 until a later wake-up succeeds.
         """
         async with self._pause_lock:
             self._awake.clear()
-            async with self._idle:
-                await self._idle.wait_for(lambda: self._in_flight == 0)
-            await self._post("/sleep", params={"level": 1})
             try:
-                yield
+                async with self._idle:
+                    await self._idle.wait_for(lambda: self._in_flight == 0)
+                slept = False
+                try:
+                    await self._post("/sleep", params={"level": 1}, timeout=self.sleep_timeout_s)
+                    slept = True
+                finally:
+                    if not slept:  # it may have gone to sleep before the error (a timeout): wake it
+                        await self._wake()
+                try:
+                    yield
+                finally:
+                    await self._wake()
             finally:
-                await self._post("/wake_up")
                 self._awake.set()
+
+    async def _wake(self, attempts: int | None = None) -> bool:
+        """``POST /wake_up`` with a timeout, ``attempts`` times at most (default ``wake_attempts``);
+        records the failure for :meth:`_check_awake`."""
+        error = ""
+        attempts = attempts or self.wake_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._post("/wake_up", timeout=self.wake_timeout_s)
+            except (httpx.HTTPError, RuntimeError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("vLLM did not wake up (attempt %d/%d): %s", attempt, attempts, error)
+                continue
+            if self._asleep_error is not None:
+                logger.info("vLLM is awake again")
+            self._asleep_error = None
+            return True
+        self._asleep_error = error
+        logger.error("vLLM could not be woken up; requests get 503 until it is (%s)", error)
+        return False
+
+    async def _check_awake(self) -> None:
+        """Raise :class:`EngineUnavailableError` (503) if vLLM is asleep and one more wake-up fails."""
+        if self._asleep_error is None:
+            return
+        async with self._pause_lock:
+            if self._asleep_error is not None and not await self._wake(attempts=1):
+                raise EngineUnavailableError(
+                    f"the vLLM engine could not be woken up after a training step ({self._asleep_error}); "
+                    "retry later, or restart the server",
+                    code="engine_unavailable",
+                )
 
     # ------------------------------------------------------------------ generation
 
@@ -461,6 +536,7 @@ class VllmEngine:
         """Sample ``request.n`` choices through vLLM (waits while a training step holds it asleep)."""
         body = self._body(request)
         await self._awake.wait()
+        await self._check_awake()
         async with self._idle:
             self._in_flight += 1
         try:
