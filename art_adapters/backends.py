@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import httpx
 
+from ._private import open_private, private_dir
 from .errors import BackendRequestError, BackendUnavailableError
 
 __all__ = ["Backend", "LocalBackend", "RemoteBackend", "path_segment"]
@@ -251,12 +252,12 @@ class LocalBackend(Backend):
             raise ImportError(
                 "LocalBackend needs the embedded backend: pip install 'art-adapters[backend]'"
             )
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir)  # the server's records hold every prompt: owner only (0o700)
         port_file = Path(tempfile.mkdtemp(prefix="art-port-")) / "port"
         command = self._command(port_file)
         logger.info("starting local backend: %s", " ".join(redact_command(command)))
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
+        private_dir(self.log_path.parent)
+        with os.fdopen(open_private(self.log_path), "ab") as log:  # 0o600: it may quote prompts
             # Popen returns once the child is forked; the waiting below is async. stdin is a pipe we
             # never write to: it closes when this process ends, however it ends, and the child stops.
             self._process = subprocess.Popen(  # noqa: ASYNC220

@@ -73,8 +73,16 @@ class RulerCache:
         return scores
 
     def put(self, key: str, judge_id: str, scores: dict[str, JudgeScore]) -> None:
-        """Store ``scores`` under ``key`` (atomically); a failure to write is logged, not raised."""
+        """Store ``scores`` under ``key`` (atomically); a failure to write is logged, not raised.
+
+        The cache folder is made private (``0o700``): the judge saw every prompt it scored."""
+        from .._private import private_dir
+
         path = self._path(key)
+        try:
+            private_dir(self.directory)
+        except OSError as exc:
+            logger.warning("could not make the RULER cache %s private: %s", self.directory, exc)
         record: dict[str, Any] = {"judge": judge_id, "scores": [s.model_dump() for s in scores.values()]}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

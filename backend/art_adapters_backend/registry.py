@@ -95,8 +95,9 @@ class Registry:
     FILENAME = "registry.json"
 
     def __init__(self, run_dir: Path, base_model: str) -> None:
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from art_adapters._private import private_dir
+
+        self.run_dir = private_dir(run_dir)  # 0o700: it holds every prompt served and trained on
         self.path = self.run_dir / self.FILENAME
         self.base_model = base_model
         self._lock = threading.Lock()

@@ -108,8 +108,17 @@ async def serve(config: ServeConfig) -> None:
         logger.info("server stopped")
 
 
+#: The server process's umask: whatever the user's, every file it writes (records, groups,
+#: checkpoints, logs, exports) is the owner's only (files 0o600, folders 0o700).
+PRIVATE_UMASK = 0o077
+
+
 def run_server(config: ServeConfig) -> None:
-    """Run the backend in this process until it is stopped (exit code 1 if it cannot start)."""
+    """Run the backend in this process until it is stopped (exit code 1 if it cannot start).
+
+    The process's umask becomes :data:`PRIVATE_UMASK` first: the run directory holds every prompt served.
+    """
+    os.umask(PRIVATE_UMASK)
     try:
         asyncio.run(serve(config))
     except KeyboardInterrupt:

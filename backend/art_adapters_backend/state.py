@@ -92,8 +92,9 @@ class ServerState:
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
         from .engine.torch_engine import TorchEngine
 
-        run_dir = config.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
+        from art_adapters._private import private_dir
+
+        run_dir = private_dir(config.run_dir)  # 0o700: records, groups, checkpoints are the owner's only
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
         # The template and parsers are checked before the (slow) engine load: a bad flag fails fast.
         family_tokenizer = await asyncio.to_thread(load_tokenizer, path)

@@ -78,6 +78,9 @@ def test_sigkill_of_the_parent_stops_the_local_backend(tmp_path: Path) -> None:
         parent.wait(timeout=30)
         assert _wait_gone(child, timeout=20), "the backend kept running after its parent was killed"
         assert "parent process" in (tmp_path / "run" / "server.log").read_text()
+        # Created private whatever the umask (issue 12 item 10): the run dir holds every prompt.
+        assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+        assert (tmp_path / "run" / "server.log").stat().st_mode & 0o777 == 0o600
         # The API key is in neither the child's command line (anyone's `ps`) nor the parent's INFO log.
         _, err = parent.communicate(timeout=30)
         assert b"s3cret-key-123" not in cmdline and "s3cret-key-123" not in err
