@@ -13,7 +13,8 @@ Every error the server returns has the body OpenAI uses::
     ├── NotFoundError           404: unknown model, completion id or route
     ├── ConflictError           409: the request contradicts existing state
     ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
-    └── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
+    ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
+    └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
 
 :func:`install_error_handlers` turns these, FastAPI's validation errors (one readable
 message instead of pydantic's list) and any unexpected exception (logged with its
@@ -41,6 +42,7 @@ __all__ = [
     "EngineUnavailableError",
     "NotFoundError",
     "PermissionDeniedError",
+    "StorageUnavailableError",
     "UnexpectedErrorMiddleware",
     "error_body",
     "install_error_handlers",
@@ -124,6 +126,22 @@ class EngineUnavailableError(APIError):
 
     status_code = 503
     error_type = "server_error"
+
+
+class StorageUnavailableError(APIError):
+    """503: a write to the run directory failed (disk full, I/O error); the change was not made.
+
+    Nothing the failed request did is acknowledged or kept; the same request succeeds once
+    the disk has room again.
+    """
+
+    status_code = 503
+    error_type = "server_error"
+
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = "storage_unavailable"
+    ) -> None:
+        super().__init__(message, param=param, code=code)
 
 
 def error_body(

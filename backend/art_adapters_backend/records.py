@@ -5,7 +5,9 @@ and their logprobs, the sampling settings and the model served. :class:`RecordSt
 appends records to ``completions.jsonl`` in the run directory and fsyncs before
 :meth:`RecordStore.put` returns, so a response is only sent once its record is durable.
 The file is append-only; an index (id -> byte offset) is rebuilt when the store opens,
-and a line torn by a crash is cut off.
+and a line torn by a crash is cut off. An append that fails part-way (disk full, I/O error)
+is cut off at once, so the next record starts on a clean line; until that cut succeeds
+every write is refused with :class:`~.errors.StorageUnavailableError` (503).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from .errors import StorageUnavailableError
 
 __all__ = ["ChoiceRecord", "CompletionRecord", "RecordStore"]
 
@@ -107,7 +111,10 @@ class RecordStore:
         self._lock = threading.Lock()
         self._index: dict[str, tuple[int, int]] = {}
         self._load()
-        self._file = self.path.open("ab")
+        # A raw descriptor, not a buffered file: a buffered writer keeps the unwritten tail of a
+        # failed write and emits it before the next record, gluing the two into one bad line.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._torn_at: int | None = None  # start of a failed append not yet cut off
         self._read_fd = os.open(self.path, os.O_RDONLY)
 
     def _load(self) -> None:
@@ -138,11 +145,61 @@ class RecordStore:
         """Append ``record`` and fsync; returns once it is on disk."""
         line = record.model_dump_json().encode() + b"\n"
         with self._lock:
-            offset = self._file.tell()
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            fd = self._writable_fd()
+            offset = os.fstat(fd).st_size
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError as exc:
+                self._torn_at = offset
+                try:
+                    self._cut_torn(fd)
+                except StorageUnavailableError:
+                    pass  # logged; later writes are refused until the cut succeeds
+                raise StorageUnavailableError(
+                    f"could not store the token record of completion {record.id} in {self.path} "
+                    f"({exc.strerror or exc}); the completion was not served. Free space in the run "
+                    "directory and send the request again"
+                ) from exc
             self._index[record.id] = (offset, len(line))
+
+    async def check_writable(self) -> None:
+        """Raise :class:`StorageUnavailableError` (503) while a failed append cannot be cut off.
+
+        Free when the store is healthy; otherwise it retries the cut (in a thread).
+        """
+        if self._torn_at is not None or self._fd is None:
+            await asyncio.to_thread(self._check_writable_sync)
+
+    def _check_writable_sync(self) -> None:
+        with self._lock:
+            self._writable_fd()
+
+    def _writable_fd(self) -> int:
+        """The append descriptor, after cutting off a failed append (lock held)."""
+        if self._fd is None:
+            raise StorageUnavailableError(f"the record store {self.path} is closed (the server is stopping)")
+        self._cut_torn(self._fd)
+        return self._fd
+
+    def _cut_torn(self, fd: int) -> None:
+        """Truncate the file back to where a failed append began (lock held)."""
+        if self._torn_at is None:
+            return
+        try:
+            os.ftruncate(fd, self._torn_at)
+            os.fsync(fd)
+        except OSError as exc:
+            logger.error("cannot cut a failed append off %s at byte %d: %s", self.path, self._torn_at, exc)
+            raise StorageUnavailableError(
+                f"the record store {self.path} holds a partly written record that cannot be removed "
+                f"({exc.strerror or exc}); completions are refused until it can. Check the disk of the "
+                "run directory"
+            ) from exc
+        logger.warning("cut a failed append off %s (back to byte %d)", self.path, self._torn_at)
+        self._torn_at = None
 
     async def put(self, record: CompletionRecord) -> None:
         """Append ``record`` durably without blocking the event loop."""
@@ -166,6 +223,7 @@ class RecordStore:
     def close(self) -> None:
         """Close the file handles (idempotent)."""
         with self._lock:
-            if not self._file.closed:
-                self._file.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
                 os.close(self._read_fd)

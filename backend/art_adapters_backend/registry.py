@@ -4,7 +4,8 @@ A registered model ``name`` has steps ``0, 1, ...``; step 0 is the base weights,
 later step a LoRA adapter folder. ``name`` serves the latest step, ``name@step`` a given
 one; the base model id itself is always served. The registry lives in
 ``run_dir/registry.json``, rewritten atomically (temp file, fsync, rename) on every
-change, so it survives restarts and crashes.
+change, so it survives restarts and crashes. The file is written before memory changes: a
+change the disk refused (503, :class:`~.errors.StorageUnavailableError`) is not made at all.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .durable import fsync_path
-from .errors import BadRequestError, ConflictError, NotFoundError
+from .errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError
 
 __all__ = ["ModelRecord", "Registry", "ServedModel"]
 
@@ -111,8 +112,29 @@ class Registry:
         logger.info("registry %s: %d models", self.path, len(models))
         return models
 
-    def _save(self) -> None:
-        data = {"version": 1, "models": {n: m.model_dump(mode="json") for n, m in self._models.items()}}
+    def _commit(self, name: str, record: ModelRecord | None) -> None:
+        """Save the registry with ``name`` set to ``record`` (``None``: removed), then change memory.
+
+        Lock held. On a write error memory is untouched and :class:`StorageUnavailableError` (503)
+        is raised, so the change is either made on disk and in memory or in neither.
+        """
+        models = dict(self._models)
+        if record is None:
+            models.pop(name, None)
+        else:
+            models[name] = record
+        try:
+            self._save(models)
+        except OSError as exc:
+            logger.error("could not save %s: %s", self.path, exc)
+            raise StorageUnavailableError(
+                f"could not save the model registry {self.path} ({exc.strerror or exc}); nothing was "
+                "changed. Free space in the run directory and send the request again"
+            ) from exc
+        self._models = models
+
+    def _save(self, models: dict[str, ModelRecord]) -> None:
+        data = {"version": 1, "models": {n: m.model_dump(mode="json") for n, m in models.items()}}
         fd, tmp = tempfile.mkstemp(dir=self.run_dir, prefix=".registry-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as file:
@@ -160,8 +182,7 @@ class Registry:
                     code="unsupported_base_model",
                 )
             record = ModelRecord(name=name, project=project, base_model=base_model)
-            self._models[name] = record
-            self._save()
+            self._commit(name, record)
         logger.info("registered model %r (project %r) on %r", name, project, base_model)
         return record, True
 
@@ -210,8 +231,7 @@ class Registry:
                     "checkpoints": {**record.checkpoints, step: str(path.resolve())},
                 }
             )
-            self._models[name] = updated
-            self._save()
+            self._commit(name, updated)
         logger.info("model %r: step %d at %s", name, step, path)
         return updated
 
@@ -239,8 +259,7 @@ class Registry:
                     "checkpoints": {s: p for s, p in record.checkpoints.items() if s not in steps},
                 }
             )
-            self._models[name] = updated
-            self._save()
+            self._commit(name, updated)
         logger.info("model %r: removed steps %s", name, sorted(steps))
         return updated
 
