@@ -10,7 +10,8 @@ Rollout rows come from :func:`group_metrics`; training rows carry whatever the t
 reports (``loss``, ``kl``, ``grad_norm``, ``learning_rate``, ``step_time_s``...). Each row is
 written with one ``write`` on a file opened for appending and flushed, so concurrent
 writers do not interleave and a crash loses at most the row being written; a torn last
-line is skipped (with a warning) when the file is read.
+line is skipped (with a warning) when the file is read, and the next row appended after it
+starts on a line of its own instead of being glued onto it.
 """
 
 from __future__ import annotations
@@ -131,10 +132,15 @@ class MetricsHistory:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None  # JSON has no NaN/inf; keep the key so the gap shows
             row[str(key)] = value
-        line = json.dumps(row, default=str, allow_nan=False) + "\n"
+        line = (json.dumps(row, default=str, allow_nan=False) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line)
+        with self._lock, self.path.open("a+b") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            if end:
+                handle.seek(end - 1)
+                if handle.read(1) != b"\n":  # a torn last row (crash mid-write): end it first
+                    line = b"\n" + line
+            handle.write(line)  # append mode: lands at the end whatever the read position
             handle.flush()
         return row
 
