@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from ._durable import fsync_path
+
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "open_private", "private_dir"]
 
 logger = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     folder.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     for created in missing:
         os.chmod(created, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; chmod is not
+        fsync_path(created.parent)  # the new folder's entry survives a crash with what goes in it
     if not missing:
         info = folder.stat()
         if _ours(info.st_uid) and stat.S_IMODE(info.st_mode) & 0o077:

@@ -95,18 +95,29 @@ class Backend:
             self._http_loop = loop
         return self._http
 
-    async def request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Send one request to the backend and return its decoded JSON body.
 
+        ``headers`` are sent besides the API key's.
+
         Raises:
-            BackendUnavailableError: the backend could not be reached.
+            BackendUnavailableError: the backend could not be reached (or did not answer in time).
             BackendRequestError: the backend answered with an error status.
         """
         url = f"{self.base_url}{path}"
         try:
             response = await self._client().request(
-                method, url, headers=self._headers(), timeout=timeout or self.timeout, **kwargs
-            )
+                method, url, headers={**self._headers(), **(headers or {})}, timeout=timeout or self.timeout,
+                **kwargs,
+            )  # fmt: skip
         except httpx.TransportError as exc:
             raise BackendUnavailableError(
                 f"could not reach the backend at {self.base_url} ({type(exc).__name__}: {exc}); "

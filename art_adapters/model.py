@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from .backends import path_segment
-from .errors import ConfigError
+from .errors import BackendRequestError, BackendUnavailableError, ConfigError
 from .train_config import RetentionPolicy, TrainConfig
 from .trajectory import TrajectoryGroup
 
@@ -32,10 +35,18 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_EXPORT_TIMEOUT_S",
     "DEFAULT_TRAIN_TIMEOUT_S",
+    "IDEMPOTENCY_HEADER",
     "CheckpointInfo",
     "TrainResult",
     "TrainableModel",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: The header carrying a train request's key: a retry with the same key gets the earlier result.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: Statuses after which ``train`` retries (the request may not have run, or ran and can be replayed).
+_RETRY_STATUSES = frozenset({502, 503, 504})
 
 #: Default seconds ``TrainableModel.train`` waits for the backend's step (CPU steps take minutes).
 DEFAULT_TRAIN_TIMEOUT_S = 3600.0
@@ -66,6 +77,9 @@ class TrainResult(BaseModel):
             ``too_few_scored``, ``no_sequences``).
         groups_file: where the backend saved the groups (written and fsynced before training).
         deleted_steps: checkpoints removed by the retention policy after this step.
+        replayed: the backend had already done this request (same ``Idempotency-Key``: a retry
+            after a timeout or a lost answer) and answered with its earlier result; nothing
+            was trained this time.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -77,6 +91,7 @@ class TrainResult(BaseModel):
     dropped: dict[str, int] = Field(default_factory=dict)
     groups_file: str | None = None
     deleted_steps: list[int] = Field(default_factory=list)
+    replayed: bool = False
 
 
 class CheckpointInfo(BaseModel):
@@ -190,6 +205,8 @@ class TrainableModel(BaseModel):
         config: TrainConfig | None = None,
         *,
         timeout: float | None = DEFAULT_TRAIN_TIMEOUT_S,
+        idempotency_key: str | None = None,
+        retries: int = 2,
     ) -> TrainResult:
         """Train one GRPO step on ``groups`` and serve the new checkpoint as ``name`` and ``name@step``.
 
@@ -198,10 +215,19 @@ class TrainableModel(BaseModel):
         the checkpoint atomically, loads it for serving and applies ``config.retention``.
         Inference requests sent meanwhile wait and then complete.
 
+        The request carries an ``Idempotency-Key`` header (a new UUID per call unless given), and
+        a request that timed out, lost its connection or got a 502/503/504 is sent again with
+        the same key: the backend answers a key that already made a step with that step's result
+        (``replayed`` is then set) instead of training a second step on the same groups.
+
         Args:
             groups: scored trajectory groups (``reward`` set on the trajectories).
             config: the step's settings; default ``TrainConfig()``.
-            timeout: seconds to wait for the step (``None``: forever). Default one hour.
+            timeout: seconds to wait for each attempt (``None``: forever). Default one hour.
+            idempotency_key: the request's key; pass the same key to retry a call that raised
+                yourself (1-255 visible ASCII characters). Default: a new UUID.
+            retries: how many times to resend after a timeout, a lost connection or a
+                502/503/504 (waiting 2, 4, ... s between). Default 2; 0 sends once.
 
         Returns:
             :class:`TrainResult`; ``trained=False`` with a ``reason`` when no group carried
@@ -222,10 +248,25 @@ class TrainableModel(BaseModel):
             "groups": [g.model_dump(mode="json") for g in group_list],
             "config": config.model_dump(mode="json"),
         }
-        data = await self.backend.request(
-            "POST", f"/art/models/{path_segment(self.name)}/train", json=body, timeout=timeout or 10.0**9
-        )
-        return TrainResult.model_validate(data)
+        key = idempotency_key or uuid.uuid4().hex
+        attempt = 0
+        while True:
+            try:
+                data = await self.backend.request(
+                    "POST", f"/art/models/{path_segment(self.name)}/train", json=body,
+                    timeout=timeout or 10.0**9, headers={IDEMPOTENCY_HEADER: key},
+                )  # fmt: skip
+                return TrainResult.model_validate(data)
+            except (BackendUnavailableError, BackendRequestError) as exc:
+                retryable = not isinstance(exc, BackendRequestError) or exc.status_code in _RETRY_STATUSES
+                if not retryable or attempt >= retries:
+                    raise
+                attempt += 1
+                logger.warning(
+                    "train request for %r failed (%s); sending it again in %d s with the same %s %s",
+                    self.name, exc, 2**attempt, IDEMPOTENCY_HEADER, key,
+                )  # fmt: skip
+                await asyncio.sleep(2**attempt)
 
     async def checkpoints(self) -> list[CheckpointInfo]:
         """The servable steps of this model with their metrics, oldest first (step 0 included)."""

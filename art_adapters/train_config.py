@@ -109,7 +109,7 @@ class TrainConfig(BaseModel):
             ``None`` (default) keeps every checkpoint.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     learning_rate: PositiveFloat = 1e-4
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.0

@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._durable import make_dirs, write_atomic
+
 __all__ = [
     "FunctionCall",
     "History",
@@ -287,20 +289,17 @@ class TrajectoryGroup(BaseModel):
 def save_groups(path: str | Path, groups: Iterable[TrajectoryGroup], *, append: bool = False) -> Path:
     """Write groups to ``path`` as JSON Lines, one group a line; returns the path.
 
-    With ``append=False`` the file is written to a temporary name and renamed, so a
-    crash never leaves a half-written file behind.
+    With ``append=False`` the file is written to a temporary name, fsynced and renamed, so a
+    crash leaves the old file or the new one, never a half-written or empty one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [group.model_dump_json() + "\n" for group in groups]
     if append:
+        make_dirs(path.parent)
         with path.open("a", encoding="utf-8") as handle:
             handle.writelines(lines)
         return path
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, "".join(lines).encode("utf-8"))
 
 
 def load_groups(path: str | Path) -> list[TrajectoryGroup]:

@@ -3,8 +3,9 @@
 The key hashes the judge's id (model, endpoint and sampling settings), the prompt version and the exact
 request (rubric and trajectories' content are in it) together with the answer schema,
 so re-scoring the same group with the same judge and rubric costs no judge call, and any
-change to either misses. Files are written to a temporary name and renamed; an
-unreadable file is treated as a miss and overwritten.
+change to either misses. Files are written to a temporary name, fsynced and renamed (a
+crash never leaves an empty answer behind); an unreadable file is treated as a miss and
+overwritten.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import hashlib
 import json
 import logging
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
+from .._durable import write_atomic
 from .answer import JudgeScore
 from .prompt import PROMPT_VERSION, JudgeRequest
 
@@ -85,9 +86,6 @@ class RulerCache:
             logger.warning("could not make the RULER cache %s private: %s", self.directory, exc)
         record: dict[str, Any] = {"judge": judge_id, "scores": [s.model_dump() for s in scores.values()]}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-            tmp.replace(path)
+            write_atomic(path, json.dumps(record).encode("utf-8"))
         except OSError as exc:
             logger.warning("could not write the RULER cache entry %s: %s", path, exc)

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from art_adapters.train_config import RetentionPolicy, TrainConfig
 from art_adapters.trajectory import TrajectoryGroup
 
+from .errors import BadRequestError
 from .training.service import TrainingService
 
 __all__ = ["TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "router", "training_service"]
@@ -49,6 +52,25 @@ class TrainRequest(BaseModel):
     groups: list[TrajectoryGroup] = Field(description="Scored trajectory groups (JSON of TrajectoryGroup).")
     config: TrainConfig = Field(default_factory=TrainConfig, description="The step's TrainConfig.")
 
+    @model_validator(mode="after")
+    def _finite(self) -> TrainRequest:
+        """JSON's NaN/Infinity extensions parse as floats; a reward or metric must be a real number."""
+        for g, group in enumerate(self.groups):
+            for t, trajectory in enumerate(group.trajectories):
+                where = f"groups[{g}].trajectories[{t}]"
+                if trajectory.reward is not None and not math.isfinite(trajectory.reward):
+                    raise ValueError(
+                        f"{where}.reward is {trajectory.reward}: a reward must be a finite number "
+                        "(or null for an unscored trajectory)"
+                    )
+                for key, value in trajectory.metrics.items():
+                    if isinstance(value, float) and not math.isfinite(value):
+                        raise ValueError(
+                            f"{where}.metrics[{key!r}] is {value}: a metric must be a finite number; "
+                            "leave it out when there is no value"
+                        )
+        return self
+
 
 class DeleteCheckpointsRequest(BaseModel):
     """Body of ``POST /art/models/{name}/checkpoints/delete``: exactly one of ``steps`` or ``retention``."""
@@ -80,11 +102,33 @@ def _service(app_state: Any) -> TrainingService:
     return service
 
 
+#: What an ``Idempotency-Key`` may be: 1-255 visible ASCII characters (a UUID is typical).
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
 @router.post("/{name}/train", summary="Train one GRPO step on scored groups; serve the new checkpoint")
-async def train(name: str, body: TrainRequest, request: Request) -> dict[str, Any]:
+async def train(
+    name: str,
+    body: TrainRequest,
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Makes retries safe: a request with a key that already made a step gets "
+            "that step's result again (`replayed: true`) instead of training another step.",
+        ),
+    ] = None,
+) -> dict[str, Any]:
     """The ``TrainResult``: ``step``, ``trained``, ``reason``, ``metrics``, ``dropped``, ``groups_file``,
-    ``deleted_steps``. 404 for an unknown model, 400 for malformed groups or config."""
-    return await training_service(request).train(name, body.groups, body.config)
+    ``deleted_steps`` (and ``replayed: true`` for a repeated ``Idempotency-Key``). 404 for an unknown
+    model, 400 for malformed groups or config, 409 for a key reused with another body."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise BadRequestError(
+            "the Idempotency-Key header must be 1-255 visible ASCII characters (e.g. a UUID)",
+            param="Idempotency-Key",
+        )
+    return await training_service(request).train(name, body.groups, body.config, idempotency_key)
 
 
 @router.get("/{name}/checkpoints", summary="Servable steps with the metrics of the step that made them")

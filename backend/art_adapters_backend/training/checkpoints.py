@@ -2,9 +2,11 @@
 
 A checkpoint is a folder ``<root>/<step:06d>/`` holding a PEFT adapter (``adapter_config.json``,
 ``adapter_model.safetensors``), optionally the optimizer state, and ``checkpoint.json`` (step,
-metrics, time). It is written under a hidden temporary name in the same folder, every file
-fsynced, then renamed into place: a reader sees a complete checkpoint or none, and a crash
-mid-write leaves only a ``.tmp-*`` folder, removed when the store is next opened.
+metrics, time, and the train request that made it: its ``Idempotency-Key``, body hash and
+result, so a retried request is answered from disk instead of training again). It is written
+under a hidden temporary name in the same folder, every file fsynced, then renamed into place
+(new parent folders fsynced into theirs): a reader sees a complete checkpoint or none, and a
+crash mid-write leaves only a ``.tmp-*`` folder, removed when the store is next opened.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..durable import fsync_path
+from ..durable import fsync_path, make_dirs
 
 __all__ = ["MANIFEST", "TMP_PREFIX", "Checkpoint", "CheckpointStore", "atomic_directory"]
 
@@ -54,7 +56,7 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
     final = Path(final)
     if final.exists():
         raise FileExistsError(f"{final} already exists; delete it first or write a new step")
-    final.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(final.parent)  # new parent folders survive a crash with the checkpoint in them
     tmp = final.parent / f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     committed = False
@@ -77,12 +79,18 @@ class Checkpoint(BaseModel):
         path: its folder (a PEFT adapter folder).
         metrics: the step's scalar metrics (used by the retention policy's "best").
         created: Unix time it was written.
+        request_key: the ``Idempotency-Key`` of the train request that made it, if it sent one.
+        request_hash: the SHA-256 of that request's body (groups and config).
+        result: that request's result body (``trained``, ``metrics``, ``dropped``, ``groups_file``).
     """
 
     step: int
     path: Path
     metrics: dict[str, float] = Field(default_factory=dict)
     created: float = 0.0
+    request_key: str | None = None
+    request_hash: str | None = None
+    result: dict[str, Any] | None = None
 
 
 class CheckpointStore:
@@ -93,8 +101,7 @@ class CheckpointStore:
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = make_dirs(root)
         self.removed_partial = self.cleanup_partial()
 
     def cleanup_partial(self) -> list[str]:
@@ -117,15 +124,24 @@ class CheckpointStore:
         return self.root / f"{step:06d}"
 
     def write(
-        self, step: int, writer: Callable[[Path], None], metrics: dict[str, float] | None = None
+        self,
+        step: int,
+        writer: Callable[[Path], None],
+        metrics: dict[str, float] | None = None,
+        *,
+        request: dict[str, Any] | None = None,
     ) -> Checkpoint:
         """Write checkpoint ``step`` atomically: ``writer(folder)`` fills a temporary folder.
+
+        ``request`` (``request_key``, ``request_hash``, ``result``) goes into the manifest with it.
 
         Raises:
             FileExistsError: checkpoint ``step`` already exists.
         """
         final = self.path(step)
-        checkpoint = Checkpoint(step=step, path=final, metrics=dict(metrics or {}), created=time.time())
+        checkpoint = Checkpoint(
+            step=step, path=final, metrics=dict(metrics or {}), created=time.time(), **(request or {})
+        )
         with atomic_directory(final) as tmp:
             writer(tmp)
             manifest = checkpoint.model_dump(mode="json", exclude={"path"})

@@ -2,6 +2,11 @@
 
 Per request, for model ``name`` (one step at a time per model, others queue):
 
+0. the config is checked against the base model (``lora_target_modules`` must name modules
+   LoRA can wrap: 400 otherwise, before anything is written); a checkpoint a failed request
+   wrote but did not register is registered; a request carrying an ``Idempotency-Key`` that
+   already made a checkpoint gets that step's result again (``replayed: true``) instead of
+   training once more (409 if the key came with another body);
 1. the groups are written to ``run_dir/models/<name>/groups/step-<N>-<time>.jsonl`` and
    fsynced, before anything else (a failed or killed step can be trained again from it);
 2. the trainer (one, lazily created, shared by the models; a copy of the base weights
@@ -24,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
-import os
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,8 +40,10 @@ from typing import TYPE_CHECKING, Any
 from art_adapters.train_config import RetentionPolicy, TrainConfig
 from art_adapters.trajectory import TrajectoryGroup
 
-from ..durable import fsync_path
+from ..durable import write_atomic
+from ..errors import BadRequestError, ConflictError
 from .checkpoints import CheckpointStore
+from .targets import lora_module_names, unknown_targets
 
 if TYPE_CHECKING:
     from ..state import ServerState
@@ -52,18 +60,24 @@ TRAINERS = {
 }
 
 
+#: How many train results per server are remembered in memory for ``Idempotency-Key`` replays
+#: (keys of trained steps are also found in their checkpoint's manifest, after a restart too).
+_REMEMBERED_RESULTS = 256
+
+
 def write_groups_file(path: Path, groups: Sequence[TrajectoryGroup]) -> Path:
     """Write ``groups`` as JSON Lines (``load_groups`` reads it), fsynced and renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for group in groups:
-            handle.write(group.model_dump_json() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
+    write_atomic(path, "".join(group.model_dump_json() + "\n" for group in groups).encode("utf-8"))
     return path
+
+
+def request_hash(groups: Sequence[TrajectoryGroup], config: TrainConfig) -> str:
+    """The SHA-256 of a train request's body as parsed (groups and config), to compare retries."""
+    digest = hashlib.sha256()
+    for group in groups:
+        digest.update(group.model_dump_json().encode("utf-8") + b"\n")
+    digest.update(config.model_dump_json().encode("utf-8"))
+    return digest.hexdigest()
 
 
 def _scalars(data: dict[str, Any]) -> dict[str, float]:
@@ -93,6 +107,9 @@ class TrainingService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._trainer_lock = asyncio.Lock()
         self._stores: dict[str, CheckpointStore] = {}
+        self._results: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
+        self._module_names: frozenset[str] | None = None
+        self._module_names_known = False
         for record in state.registry.list():
             self._reconcile(record.name)
 
@@ -153,8 +170,13 @@ class TrainingService:
         adapter_path: str | None,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
+        request: dict[str, Any],
     ) -> tuple[dict[str, Any], Path | None]:
-        """Train and checkpoint (worker thread); returns the result fields and the new checkpoint."""
+        """Train and checkpoint (worker thread); returns the result fields and the new checkpoint.
+
+        ``request`` (``request_key``, ``request_hash``, ``groups_file``) is kept in the checkpoint's
+        manifest with the result, so a retry of the request is answered from it.
+        """
         trainer = self._prepare_trainer(name, step, adapter_path, config)
         state = self.state
         try:
@@ -176,27 +198,97 @@ class TrainingService:
         step_metrics.pop("step")
         metrics.update(step_metrics)
         new_step = step + 1
+        body = {"trained": True, "reason": None, "metrics": metrics, "dropped": dropped}
+        saved = {"request_key": request["request_key"], "request_hash": request["request_hash"],
+                 "result": {**body, "groups_file": request["groups_file"]}}  # fmt: skip
         try:
-            checkpoint = self.store(name).write(new_step, trainer.write_adapter, _scalars(metrics))
+            checkpoint = self.store(name).write(
+                new_step, trainer.write_adapter, _scalars(metrics), request=saved
+            )
         except BaseException:
             self._trainer_on = None
             raise
         self._trainer_on = (name, new_step)
-        return {"trained": True, "reason": None, "metrics": metrics, "dropped": dropped}, checkpoint.path
+        return body, checkpoint.path
 
     # ------------------------------------------------------------------ the API
 
-    async def train(self, name: str, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, Any]:
-        """One training request for ``name``; returns the ``TrainResult`` body."""
+    async def check_config(self, config: TrainConfig) -> None:
+        """Raise :class:`BadRequestError` (400) for settings this base model cannot train with."""
+        if not self._module_names_known:
+            from ..bundled import resolve_model_path
+
+            path = resolve_model_path(self.state.config.base_model, self.state.config.cache_dir)
+            self._module_names = await asyncio.to_thread(lora_module_names, path)
+            self._module_names_known = True
+        if self._module_names is None:
+            return
+        unknown = unknown_targets(config.lora_target_modules, self._module_names)
+        if unknown:
+            short = sorted({n.rsplit(".", 1)[-1] for n in self._module_names})
+            raise BadRequestError(
+                f"lora_target_modules {unknown} name no module of {self.state.config.base_model!r} "
+                f"that LoRA can wrap; its module names end in {short}",
+                param="config.lora_target_modules",
+                code="invalid_value",
+            )
+
+    def _earlier_result(self, name: str, key: str, digest: str) -> dict[str, Any] | None:
+        """The result of the request ``key`` already made for ``name``, or ``None`` (model lock held)."""
+        remembered = self._results.get((name, key))
+        if remembered is not None:
+            body_hash, body = remembered
+        else:
+            made = next((c for c in self.store(name).checkpoints() if c.request_key == key), None)
+            if made is None or made.result is None:
+                return None
+            body_hash = made.request_hash or ""
+            body = {**made.result, "step": made.step, "deleted_steps": []}
+        if body_hash != digest:
+            raise ConflictError(
+                f"Idempotency-Key {key!r} was already used for another train request of {name!r} "
+                "(other groups or config); send a new key for a new request",
+                code="idempotency_key_reused",
+            )
+        logger.info("model %r: train request %r was already done (step %d); answering it again", name, key,
+                    body["step"])  # fmt: skip
+        return {**body, "replayed": True}
+
+    def _remember(self, name: str, key: str, digest: str, body: dict[str, Any]) -> None:
+        self._results[(name, key)] = (digest, body)
+        while len(self._results) > _REMEMBERED_RESULTS:
+            self._results.popitem(last=False)
+
+    async def train(
+        self,
+        name: str,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """One training request for ``name``; returns the ``TrainResult`` body.
+
+        With ``idempotency_key``, a request already done for ``name`` with that key and the same
+        body is answered with its earlier result (``replayed: true``) and trains nothing.
+        """
         registry = self.state.registry
         registry.require(name)
+        await self.check_config(config)
         if not groups:
             step = registry.require(name).latest_step
             return {"trained": False, "reason": "no trajectory groups were given", "metrics": {"groups": 0},
                     "dropped": {}, "step": step, "groups_file": None, "deleted_steps": []}  # fmt: skip
+        digest = await asyncio.to_thread(request_hash, groups, config) if idempotency_key else ""
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             started = time.perf_counter()
+            # A request that failed after writing its checkpoint (e.g. the registry could not be
+            # saved) left it unregistered: serve it now, so this step does not collide with it.
+            await asyncio.to_thread(self._reconcile, name)
+            if idempotency_key is not None:
+                earlier = await asyncio.to_thread(self._earlier_result, name, idempotency_key, digest)
+                if earlier is not None:
+                    return earlier
             record = registry.require(name)
             step = record.latest_step
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -206,8 +298,10 @@ class TrainingService:
             await asyncio.to_thread(write_groups_file, groups_file, groups)
             adapter_path = record.checkpoints.get(step)
             async with self._trainer_lock, self._paused():
+                request = {"request_key": idempotency_key, "request_hash": digest or None,
+                           "groups_file": str(groups_file)}  # fmt: skip
                 body, checkpoint = await asyncio.to_thread(
-                    self._step, name, step, adapter_path, groups, config
+                    self._step, name, step, adapter_path, groups, config, request
                 )
             if checkpoint is not None:
                 step += 1
@@ -218,6 +312,8 @@ class TrainingService:
                 deleted = await self.apply_retention(name, config.retention)
             body["metrics"]["total_seconds"] = time.perf_counter() - started
             body.update(step=step, groups_file=str(groups_file), deleted_steps=deleted)
+            if idempotency_key is not None:
+                self._remember(name, idempotency_key, digest, body)
             logger.info(
                 "model %r: train request -> step %d (trained=%s) in %.1f s",
                 name, step, body["trained"], body["metrics"]["total_seconds"],

@@ -1,0 +1,75 @@
+"""Bad train data is a 400 at parse time, before anything is written: NaN/Infinity rewards and
+metrics, non-finite config numbers, ``lora_target_modules`` the base model does not have."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+
+import httpx
+import pytest
+
+from art_adapters import LocalBackend, TrainableModel, Trajectory, TrajectoryGroup
+from art_adapters.trajectory import Message
+
+
+async def _scored_group(model: TrainableModel) -> dict:
+    """Two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON."""
+    client = model.openai_client()
+    response = await client.chat.completions.create(
+        model=model.served_name(), messages=[{"role": "user", "content": "Name a colour."}],
+        n=2, temperature=1.0, max_tokens=4, seed=1,
+    )  # fmt: skip
+    await client.close()
+    trajectories = [
+        Trajectory(
+            messages=[Message(role="user", content="Name a colour."),
+                      Message(role="assistant", content=c.message.content, completion_id=response.id,
+                              choice_index=c.index)],
+            reward=float(c.index),
+        )  # fmt: skip
+        for c in response.choices
+    ]
+    return TrajectoryGroup(trajectories=trajectories).model_dump(mode="json")
+
+
+@pytest.mark.slow
+async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_without_a_groups_file(
+    local_backend: LocalBackend,
+) -> None:
+    model = TrainableModel(name=f"bad-data-{uuid.uuid4().hex[:6]}", project="hardening")
+    await model.register(local_backend)
+    group = await _scored_group(model)
+    groups_dir = local_backend.run_dir / "models" / model.name / "groups"
+
+    def with_reward(value: float) -> dict:
+        bad = {**group, "trajectories": [dict(t) for t in group["trajectories"]]}
+        bad["trajectories"][1]["reward"] = value
+        return bad
+
+    def with_metric(value: float) -> dict:
+        bad = {**group, "trajectories": [dict(t) for t in group["trajectories"]]}
+        bad["trajectories"][0]["metrics"] = {"tool_calls": 1, "judge_score": value}
+        return bad
+
+    cases = [
+        ({"groups": [with_reward(math.nan)]}, "reward is nan"),
+        ({"groups": [with_reward(math.inf)]}, "reward is inf"),
+        ({"groups": [with_metric(-math.inf)]}, "metrics['judge_score'] is -inf"),
+        ({"groups": [group], "config": {"lora_target_modules": ["q_proj", "qkv_proj"]}}, "qkv_proj"),
+        ({"groups": [group], "config": {"learning_rate": math.inf}}, "learning_rate"),
+    ]
+    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=120) as http:
+        for body, needle in cases:
+            # written with JSON's common NaN/Infinity extension, as json.dumps (and requests) do
+            answer = await http.post(f"/art/models/{model.name}/train", content=json.dumps(body),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+            assert answer.status_code == 400, (needle, answer.status_code, answer.text)
+            assert needle in answer.json()["error"]["message"], answer.text
+            assert not groups_dir.exists() or not any(groups_dir.iterdir()), needle
+        listed = (await http.post(f"/art/models/{model.name}/train",
+                                  json={"groups": [group], "config": {"lora_target_modules": ["nope"]}})).json()
+        assert "q_proj" in listed["error"]["message"]  # says which names the model has
+        assert listed["error"]["param"] == "config.lora_target_modules"
+    assert await model.get_step() == 0
