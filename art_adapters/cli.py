@@ -34,6 +34,11 @@ def _main(
     )
 
 
+def _limit(help: str, min_value: int = 1) -> typer.models.OptionInfo:
+    """One of ``serve``'s limit flags (``None``: the server's default, named in ``help``)."""
+    return typer.Option(min=min_value, help=help, rich_help_panel="Limits")
+
+
 @app.command()
 def serve(
     host: Annotated[
@@ -109,8 +114,47 @@ def serve(
         str | None,
         typer.Option(help="Reasoning syntax, as vLLM's --reasoning-parser: qwen3, deepseek_r1. Default: from the template."),
     ] = None,
+    max_request_bytes: Annotated[
+        int | None, _limit("Largest request body in bytes (413 beyond; training has its own). Default 4 MiB.")
+    ] = None,
+    max_train_request_bytes: Annotated[
+        int | None, _limit("Largest body of a train request, in bytes. Default 64 MiB.")
+    ] = None,
+    max_tools: Annotated[int | None, _limit("Most tools in one chat request. Default 128.")] = None,
+    max_schema_bytes: Annotated[
+        int | None, _limit("Largest JSON schema (tool parameters, response_format), in bytes. Default 64 KiB.")
+    ] = None,
+    max_schema_depth: Annotated[
+        int | None, _limit("Deepest nesting of such a schema (objects and arrays). Default 64.")
+    ] = None,
+    max_request_tokens: Annotated[
+        int | None, _limit("Most n x max_tokens x (1 + top_logprobs) per chat request (400 beyond). Default 262144.")
+    ] = None,
+    max_concurrent_requests: Annotated[
+        int | None, _limit("Most chat completions in progress (429 + Retry-After beyond). Default 256.")
+    ] = None,
+    max_queued_sequences: Annotated[
+        int | None,
+        _limit("Most choices waiting for a batch slot (429 + Retry-After beyond). Default 1024.", min_value=0),
+    ] = None,
+    max_lora_rank: Annotated[int | None, _limit("Largest lora_rank a train request may ask for. Default 256.")] = None,
+    max_micro_batch_size: Annotated[
+        int | None, _limit("Largest micro_batch_size of a train request. Default 64.")
+    ] = None,
+    max_train_sequence_length: Annotated[
+        int | None, _limit("Largest max_sequence_length of a train request, in tokens. Default 32768.")
+    ] = None,
+    max_train_groups: Annotated[int | None, _limit("Most trajectory groups in one train request. Default 1024.")] = None,
 ) -> None:
     """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
+    limits = {name: value for name, value in {
+        "max_request_bytes": max_request_bytes, "max_train_request_bytes": max_train_request_bytes,
+        "max_tools": max_tools, "max_schema_bytes": max_schema_bytes, "max_schema_depth": max_schema_depth,
+        "max_request_tokens": max_request_tokens, "max_concurrent_requests": max_concurrent_requests,
+        "max_queued_sequences": max_queued_sequences, "max_lora_rank": max_lora_rank,
+        "max_micro_batch_size": max_micro_batch_size, "max_train_sequence_length": max_train_sequence_length,
+        "max_train_groups": max_train_groups,
+    }.items() if value is not None}  # fmt: skip
     try:
         from art_adapters_backend.config import ServeConfig
         from art_adapters_backend.serve import run_server
@@ -124,7 +168,7 @@ def serve(
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
             max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
             cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,
-            tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+            tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, limits=limits,
         )  # fmt: skip
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")

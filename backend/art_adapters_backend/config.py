@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, model_validator
 
+from .limits import ServeLimits
+
 __all__ = ["ServeConfig", "is_loopback"]
 
 
@@ -54,6 +56,8 @@ class ServeConfig(BaseModel):
         default_max_tokens: new tokens per choice when a request sets neither ``max_tokens``
             nor ``max_completion_tokens`` (capped by the room left in the context). Default 512.
         max_n: the largest ``n`` (choices per request) accepted. Default 16.
+        limits: bounds on requests (body size, schemas, output, concurrency, training settings),
+            each its own ``serve`` flag; see :class:`~.limits.ServeLimits`.
         graceful_shutdown_s: seconds to let in-flight requests finish on SIGTERM. Default 5.
         log_level: uvicorn's log level. Default ``info``.
         engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
@@ -85,6 +89,7 @@ class ServeConfig(BaseModel):
     cache_dir: Path | None = None
     default_max_tokens: PositiveInt = 512
     max_n: PositiveInt = 16
+    limits: ServeLimits = Field(default_factory=ServeLimits)
     graceful_shutdown_s: float = Field(default=5.0, ge=0)
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     engine: Literal["torch", "vllm"] = "torch"

@@ -1,0 +1,69 @@
+"""``ServeLimits``: what one request may ask of the server, so that no request can stall it.
+
+Every bound is a ``serve`` flag of the same name (``max_request_bytes`` is
+``--max-request-bytes``). A request past a per-request bound is refused with a 400 (413 for a
+body) that names the bound and its flag; a request that only finds the server full is refused
+with a 429 and ``Retry-After``, and may be sent again.
+
+Stop strings have a fixed bound (at most 4, OpenAI's limit, of at most :data:`MAX_STOP_CHARS`
+characters each): the decode loop looks for them after every token.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
+
+__all__ = ["MAX_STOP_CHARS", "ServeLimits"]
+
+#: The longest stop string a request may send, in characters.
+MAX_STOP_CHARS = 512
+
+_MIB = 1 << 20
+
+
+class ServeLimits(BaseModel):
+    """Bounds on requests (see the module docstring for how each is answered).
+
+    Attributes:
+        max_request_bytes: largest request body, in bytes, on every route but training; larger
+            ones get a 413 before the body is read (``Content-Length``) or as soon as the bytes
+            read pass it (chunked bodies). Default 4 MiB (the bundled model's whole 8,192-token
+            context is about 32 KB of text).
+        max_train_request_bytes: the same for ``POST /art/models/{name}/train``, whose body
+            carries whole trajectory groups. Default 64 MiB.
+        max_tools: most ``tools`` in one chat request (OpenAI's limit). Default 128.
+        max_schema_bytes: largest JSON schema (a tool's ``parameters``, a
+            ``response_format`` schema), in bytes of compact JSON. Default 64 KiB.
+        max_schema_depth: deepest JSON nesting of such a schema (objects and arrays; one
+            ``{"type": "object", "properties": {...}}`` level is two). Compiling a schema costs
+            about the cube of its depth: 64 takes milliseconds, 400 took 16 s. Default 64.
+        max_request_tokens: most output one chat request may ask for, counted as
+            ``n x max_tokens x (1 + top_logprobs)`` (the ``max_tokens`` used when none is sent
+            included); above it, a 400. Default 262,144 (16 choices of the whole 8,192-token
+            context with one alternative per token).
+        max_concurrent_requests: most chat completions in progress at once (prompt rendering,
+            queued, decoding, streaming); one more is refused with a 429. Default 256.
+        max_queued_sequences: most choices waiting for a place in the engine's batch (choices
+            in progress beyond ``max_batch_size``); a request that would queue more is refused
+            with a 429 (a 400 if its ``n`` alone could never fit). Default 1,024.
+        max_lora_rank: largest ``lora_rank`` a training request may ask for. Default 256.
+        max_micro_batch_size: largest ``micro_batch_size`` of a training request. Default 64.
+        max_train_sequence_length: largest ``max_sequence_length`` of a training request, in
+            tokens. Default 32,768.
+        max_train_groups: most trajectory groups in one training request. Default 1,024.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_request_bytes: PositiveInt = 4 * _MIB
+    max_train_request_bytes: PositiveInt = 64 * _MIB
+    max_tools: PositiveInt = 128
+    max_schema_bytes: PositiveInt = 64 * 1024
+    max_schema_depth: PositiveInt = 64
+    max_request_tokens: PositiveInt = 262_144
+    max_concurrent_requests: PositiveInt = 256
+    max_queued_sequences: NonNegativeInt = 1024
+    max_lora_rank: PositiveInt = 256
+    max_micro_batch_size: PositiveInt = 64
+    max_train_sequence_length: PositiveInt = 32_768
+    max_train_groups: PositiveInt = 1024
