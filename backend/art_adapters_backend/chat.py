@@ -9,11 +9,14 @@ sequences into the response and the exact-token record. Streaming lives in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .chat_template import ChatTemplateError
 from .engine.base import Constraint, GeneratedSequence, GenerationRequest, SamplingParams
 from .errors import BadRequestError
+from .limits import ServeLimits
 from .openai_types import ChatCompletionRequest, NamedToolChoice
 from .records import ChoiceRecord, CompletionRecord
 from .registry import ServedModel
@@ -28,6 +32,7 @@ from .reasoning import ReasoningParser, get_reasoning_parser
 from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
 
 if TYPE_CHECKING:
+    from .chat_template import ChatTemplate
     from .state import ServerState
 
 __all__ = [
@@ -84,21 +89,99 @@ class PreparedChat:
         return bool(self.request.logprobs)
 
 
-def check_schema(schema: Any, param: str) -> None:
-    """Raise a 400 naming ``param`` if ``schema`` is not a JSON schema the decoder can follow."""
-    import xgrammar as xgr
+class _SchemaVerdicts:
+    """The outcome of compiling recently seen schemas (``None``: valid, else the reason it is not).
 
+    Agents send the same tools with every turn: each schema is compiled once, not per request.
+    Thread-safe (schemas are checked on worker threads).
+    """
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._verdicts: OrderedDict[str, str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def verdict(self, text: str) -> str | None:
+        with self._lock:
+            if text in self._verdicts:
+                self._verdicts.move_to_end(text)
+                return self._verdicts[text]
+        import xgrammar as xgr
+
+        reason: str | None = None
+        try:
+            xgr.Grammar.from_json_schema(text, any_whitespace=False, strict_mode=True)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            reason = _XGRAMMAR_NOISE.sub("", str(exc).strip()).strip()
+        with self._lock:
+            self._verdicts[text] = reason
+            while len(self._verdicts) > self._size:
+                self._verdicts.popitem(last=False)
+        return reason
+
+
+_SCHEMA_VERDICTS = _SchemaVerdicts()
+
+
+def check_schema(schema: Any, param: str, limits: ServeLimits | None = None) -> None:
+    """Raise a 400 naming ``param`` if ``schema`` is not a JSON schema the decoder can follow.
+
+    Compiling costs about the cube of the schema's depth: call it off the event loop, after
+    :func:`check_schema_bounds` (which ``limits`` runs first, when given). Verdicts are cached.
+    """
+    if limits is not None:
+        check_schema_bounds(schema, param, limits)
     if not isinstance(schema, dict):
         raise BadRequestError(
             f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param
         )
-    try:
-        xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        reason = _XGRAMMAR_NOISE.sub("", str(exc).strip()).strip()
+    reason = _SCHEMA_VERDICTS.verdict(json.dumps(schema))
+    if reason is not None:
         raise BadRequestError(
             f"{param} is not a valid JSON schema: {reason}", param=param, code="invalid_schema"
-        ) from exc
+        )
+
+
+def _json_depth(value: Any, stop_past: int) -> int:
+    """The nesting depth of ``value`` (objects and arrays), counted up to ``stop_past + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > stop_past:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_schema_bounds(schema: Any, param: str, limits: ServeLimits) -> None:
+    """Raise a 400 naming ``param`` if ``schema`` is deeper or bigger than ``limits`` allow.
+
+    Cheap (no compilation): run it on the event loop before any grammar work.
+    """
+    depth = _json_depth(schema, limits.max_schema_depth)
+    if depth > limits.max_schema_depth:
+        raise BadRequestError(
+            f"{param} is nested more than {limits.max_schema_depth} levels deep (objects and arrays); "
+            "this server compiles schemas up to that depth (serve --max-schema-depth): flatten the schema",
+            param=param,
+            code="invalid_schema",
+        )
+    size = len(json.dumps(schema, separators=(",", ":")))
+    if size > limits.max_schema_bytes:
+        raise BadRequestError(
+            f"{param} is {size} bytes of JSON; this server accepts schemas up to {limits.max_schema_bytes} "
+            "bytes (serve --max-schema-bytes): shorten the schema",
+            param=param,
+            code="invalid_schema",
+        )
 
 
 def _rebase_refs(schema: dict[str, Any], base: str) -> tuple[dict[str, Any], bool]:
@@ -178,8 +261,18 @@ def _constraint(
     return None
 
 
-def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
-    """Cross-field rules that pydantic's per-field validation cannot see."""
+def _check_request(request: ChatCompletionRequest, max_n: int, limits: ServeLimits | None = None) -> None:
+    """Cross-field rules that pydantic's per-field validation cannot see, and the server's bounds.
+
+    Cheap (runs on the event loop): schemas are bounded here and compiled by :func:`_check_schemas`.
+    """
+    limits = limits or ServeLimits()
+    if request.tools and len(request.tools) > limits.max_tools:
+        raise BadRequestError(
+            f"the request offers {len(request.tools)} tools; this server accepts at most {limits.max_tools} "
+            "(serve --max-tools)",
+            param="tools",
+        )
     names = request.tool_names
     if request.tool_choice is not None and not names:
         raise BadRequestError(
@@ -205,19 +298,32 @@ def _check_request(request: ChatCompletionRequest, max_n: int) -> None:
         raise BadRequestError("top_logprobs needs logprobs: set 'logprobs': true", param="top_logprobs")
     if request.stream_options is not None and not request.stream:
         raise BadRequestError("stream_options is only allowed with 'stream': true", param="stream_options")
-    for i, tool in enumerate(request.tools or []):
-        params = tool.function.parameters
-        if params is None:
-            continue
-        if params.get("type", "object") != "object":
+    for param, schema in _schemas(request):
+        check_schema_bounds(schema, param, limits)
+        if param.startswith("tools[") and schema.get("type", "object") != "object":
             raise BadRequestError(
-                f"tools[{i}].function.parameters must be a JSON schema of type 'object', not {params.get('type')!r}",
-                param=f"tools[{i}].function.parameters",
+                f"{param} must be a JSON schema of type 'object', not {schema.get('type')!r}",
+                param=param,
                 code="invalid_schema",
             )
-        check_schema(params, f"tools[{i}].function.parameters")
+
+
+def _schemas(request: ChatCompletionRequest) -> list[tuple[str, Any]]:
+    """The request's JSON schemas with the parameter naming each."""
+    out: list[tuple[str, Any]] = [
+        (f"tools[{i}].function.parameters", tool.function.parameters)
+        for i, tool in enumerate(request.tools or [])
+        if tool.function.parameters is not None
+    ]
     if request.response_format is not None and request.response_format.json_schema is not None:
-        check_schema(request.response_format.json_schema.schema_, "response_format.json_schema.schema")
+        out.append(("response_format.json_schema.schema", request.response_format.json_schema.schema_))
+    return out
+
+
+def _check_schemas(request: ChatCompletionRequest) -> None:
+    """Compile every schema of ``request`` (cached): a 400 for one the decoder cannot follow. Off the loop."""
+    for param, schema in _schemas(request):
+        check_schema(schema, param)
 
 
 def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size: int) -> SamplingParams:
@@ -261,6 +367,10 @@ def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size:
 async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> PreparedChat:
     """Validate ``request`` against the server and build the engine request.
 
+    Cheap checks and the server's bounds run first; the CPU work (prompt rendering, the length
+    bound, schema compilation, tokenisation) runs in a worker thread, so no request holds up
+    the event loop (``/health``, other requests' streams).
+
     The result holds a lease on its adapter (see :class:`~.adapters.AdapterCache`): whoever
     finishes the request gives it back with ``state.adapters.release(prepared.generation.adapter)``.
 
@@ -268,7 +378,8 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         APIError: unknown model (404) or any bad input (400), with a message saying what is wrong.
     """
     served = state.registry.resolve(request.model)
-    _check_request(request, state.config.max_n)
+    limits = state.config.limits
+    _check_request(request, state.config.max_n, limits)
     family = state.family
     tool_parser = get_tool_parser(family.tool_call_parser)
     if request.tools and request.tool_choice != "none" and tool_parser is None:
@@ -280,18 +391,10 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         )
     reasoning_parser = get_reasoning_parser(family.reasoning_parser)
     template_kwargs = request.chat_template_kwargs
-    try:
-        prompt = state.template.encode(request.messages, request.tools, chat_template_kwargs=template_kwargs)
-    except ChatTemplateError as exc:
-        raise BadRequestError(str(exc), param="messages") from exc
     context = state.context_length
-    if len(prompt) >= context:
-        raise BadRequestError(
-            f"the prompt is {len(prompt)} tokens but the model's context length is {context}: "
-            "shorten the messages or tools",
-            param="messages",
-            code="context_length_exceeded",
-        )
+    prompt, constraint = await asyncio.to_thread(
+        _prompt_and_constraint, request, state.template, context, tool_parser, reasoning_parser
+    )
     room = context - len(prompt)
     asked = request.max_completion_tokens or request.max_tokens
     if asked is not None and asked > room:
@@ -303,7 +406,7 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
         )
     max_tokens = asked if asked is not None else min(state.config.default_max_tokens, room)
     params = sampling_params(request, max_tokens, len(state.tokenizer))
-    constraint = _constraint(request, tool_parser, reasoning_parser)
+    _check_output_budget(request.n or 1, params, limits)
     parse_tools = bool(request.tools) and request.tool_choice != "none"
     # Last, once nothing can fail: the lease is given back by whoever finishes the request.
     adapter = await state.adapters.acquire(served)
@@ -317,6 +420,56 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
     return PreparedChat(request=request, served=served, generation=generation, parse_tools=parse_tools,
                         tool_names=request.tool_names, tool_parser=tool_parser if parse_tools else None,
                         reasoning_parser=reasoning_parser, chat_template_kwargs=template_kwargs)  # fmt: skip
+
+
+def _prompt_and_constraint(
+    request: ChatCompletionRequest,
+    template: ChatTemplate,
+    context: int,
+    tool_parser: ToolCallParser | None,
+    reasoning_parser: ReasoningParser | None,
+) -> tuple[list[int], Constraint | None]:
+    """The prompt's token ids and the output constraint (worker thread: CPU-bound).
+
+    Cheapest refusal first: a rendered prompt with more characters than the context's tokens
+    can hold is refused before any tokeniser or grammar work.
+    """
+    try:
+        text = template.render(
+            request.messages, request.tools, chat_template_kwargs=request.chat_template_kwargs
+        )
+    except ChatTemplateError as exc:
+        raise BadRequestError(str(exc), param="messages") from exc
+    if len(text) >= context * template.max_chars_per_token:
+        raise BadRequestError(
+            f"the prompt is {len(text)} characters, at least {len(text) // template.max_chars_per_token} "
+            f"tokens, but the model's context length is {context}: shorten the messages or tools",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    _check_schemas(request)
+    prompt = template.tokenize(text)
+    if len(prompt) >= context:
+        raise BadRequestError(
+            f"the prompt is {len(prompt)} tokens but the model's context length is {context}: "
+            "shorten the messages or tools",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    return prompt, _constraint(request, tool_parser, reasoning_parser)
+
+
+def _check_output_budget(n: int, params: SamplingParams, limits: ServeLimits) -> None:
+    """A 400 when ``n x max_tokens x (1 + top_logprobs)`` is past ``limits.max_request_tokens``."""
+    budget = n * params.max_tokens * (1 + params.top_logprobs)
+    if budget > limits.max_request_tokens:
+        raise BadRequestError(
+            f"the request asks for n={n} x max_tokens={params.max_tokens} x (1 + top_logprobs="
+            f"{params.top_logprobs}) = {budget} output tokens; this server allows at most "
+            f"{limits.max_request_tokens} per request (serve --max-request-tokens): lower n, max_tokens "
+            "or top_logprobs",
+            param="max_tokens",
+        )
 
 
 def split_reply(text: str, prepared: PreparedChat) -> tuple[str | None, str | None, list[ParsedToolCall]]:

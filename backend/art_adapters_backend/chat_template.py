@@ -22,6 +22,7 @@ that forwards untrusted text into its prompt should strip them, here and in depl
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -176,4 +177,23 @@ class ChatTemplate:
         text = self.render(
             messages, tools, add_generation_prompt=add_generation_prompt, chat_template_kwargs=chat_template_kwargs
         )
+        return self.tokenize(text)
+
+    def tokenize(self, text: str) -> list[int]:
+        """The token ids of rendered prompt ``text`` (no special tokens added)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @functools.cached_property
+    def max_chars_per_token(self) -> int:
+        """An upper bound on the characters of rendered text one token can stand for.
+
+        So ``len(text) / max_chars_per_token`` is a lower bound on the prompt's token count,
+        known before tokenising: the longest vocabulary entry (added tokens included; a
+        byte-level BPE entry has one character per byte it decodes to), times 4 when the
+        tokenizer normalises text first (Unicode composition can fold several characters into one).
+        """
+        vocab = self.tokenizer.get_vocab()
+        longest = max((len(token) for token in vocab), default=1)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        normalises = backend is None or getattr(backend, "normalizer", None) is not None
+        return max(longest, 1) * (4 if normalises else 1)
