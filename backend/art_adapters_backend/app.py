@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .auth import ApiKeyMiddleware
+from .body_limit import BodyLimitMiddleware, BodyTooLargeError
 from .engine.base import ContextLengthError
 from .errors import BadRequestError, install_error_handlers
 from .host_check import HostOriginMiddleware
@@ -21,6 +22,11 @@ from .state import ServerState
 __all__ = ["create_app"]
 
 logger = logging.getLogger(__name__)
+
+
+async def _body_too_large(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyTooLargeError)
+    return exc.response()
 
 
 async def _engine_value_error(request: Request, exc: Exception) -> JSONResponse:
@@ -43,6 +49,11 @@ def create_app(state: ServerState) -> FastAPI:
     )
     app.state.server = state
     install_error_handlers(app)
+    limits = state.config.limits
+    # 413 past --max-request-bytes (training: --max-train-request-bytes), before the body is parsed
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes,
+                       max_train_bytes=limits.max_train_request_bytes)  # fmt: skip
+    app.add_exception_handler(BodyTooLargeError, _body_too_large)
     app.add_exception_handler(ContextLengthError, _engine_value_error)
     try:
         from .engine.constraint import ConstraintError
