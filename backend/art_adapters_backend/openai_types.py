@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .limits import MAX_STOP_CHARS
+
 __all__ = [
     "AssistantMessage",
     "ChatCompletionRequest",
@@ -330,6 +332,10 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError(f"stop has {len(value)} strings; at most 4 are allowed")
         if any(not s for s in value):
             raise ValueError("stop strings must not be empty")
+        longest = max(len(s) for s in value)
+        if longest > MAX_STOP_CHARS:
+            # every stop string is looked for after every sampled token
+            raise ValueError(f"a stop string is {longest} characters long; at most {MAX_STOP_CHARS} are allowed")
         return value
 
     @field_validator("logit_bias", mode="before")

@@ -4,6 +4,11 @@
 string (the text is cut before it) and hands out text deltas for streaming that never
 contain a stop string or the start of one, nor a half-decoded UTF-8 character, so the
 deltas always concatenate to the final text.
+
+The stop-string work per token is bounded by the stop strings' length, not the text's: a stop
+string can only end in the text that changed since the last token, so only that tail (plus the
+longest stop string) is searched, and only the last ``len(stop) - 1`` characters can hold the
+start of one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["TextTracker"]
 
 _REPLACEMENT = "\ufffd"
+#: Characters before the previous end of the text searched again: decoding one more token may
+#: change the last few (a completed UTF-8 character, a tokenizer's clean-up of spaces).
+_TAIL_SLACK = 16
+#: Characters of a stop string's start searched for at once when holding back a partial match.
+_HEAD = 8
 
 
 class TextTracker:
@@ -33,6 +43,7 @@ class TextTracker:
         self._stop = tuple(s for s in stop if s)
         self._min_tokens = min_tokens
         self._protected = 0  # length of the text of the first min_tokens tokens
+        self._checked = 0  # the text before this was searched for stop strings (up to _TAIL_SLACK)
         self._token_ids: list[int] = []
         self.text = ""
         """The decoded text so far (cut before a stop string once :attr:`stopped`)."""
@@ -49,31 +60,62 @@ class TextTracker:
         if len(self._token_ids) <= self._min_tokens:
             self._protected = len(self.text)
             return
-        found = (self.text.find(s, max(0, self._protected - len(s) + 1)) for s in self._stop)
+        text = self.text
+        found = (
+            text.find(s, max(0, self._protected - len(s) + 1, self._checked - len(s) - _TAIL_SLACK))
+            for s in self._stop
+        )
         cuts = [i for i in found if i >= 0]
         if cuts:
-            self.text = self.text[: min(cuts)]
+            self.text = text[: min(cuts)]
             self.stopped = True
+        self._checked = _stable_length(text)
 
     def delta(self, final: bool) -> str:
         """The text not handed out yet that is safe to hand out now (all of it when ``final``)."""
         if final:
             safe = len(self.text)
         else:
-            safe = len(self.text.rstrip(_REPLACEMENT))
-            safe -= self._held_back(self.text[:safe])
+            safe = _stable_length(self.text)
+            safe -= self._held_back(self.text, safe)
         if safe <= self._emitted:
             return ""
         out = self.text[self._emitted : safe]
         self._emitted = safe
         return out
 
-    def _held_back(self, text: str) -> int:
-        """The length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
+    def _held_back(self, text: str, end: int) -> int:
+        """The length of the longest suffix of ``text[:end]`` that is a proper prefix of a stop string.
+
+        Only the last ``len(stop) - 1`` characters are looked at, and only where they hold the
+        stop string's first character.
+        """
         longest = 0
         for stop in self._stop:
-            for k in range(min(len(stop) - 1, len(text)), longest, -1):
-                if text.endswith(stop[:k]):
-                    longest = k
+            size = min(len(stop) - 1, end)
+            if size <= longest:
+                continue
+            tail = text[end - size : end]
+            # Suffixes at least as long as ``head`` must contain it where they start: found in C.
+            head = stop[: min(size, _HEAD)]
+            last = size - len(head)  # where the shortest such suffix starts
+            i = tail.find(head, 0, size)
+            while 0 <= i <= last and size - i > longest:
+                if stop.startswith(tail[i:]):
+                    longest = size - i
+                    break
+                i = tail.find(head, i + 1, size)
+            for i in range(last + 1, size - longest):  # the shorter ones, longest first
+                if stop.startswith(tail[i:]):
+                    longest = size - i
                     break
         return longest
+
+
+def _stable_length(text: str) -> int:
+    """The length of ``text`` without its trailing replacement characters (a UTF-8 character still
+    being decoded), found without copying the text."""
+    end = len(text)
+    while end and text[end - 1] == _REPLACEMENT:
+        end -= 1
+    return end
