@@ -12,6 +12,7 @@ Every error the server returns has the body OpenAI uses::
     ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
     ├── NotFoundError           404: unknown model, completion id or route
     ├── ConflictError           409: the request contradicts existing state
+    ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
     ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
     ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
     └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
@@ -42,6 +43,7 @@ __all__ = [
     "EngineUnavailableError",
     "NotFoundError",
     "PermissionDeniedError",
+    "ServerBusyError",
     "StorageUnavailableError",
     "UnexpectedErrorMiddleware",
     "error_body",
@@ -112,6 +114,24 @@ class ConflictError(APIError):
     """409: the request contradicts what already exists (e.g. a name taken by another base model)."""
 
     status_code = 409
+
+
+class ServerBusyError(APIError):
+    """429: the server has as much work in progress as it takes on; the same request may be sent
+    again after ``retry_after`` seconds (the ``Retry-After`` header, which OpenAI clients honour)."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1, param: str | None = None,
+                 code: str | None = "server_busy") -> None:  # fmt: skip
+        super().__init__(message, param=param, code=code)
+        self.retry_after = retry_after
+
+    def response(self) -> JSONResponse:
+        """This error with its ``Retry-After`` header."""
+        headers = {"Retry-After": str(self.retry_after)}
+        return JSONResponse(self.body(), status_code=self.status_code, headers=headers)
 
 
 class CheckpointUnavailableError(APIError):

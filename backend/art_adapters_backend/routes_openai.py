@@ -1,15 +1,25 @@
-"""The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``."""
+"""The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``.
+
+A chat completion holds a place in the server's :class:`~.admission.AdmissionGate` until its
+response ends (429 with ``Retry-After`` when there is none), and stops decoding as soon as its
+client goes away: a stream when a chunk cannot be sent, a plain request when a poll of the
+connection (every :data:`DISCONNECT_POLL_S`) finds it closed. Either way the engine frees the
+choices' batch slots and no record is written (nothing was acknowledged).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from .chat import choice_record, make_record, prepare_chat, response_body
+from .chat import PreparedChat, choice_record, make_record, prepare_chat, response_body
 from .engine.base import ContextLengthError
 from .errors import BadRequestError
 from .openai_types import ChatCompletionRequest
@@ -21,6 +31,11 @@ __all__ = ["router"]
 logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1", tags=["openai"])
+
+#: Seconds between checks that the client of a non-streaming completion is still connected.
+DISCONNECT_POLL_S = 0.25
+
+_T = TypeVar("_T")
 
 
 def _state(request: Request) -> ServerState:
@@ -64,27 +79,75 @@ COMPLETION_ID_HEADER = "X-Completion-Id"
 @router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None)
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request
-) -> JSONResponse | StreamingResponse:
-    """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``)."""
+) -> Response:
+    """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``).
+
+    429 with ``Retry-After`` when the server is at ``--max-concurrent-requests`` or
+    ``--max-queued-sequences``.
+    """
     state = _state(request)
-    prepared = await prepare_chat(body, state)
+    admission = state.admission.admit(body.n or 1)  # before any work: 429 when full
+    handed_over = False
+    try:
+        await state.records.check_writable()  # 503 before decoding when no record could be kept
+        prepared = await prepare_chat(body, state)
+        if body.wants_stream:
+            response = await _stream(prepared, state, partial(state.admission.release, admission))
+            handed_over = True  # the stream gives the place back when it ends
+            return response
+        return await _complete(prepared, request, state)
+    finally:
+        if not handed_over:
+            state.admission.release(admission)
+
+
+async def _stream(
+    prepared: PreparedChat, state: ServerState, release_admission: Callable[[], None]
+) -> Response:
+    """The SSE response; the adapter lease and the admission are given back when it ends."""
+    adapter = prepared.generation.adapter
+    closed = False
+
+    def on_close() -> None:
+        nonlocal closed
+        if closed:
+            return
+        closed = True
+        try:
+            state.adapters.release(adapter)
+        finally:
+            release_admission()
+
+    try:
+        events = await open_stream(prepared, state, on_close=on_close)
+    except ContextLengthError as exc:
+        on_close()
+        raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+    except BaseException:
+        on_close()
+        raise
+    return _ClosingStreamingResponse(
+        events,
+        on_close=on_close,
+        media_type="text/event-stream",
+        headers={
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            COMPLETION_ID_HEADER: prepared.completion_id,
+        },
+    )
+
+
+async def _complete(prepared: PreparedChat, request: Request, state: ServerState) -> Response:
+    """The ``chat.completion`` response, once its record is durable; decoding stops if the client goes."""
     adapter = prepared.generation.adapter
     try:
-        if body.wants_stream:
-            events = await open_stream(prepared, state, on_close=partial(state.adapters.release, adapter))
-            adapter = None  # the stream gives the lease back when it ends
-            return StreamingResponse(
-                events,
-                media_type="text/event-stream",
-                headers={
-                    "Cache-Control": "no-cache",
-                    "X-Accel-Buffering": "no",
-                    COMPLETION_ID_HEADER: prepared.completion_id,
-                },
-            )
-        sequences = await state.engine.generate(prepared.generation)
+        sequences = await _unless_disconnected(request, state.engine.generate(prepared.generation))
     except ContextLengthError as exc:
         raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+    except _ClientGone:
+        logger.info("completion %s: the client went away; decoding stopped", prepared.completion_id)
+        return Response(status_code=499)  # nobody reads it; nothing was acknowledged or recorded
     finally:
         state.adapters.release(adapter)
     content, finish_reasons = response_body(prepared, sequences, state)
@@ -93,3 +156,52 @@ async def create_chat_completion(
         sorted(sequences, key=lambda s: s.index), finish_reasons, call_ids, strict=True)]  # fmt: skip
     await state.records.put(make_record(prepared, records, state, stream=False))
     return JSONResponse(content, headers={COMPLETION_ID_HEADER: prepared.completion_id})
+
+
+class _ClientGone(Exception):
+    """The client of a non-streaming request closed its connection."""
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
+    """Await ``work``, cancelling it (and raising :class:`_ClientGone`) once the client disconnects.
+
+    Starlette's ``Request.is_disconnected`` is polled every :data:`DISCONNECT_POLL_S`: the body
+    has been read, so the next ASGI message can only be ``http.disconnect``.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                await asyncio.wait({task})
+                raise _ClientGone
+    finally:
+        if not task.done():  # this request itself was cancelled (the server is stopping)
+            task.cancel()
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """A stream that is closed, and ``on_close`` run, however the response ends.
+
+    Finished, cut short by the client (then at once, not when the generator is collected) or
+    never started (the client went before the first byte): the engine stops decoding for it
+    and its places are given back.
+    """
+
+    def __init__(self, content: AsyncIterator[str], *, on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                self._on_close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .adapters import AdapterCache
+from .admission import AdmissionGate
 from .checkpoint_leases import CheckpointLeases
 from .chat_template import ChatTemplate
 from .durable import write_atomic
@@ -66,6 +67,7 @@ class ServerState:
         template: prompt rendering with the family's chat template, as vLLM renders it.
         token_texts: token id -> text/bytes for ``logprobs``.
         adapters: the LoRA checkpoints loaded in the engine (leased per request, LRU-evicted).
+        admission: the chat completions in progress, within ``config.limits`` (429 beyond them).
         started: Unix time the state was built.
     """
 
@@ -79,10 +81,12 @@ class ServerState:
     token_texts: TokenTexts = field(init=False)
     started: float = field(default_factory=time.time)
     adapters: AdapterCache = field(init=False)
+    admission: AdmissionGate = field(init=False)
     checkpoint_leases: CheckpointLeases = field(default_factory=CheckpointLeases)
 
     def __post_init__(self) -> None:
         self.adapters = AdapterCache(self.engine, self.config.max_loaded_adapters)
+        self.admission = AdmissionGate(self.config.limits, self.config.max_batch_size)
         self.template = ChatTemplate(self.tokenizer, self.family.chat_template)
         self.token_texts = TokenTexts(self.tokenizer)
 
@@ -150,6 +154,7 @@ class ServerState:
                 "max_loaded": self.adapters.max_loaded,
                 "evictions": self.adapters.evictions,
             },
+            "admission": self.admission.stats(),
             "records": len(self.records),
             "models": len(self.registry.list()),
             "uptime_s": round(time.time() - self.started, 3),

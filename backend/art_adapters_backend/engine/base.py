@@ -196,6 +196,8 @@ class EngineStats:
         max_batch_size_seen: the most sequences decoded together in one step.
         steps: batched forward passes (prefills and decode steps).
         failed_requests: requests that ended with an error.
+        running_sequences: choices in the batch now (a gauge, not a counter).
+        waiting_sequences: choices waiting for a place in the batch now (a gauge).
     """
 
     requests: int = 0
@@ -204,6 +206,8 @@ class EngineStats:
     max_batch_size_seen: int = 0
     steps: int = 0
     failed_requests: int = 0
+    running_sequences: int = 0
+    waiting_sequences: int = 0
 
 
 @runtime_checkable

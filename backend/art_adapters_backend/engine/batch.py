@@ -169,7 +169,7 @@ class Batch:
         """Sample one token per row from ``logits`` [len(rows), V]; report it; return finished rows."""
         finished: list[Row] = []
         for i, row in enumerate(rows):
-            if row.job.done:
+            if row.job.done or row.job.cancelled:  # nobody listens: sample nothing, drop it
                 row.finish = row.finish or "stop"
                 finished.append(row)
                 continue

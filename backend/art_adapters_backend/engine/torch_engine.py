@@ -101,6 +101,7 @@ class TorchEngine:
         self._batch = Batch(model=self.model, eos_token_ids=self.eos_token_ids, device=self.device)
         self._pause_requests = 0
         self._in_step = False
+        self._prefilling = 0  # rows admitted in the current step, not merged into the batch yet
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -160,9 +161,11 @@ class TorchEngine:
 
     @property
     def stats(self) -> EngineStats:
-        """A copy of the engine's counters."""
+        """A copy of the engine's counters, with the choices running and waiting now."""
         with self._cond:
-            return replace(self._stats)
+            waiting = sum(1 for row in self._pending if not (row.job.done or row.job.cancelled))
+            running = len(self._batch.rows) + self._prefilling
+            return replace(self._stats, running_sequences=running, waiting_sequences=waiting)
 
     # ---- requests ----------------------------------------------------------------------
 
@@ -414,6 +417,7 @@ class TorchEngine:
                     self._batch.drop([row for row in self._batch.rows if row.job.done or row.job.cancelled])
                     with self._cond:
                         new_rows = self._admit()
+                        self._prefilling = len(new_rows)
                     self._step(new_rows)
                 except Exception as exc:  # never let the loop die, nor retry a broken batch forever
                     logger.exception("the decode loop hit an unexpected error")
@@ -422,6 +426,7 @@ class TorchEngine:
                 finally:
                     with self._cond:
                         self._in_step = False
+                        self._prefilling = 0
                         self._stats.max_batch_size_seen = max(
                             self._stats.max_batch_size_seen, len(self._batch.rows)
                         )
@@ -450,7 +455,10 @@ class TorchEngine:
                 batch.drop([row for row in batch.rows if row.job.done])
                 return
             self._count(new_rows)
-            batch.drop(finished)
+            with self._cond:
+                self._prefilling = 0
+            # and the requests cancelled meanwhile (a client gone during the prefill): no more steps
+            batch.drop(finished + [row for row in batch.rows if row.job.done or row.job.cancelled])
         if not batch.rows:
             return
         rows = list(batch.rows)
