@@ -20,9 +20,12 @@ from art_adapters.train_config import RetentionPolicy, TrainConfig
 from art_adapters.trajectory import TrajectoryGroup
 
 from .errors import BadRequestError
+from .limits import ServeLimits
 from .training.service import TrainingService
 
-__all__ = ["TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "router", "training_service"]
+__all__ = [
+    "TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "check_train_limits", "router", "training_service",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +131,9 @@ async def train(
             "the Idempotency-Key header must be 1-255 visible ASCII characters (e.g. a UUID)",
             param="Idempotency-Key",
         )
+    server = request.app.state.server
+    server.registry.require(name)  # 404 first
+    check_train_limits(body.groups, body.config, server.config.limits)
     return await training_service(request).train(name, body.groups, body.config, idempotency_key)
 
 
@@ -146,3 +152,20 @@ async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request:
         return {"deleted": await service.delete_steps(name, set(body.steps)) if body.steps else []}
     assert body.retention is not None
     return {"deleted": await service.apply_retention(name, body.retention)}
+
+
+def check_train_limits(groups: list[TrajectoryGroup], config: TrainConfig, limits: ServeLimits) -> None:
+    """A 400 naming the setting and its ``serve`` flag when a train request asks for more than the
+    server allows (checked before anything is written or trained)."""
+    asked = [
+        ("groups", len(groups), limits.max_train_groups, "--max-train-groups"),
+        ("config.lora_rank", config.lora_rank, limits.max_lora_rank, "--max-lora-rank"),
+        ("config.micro_batch_size", config.micro_batch_size, limits.max_micro_batch_size,
+         "--max-micro-batch-size"),
+        ("config.max_sequence_length", config.max_sequence_length, limits.max_train_sequence_length,
+         "--max-train-sequence-length"),
+    ]  # fmt: skip
+    for param, value, limit, flag in asked:
+        if value > limit:
+            what = f"{param} is {value}" if param != "groups" else f"the request sends {value} trajectory groups"
+            raise BadRequestError(f"{what}; this server allows at most {limit} (serve {flag})", param=param)
