@@ -11,15 +11,20 @@ prints:
   (words of 4+ letters, names split at ``_``/``-``/``.``/camelCase, a few stop words
   dropped, compared by their first 5 letters so "notes" matches "note"); a crude keyword
   check, not a judgement of quality;
-* generator calls and seconds per run.
+* generator calls and seconds per run (``--show-rejected``: every rejected item and why).
+
+It ends with a table, one row per server: runs complete, scenarios kept per seed, on-topic
+share, generator calls and wall time (total and slowest run).
 
 ``--config readme`` calls it as the README shows (``generate_scenarios(server, n=8,
 model=...)``, every other argument at its default); ``--config train-mcp`` as ``train-mcp``
-does with a local judge (``batch_size=4``, ``task_pattern=PLAIN_TASK_PATTERN``).
+does with a local judge (``batch_size=4``, ``task_pattern=PLAIN_TASK_PATTERN``, sampling at
+``GENERATOR_TEMPERATURE``). ``--max-retries`` overrides the generator's default.
 
 Not part of the test suite. Slow on CPU (minutes). Usage::
 
     .venv/bin/python bench/scenario_generation.py [--seeds 5] [--n 8] [--config readme]
+        [--servers notes,calculator] [--max-retries N]
 """
 
 from __future__ import annotations
@@ -59,38 +64,51 @@ def on_topic(task: str, keys: set[str]) -> bool:
 
 
 class CallCounter(logging.Handler):
-    """Counts the generator's per-call log lines (one INFO line per answered call)."""
+    """Counts the generator's per-call log lines (one INFO line per answered call); keeps its rejections."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)
         self.calls = 0
+        self.rejected: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("scenario generator call"):
+        message = record.getMessage()
+        if message.startswith("scenario generator call"):
             self.calls += 1
+        elif message.startswith("scenario generator: rejected "):
+            self.rejected.append(message.removeprefix("scenario generator: rejected "))
 
 
 async def run(args: argparse.Namespace) -> None:
-    """Start the backend, run every (server, seed) and print the rates."""
+    """Start the backend, run every (server, seed), print each run and a table of the rates."""
+    from art_adapters.mcp_rl import GENERATOR_TEMPERATURE
+
     counter = CallCounter()
     logging.getLogger("mcp_tools._generate").addHandler(counter)
-    logging.getLogger("mcp_tools._generate").setLevel(logging.INFO)
+    logging.getLogger("mcp_tools._generate").setLevel(logging.DEBUG)
+    rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         backend = await aa.LocalBackend(run_dir=Path(tmp) / "backend").start()
         try:
             model = aa.TrainableModel(name="scenario-writer", project="bench")
             await model.register(backend)
             options: dict[str, Any] = {}
+            temperature = 0.8
             if args.config == "train-mcp":
                 options = {"batch_size": 4, "task_pattern": mcp_tools.PLAIN_TASK_PATTERN}
-            totals = {"runs": 0, "ok": 0, "kept": 0, "on_topic": 0}
+                temperature = GENERATOR_TEMPERATURE
+            if args.max_retries is not None:
+                options["max_retries"] = args.max_retries
             for server in args.servers.split(","):
                 command = server_command(server)
                 keys = topic_keys(await mcp_tools.load_tools(command))
-                ok = kept = topical = 0
+                ok = topical = calls = 0
+                kept: list[int] = []
+                times: list[float] = []
                 for seed in range(args.seeds):
-                    llm = model.chat_model(step=0, temperature=0.8, max_tokens=512, seed=seed)
+                    llm = model.chat_model(step=0, temperature=temperature, max_tokens=512, seed=seed)
                     counter.calls = 0
+                    counter.rejected.clear()
                     started = time.monotonic()
                     try:
                         scenarios = await mcp_tools.generate_scenarios(command, n=args.n, model=llm, **options)
@@ -98,33 +116,32 @@ async def run(args: argparse.Namespace) -> None:
                         outcome = "ok"
                     except mcp_tools.ScenarioGenerationError as exc:
                         scenarios = list(getattr(exc, "scenarios", []) or [])
-                        outcome = f"FAILED ({str(exc)[:160]})"
+                        outcome = f"FAILED ({str(exc)[:300]})"
+                    times.append(time.monotonic() - started)
                     hits = sum(on_topic(s.task, keys) for s in scenarios)
-                    kept += len(scenarios)
+                    kept.append(len(scenarios))
                     topical += hits
+                    calls += counter.calls
                     print(
                         f"{server} seed {seed}: {outcome}; {len(scenarios)} kept, {hits} on topic, "
-                        f"{counter.calls} calls, {time.monotonic() - started:.0f}s",
+                        f"{counter.calls} calls, {times[-1]:.0f}s",
                         flush=True,
                     )
                     for scenario in scenarios:
                         mark = "+" if on_topic(scenario.task, keys) else "-"
                         print(f"    {mark} [{scenario.difficulty}] {scenario.task}", flush=True)
-                print(
-                    f"== {server}: {ok}/{args.seeds} runs complete; on topic {topical}/{kept} scenarios kept",
-                    flush=True,
+                    for line in counter.rejected if args.show_rejected else ():
+                        print(f"    x {line}", flush=True)
+                rows.append(
+                    f"| {server} | {ok}/{args.seeds} | {', '.join(map(str, kept))} | {topical}/{sum(kept)} | "
+                    f"{calls} | {sum(times):.0f}s (max {max(times):.0f}s) |"
                 )
-                totals["runs"] += args.seeds
-                totals["ok"] += ok
-                totals["kept"] += kept
-                totals["on_topic"] += topical
-            print(
-                f"== all ({args.config}, n={args.n}): {totals['ok']}/{totals['runs']} runs complete; "
-                f"on topic {totals['on_topic']}/{totals['kept']}",
-                flush=True,
-            )
         finally:
             await backend.close()
+    print(f"\n{args.config}, n={args.n}, seeds 0-{args.seeds - 1}, max_retries {args.max_retries or 'default'}")
+    print("| server | complete | kept per seed | on topic | calls | time |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(rows), flush=True)
 
 
 def main() -> None:
@@ -134,6 +151,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--servers", default="notes,calculator")
     parser.add_argument("--config", choices=("readme", "train-mcp"), default="readme")
+    parser.add_argument("--show-rejected", action="store_true", help="print each rejected item and why")
+    parser.add_argument("--max-retries", type=int, default=None, help="default: generate_scenarios' own")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -2,8 +2,9 @@
 
 An item becomes a :class:`~mcp_tools.Scenario` when it is an object with a ``task`` of
 3+ plain words (a leading list marker such as ``3.`` is dropped) and a ``difficulty`` 1-5,
-matches ``task_pattern`` if one is given, names no tool (:func:`named_tool`) and is not a
-duplicate (after :func:`~mcp_tools.normalize_task`).
+matches ``task_pattern`` if one is given, names no tool as an identifier (:func:`named_tool`:
+``list_notes`` or "use list notes", not "List notes tagged work") and is not a duplicate
+(after :func:`~mcp_tools.normalize_task`).
 """
 
 from __future__ import annotations
@@ -94,23 +95,48 @@ def _contains(words: Sequence[str], part: Sequence[str]) -> bool:
     return any(list(words[i : i + size]) == list(part) for i in range(len(words) - size + 1))
 
 
+#: Words next to a tool name's words written apart that make them the tool's name, not a request:
+#: "use list notes", "call the read file tool". Without them "List notes tagged work" is plain English.
+_CUES_BEFORE = frozenset({"use", "using", "call", "calling", "run", "running", "invoke", "execute", "via"})
+_CUES_AFTER = frozenset({"tool", "tools", "function", "functions", "command", "api", "endpoint", "method"})
+
+
+def _cued(words: Sequence[str], part: Sequence[str]) -> bool:
+    """Whether *part* occurs in *words* right after a cue ("use", "call the") or right before one ("tool")."""
+    size = len(part)
+    for i in range(len(words) - size + 1):
+        if list(words[i : i + size]) != list(part):
+            continue
+        before = words[max(0, i - 2) : i]
+        if before and (before[-1] in _CUES_BEFORE or (before[-1] == "the" and before[0] in _CUES_BEFORE)):
+            return True
+        if words[i + size : i + size + 1] and words[i + size] in _CUES_AFTER:
+            return True
+    return False
+
+
 def named_tool(task: str, tool_names: Sequence[str]) -> str | None:
-    """The tool a task names outright, in any naming style; ``None`` when it names none.
+    """The tool a task names outright, as an identifier; ``None`` when it names none.
 
     A name counts as named when the task writes it as a call (``name(``) or in backticks,
-    or, for a name of two or more words, when the task holds those words in a row, split
-    the same way (:func:`name_words`): ``list_directory`` is named by "list directory",
-    "list-directory" or "listDirectory", ``readFile`` by "read_file". A one-word name
-    (``add``, ``search``) is an ordinary word and counts only as a call or in backticks.
+    or, for a name of two or more words, as one token in any naming style (:func:`name_words`
+    splits both the same way): ``list_directory`` is named by "list_directory",
+    "list-directory" or "listDirectory", ``readFile`` by "read_file". The same words written
+    apart are ordinary English ("List notes tagged work" for ``list_notes``) unless the task
+    calls them a tool: after "use", "call", "run", "invoke", "via" (and "the") or before
+    "tool", "function", "command", "api", "endpoint", "method" ("Use search notes to ...").
+    A one-word name (``add``, ``search``) is an ordinary word and counts only as a call or
+    in backticks.
     """
     lowered = task.casefold()
-    task_words = name_words(task)
+    tokens = [name_words(token) for token in task.split()]
+    task_words = [word for token in tokens for word in token]
     for name in tool_names:
         key = re.escape(name.casefold())
         if re.search(rf"(?<!\w){key}\s*\(|`{key}`", lowered):
             return name
         words = name_words(name)
-        if len(words) >= 2 and _contains(task_words, words):
+        if len(words) >= 2 and (any(_contains(token, words) for token in tokens) or _cued(task_words, words)):
             return name
     return None
 

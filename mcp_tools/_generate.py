@@ -6,7 +6,8 @@ server's resources, when it has any) and answers JSON constrained by a schema
 where the model supports it; plain JSON in the prompt otherwise). Each answer is checked
 item by item: malformed items, tasks that name a tool, and duplicates of earlier tasks
 (compared after :func:`~mcp_tools.normalize_task`) are dropped, and the model is asked
-again for the missing ones, told which tasks it already wrote. The result is exactly
+again for the missing ones, told which tasks it already wrote (a generator with a ``seed``
+samples each retry with the next seed). The result is exactly
 ``n`` scenarios, or a :class:`ScenarioGenerationError` saying what went wrong.
 
 Every valid scenario is kept: ``save_to=FILE`` appends each one to a JSONL file as it is
@@ -316,6 +317,20 @@ async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structur
     return content_text(reply.content), finish_reason(reply) == "length"
 
 
+def _reseeded(model: Any, offset: int) -> Any:
+    """*model* sampling with its ``seed`` + *offset*: a seeded generator's retries write new answers.
+
+    A seeded sampler answers the same prompt with the same tasks, so a retry whose prompt barely
+    changed (the same tasks rejected again) would be wasted. A model without a ``seed`` field, or
+    with none set, samples afresh on every call anyway and is returned as it is.
+    """
+    seed = getattr(model, "seed", None)
+    fields = getattr(type(model), "model_fields", {})
+    if offset == 0 or "seed" not in fields or isinstance(seed, bool) or not isinstance(seed, int):
+        return model
+    return model.model_copy(update={"seed": seed + offset})
+
+
 def _is_server(tools: Any) -> bool:
     if isinstance(tools, str | Mapping):
         return not (isinstance(tools, Mapping) and "name" in tools)
@@ -393,7 +408,9 @@ async def generate_scenarios(
             dict, as for ``load_tools``), whose tools and resources are then listed.
         n: how many scenarios, >= 1.
         model: the generator, any LangChain chat model (default: the configured judge, see
-            :func:`default_generator`). A little temperature helps variety.
+            :func:`default_generator`). A little temperature helps variety; a model with a
+            ``seed`` (e.g. ``ChatOpenAI(seed=0)``) samples call *k* with ``seed + k``, so its
+            retries are reproducible and not repeats.
         resources: the server's resources (``uri``, ``name``, ``description``, and
             ``text`` when read), shown to the generator so tasks fit the server's data
             (trimmed to fit its context, see *context_tokens*).
@@ -497,10 +514,10 @@ async def generate_scenarios(
             logger.info("scenario generator: %d resource(s) cut or left out to fit the context", trimmed)
         messages = [SystemMessage(SYSTEM_PROMPT), HumanMessage(request)]
         cut = False
+        schema = answer_schema(count, max_task_chars, task_pattern)
         try:
             text, cut = await asyncio.wait_for(
-                _ask(generator, messages, answer_schema(count, max_task_chars, task_pattern), structured),
-                timeout_s,
+                _ask(_reseeded(generator, calls - 1), messages, schema, structured), timeout_s
             )
             items = parse_items(text)
         except TimeoutError:
@@ -542,6 +559,7 @@ async def generate_scenarios(
             if scenario is None:
                 rejected[reason] += 1
                 examples.setdefault(reason, repr(item)[:100])
+                logger.debug("scenario generator: rejected %s (%s)", repr(item)[:200], reason)
                 task = item.get("task") if isinstance(item, dict) else None
                 if isinstance(task, str) and task.strip() and (task.strip()[:200], reason) not in bad_tasks:
                     bad_tasks.append((task.strip()[:200], reason))

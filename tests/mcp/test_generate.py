@@ -257,3 +257,29 @@ async def test_the_configured_judge_is_the_default_generator(monkeypatch: pytest
     generator = mcp_tools._generate.default_generator()
     assert generator.model_name == "judge-x"
     assert str(generator.openai_api_base).startswith("http://127.0.0.1:9")
+
+
+class SeededGenerator(ScriptedGenerator):
+    """A scripted generator with a ``seed`` field, like ``ChatOpenAI``; records the seed of each call."""
+
+    seed: int | None = None
+    seeds: list[int | None] = Field(default_factory=list)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.seeds.append(self.seed)
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+@pytest.mark.parametrize(("seed", "expected"), [(7, [7, 8, 9]), (None, [None, None, None])])
+async def test_a_seeded_generator_samples_each_retry_with_the_next_seed(
+    seed: int | None, expected: list[int | None]
+) -> None:
+    # the same tasks again: with one seed and an unchanged prompt a seeded sampler would repeat itself
+    same = answer(("Find the note about my Lisbon hotel booking", 1))
+    model = SeededGenerator(script=[same, same, answer(("Add a reminder to call the plumber", 2))], seed=seed)
+    scenarios = await generate_scenarios(NOTES_TOOLS, n=2, model=model, max_retries=2)
+    assert len(scenarios) == 2
+    assert model.seeds == expected  # (copies share the list) a generator without a seed samples afresh anyway
+    assert model.seed == seed  # the caller's model is left as it was

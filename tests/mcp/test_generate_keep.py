@@ -1,6 +1,6 @@
 """generate_scenarios keeps every valid scenario: saved as accepted and reused, kept in the error, salvaged
 from answers cut at the token limit (json_schema mode too), with a prompt fitted to the generator's context
-and tool names caught in any naming style.
+and tool names caught in any naming style (plain English words of a name are not one).
 
 Real components: the bundled notes server over stdio, ``ChatOpenAI`` against a scripted OpenAI-compatible
 HTTP server (so the OpenAI SDK raises its real ``LengthFinishReasonError``), and a scripted chat model.
@@ -253,14 +253,16 @@ async def test_tools_that_alone_do_not_fit_are_a_clear_error() -> None:
 @pytest.mark.parametrize(
     ("name", "task"),
     [
-        ("read-file", "Please read file notes.txt and tell me what it says"),
+        ("read-file", "Please use read file on notes.txt and tell me what it says"),
         ("read-file", "Call read-file on my notes"),
-        ("list_directory", "List directory contents of my home folder"),
+        ("list_directory", "Open the list directory tool for my home folder"),
         ("list_directory", "Run listDirectory on the downloads folder"),
         ("readFile", "Use read_file to open the report"),
         ("readFile", "Read the file and read-file it again"),
         ("fs.search_files", "Use fs search files to find my invoices"),
-        ("HTTPGet", "Do an http get of the status page"),
+        ("HTTPGet", "Do an HTTPGet of the status page"),
+        ("search_notes", "Call the search notes function for pancakes"),
+        ("list_notes", "Show my work notes (via list notes)"),
         ("add", "Compute add(2, 3) for me please"),
         ("add", "Use `add` for 2 and 3 please"),
     ],
@@ -275,10 +277,17 @@ def test_tool_names_in_any_style_are_caught(name: str, task: str) -> None:
         "Add 2 and 3 and then square the result",  # one-word names are ordinary words
         "Read the file I saved yesterday",  # "read ... file", not "read file"
         "List the contents of my home directory",
+        # a multi-word name's words written apart, not called a tool, are plain English
+        "List directory contents of my home folder",
+        "Please read file notes.txt and tell me what it says",
+        "List notes tagged work from last week",
+        "Search notes for the pancake recipe and read note 3",
+        "Use my notes to plan the week",
     ],
 )
 def test_ordinary_words_are_not_tool_names(task: str) -> None:
-    assert named_tool(task, ["add", "read-file", "list_directory", "sqrt"]) is None
+    tools = ["add", "read-file", "list_directory", "sqrt", "list_notes", "search_notes", "read_note"]
+    assert named_tool(task, tools) is None
 
 
 async def test_kebab_and_camel_case_tool_names_are_rejected_in_generation() -> None:
@@ -287,12 +296,16 @@ async def test_kebab_and_camel_case_tool_names_are_rejected_in_generation() -> N
         {"name": "listDirectory", "description": "List a folder.", "inputSchema": {"type": "object"}},
     ]
     model = Scripted(
-        script=[answer("Read file budget.xlsx and sum column B", "Please list directory of my projects folder",
-                       "3. delete_note_by_id_list now", "What is in the budget spreadsheet?")]
+        script=[answer("Open read-file on budget.xlsx and sum column B", "Please listDirectory my projects folder",
+                       "3. delete_note_by_id_list now", "What is in the budget spreadsheet?",
+                       "List directory of my projects folder")]
     )  # fmt: skip
     with pytest.raises(ScenarioGenerationError, match=r"2 names a tool.*1 not a sentence") as info:
-        await generate_scenarios(tools, n=2, model=model, max_retries=0)
-    assert [s.task for s in info.value.scenarios] == ["What is in the budget spreadsheet?"]
+        await generate_scenarios(tools, n=3, model=model, max_retries=0)
+    assert [s.task for s in info.value.scenarios] == [
+        "What is in the budget spreadsheet?",
+        "List directory of my projects folder",  # the words of list_directory in plain English
+    ]
 
 
 async def test_train_mcp_generates_only_the_missing_scenarios(tmp_path: Path) -> None:
