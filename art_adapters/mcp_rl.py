@@ -449,8 +449,11 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             f"({', '.join(t.name for t in tools)})"
         )
     left_out = [t.name for t in served_tools if t not in tools]
+    # the name its tool records carry: after what the command runs (module, script, package) or the URL
+    name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
     console.print(
-        f"MCP server {config.server!r}: {len(served_tools)} tools; offering {', '.join(t.name for t in tools)}"
+        f"MCP server {name!r} ({config.server}): {len(served_tools)} tools; "
+        f"offering {', '.join(t.name for t in tools)}"
         + (f" (left out: {', '.join(left_out)})" if left_out else "")
         + f"; first turn tool_choice {config.first_tool_choice!r}"
     )
