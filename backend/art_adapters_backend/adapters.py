@@ -61,6 +61,11 @@ class AdapterCache:
         """The loaded adapter keys, least recently used first."""
         return list(self._loaded)
 
+    @property
+    def leases(self) -> dict[str, int]:
+        """Open leases per adapter key (requests queued or decoding on it); empty when idle."""
+        return dict(self._leases)
+
     async def acquire(self, served: ServedModel) -> str | None:
         """Load ``served``'s adapter if needed and lease it; ``None`` (no lease) for the base weights.
 

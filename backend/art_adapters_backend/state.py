@@ -153,6 +153,7 @@ class ServerState:
                 "loaded": self.adapters.loaded,
                 "max_loaded": self.adapters.max_loaded,
                 "evictions": self.adapters.evictions,
+                "leases": self.adapters.leases,
             },
             "admission": self.admission.stats(),
             "records": len(self.records),

@@ -1,0 +1,245 @@
+"""Soak the backend: many clients, hostile requests mixed in, for a bounded time; nothing may break.
+
+Against a running backend (``--url``, ``--api-key``) or, by default, an embedded one started in a
+temporary folder, the bench first trains one tiny step so requests go through a LoRA adapter
+(``soak@1``: adapter leases), measures ``/health`` and a one-token completion while idle, then for
+``--seconds`` runs ``--clients`` concurrent clients, each repeatedly sending one of:
+
+* a normal completion on ``soak@1`` (``max_tokens`` 8), its id kept;
+* a stream cut after its first chunks (the client closes the connection);
+* an oversized body (``--big-mb`` MB of message text);
+* a tool whose parameter schema is nested ``--depth`` levels deep;
+* malformed JSON;
+* a foreign ``Host`` header (DNS rebinding);
+
+while a prober times ``/health`` and a one-token completion every half second. Printed: the status
+codes per kind, the 5xx count (goal 0), p50/p99 latency of both probes under attack against idle
+and their ratio (goal: p99 within 3x), the server's memory growth over the attack (goal < 10%,
+embedded backend only), open adapter leases once the clients stop (goal 0) and acknowledged
+records that cannot be read back (goal 0). 429/503 answers with ``Retry-After`` are the admission
+limits working, not failures. Not part of the test suite. Usage::
+
+    .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import art_adapters as aa
+
+KINDS = ("normal", "stream_cut", "oversized", "nested", "malformed", "foreign_host")
+
+
+def nested_schema(depth: int) -> dict[str, Any]:
+    """An object schema whose one property nests *depth* objects deep."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return {"type": "object", "properties": {"x": schema}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The *q* quantile (0-1) of *values*, nearest rank; nan when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def rss_mb(pid: int | None) -> float | None:
+    """Resident memory of process *pid* in MiB (Linux ``/proc``), else ``None``."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class Soak:
+    """One soak run against ``base_url``: the clients, the prober and the tallies."""
+
+    def __init__(self, base_url: str, api_key: str | None, args: argparse.Namespace) -> None:
+        self.base_url = base_url
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.args = args
+        self.codes: dict[str, Counter[int | str]] = defaultdict(Counter)
+        self.completion_ids: list[str] = []
+        self.big = "x" * int(args.big_mb * 1024 * 1024)
+        self.nested = nested_schema(args.depth)
+
+    def chat(self, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        """A chat completion body."""
+        return {"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": max_tokens,
+                "temperature": 0.0, **extra}  # fmt: skip
+
+    async def one(self, http: httpx.AsyncClient, kind: str) -> None:
+        """Send one request of *kind* and count its outcome."""
+        url = "/v1/chat/completions"
+        try:
+            if kind == "normal":
+                response = await http.post(url, json=self.chat("soak@1", 8))
+                if response.status_code == 200:
+                    self.completion_ids.append(response.json()["id"])
+            elif kind == "stream_cut":
+                async with http.stream("POST", url, json=self.chat("soak@1", 32, stream=True)) as response:
+                    chunks = 0
+                    async for _ in response.aiter_raw():
+                        chunks += 1
+                        if chunks >= 2:
+                            break  # leaving the block closes the connection mid-stream
+            elif kind == "oversized":
+                body = self.chat("soak@1", 1)
+                body["messages"][0]["content"] = self.big
+                response = await http.post(url, json=body)
+            elif kind == "nested":
+                tool = {"type": "function", "function": {"name": "deep", "parameters": self.nested}}
+                response = await http.post(url, json=self.chat("soak@1", 1, tools=[tool], tool_choice="required"))
+            elif kind == "malformed":
+                response = await http.post(url, content=b'{"model": "soak@1", "messages": [', headers={
+                    "Content-Type": "application/json"})  # fmt: skip
+            else:
+                response = await http.post(url, json=self.chat("soak@1", 1), headers={"Host": "evil.example:80"})
+            self.codes[kind][response.status_code] += 1
+        except httpx.HTTPError as exc:
+            self.codes[kind][type(exc).__name__] += 1
+
+    async def client(self, deadline: float, seed: int) -> None:
+        """One client: random kinds until *deadline*."""
+        rng = random.Random(seed)
+        weights = [self.args.normal_weight, 1, 1, 1, 1, 1]
+        async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=120) as http:
+            while time.monotonic() < deadline:
+                await self.one(http, rng.choices(KINDS, weights)[0])
+
+    async def probe(self, deadline: float | None, samples: int | None = None) -> dict[str, list[float]]:
+        """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*)."""
+        out: dict[str, list[float]] = {"health": [], "small": []}
+        async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=120) as http:
+            while (deadline is None or time.monotonic() < deadline) and (
+                samples is None or len(out["small"]) < samples
+            ):
+                started = time.perf_counter()
+                await http.get("/health")
+                out["health"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                response = await http.post("/v1/chat/completions", json=self.chat("soak@1", 1))
+                if response.status_code == 200:
+                    out["small"].append(time.perf_counter() - started)
+                    self.completion_ids.append(response.json()["id"])
+                else:
+                    self.codes["probe"][response.status_code] += 1
+                await asyncio.sleep(0.5)
+        return out
+
+
+async def prepare(backend: aa.Backend) -> None:
+    """Register ``soak`` and train one tiny step, so ``soak@1`` is a LoRA adapter."""
+    model = aa.TrainableModel(name="soak", project="bench")
+    await model.register(backend)
+    if await model.get_step() >= 1:
+        return
+    client = model.openai_client()
+    reply = await client.chat.completions.create(
+        model=model.served_name(), messages=[{"role": "user", "content": "Name a colour."}], n=2,
+        temperature=1.0, max_tokens=4, seed=0,
+    )  # fmt: skip
+    await client.close()
+    group = aa.TrajectoryGroup(trajectories=[
+        aa.Trajectory(messages=[aa.Message(role="user", content="Name a colour."),
+                                aa.Message(role="assistant", content=c.message.content, completion_id=reply.id,
+                                           choice_index=c.index)],
+                      reward=float(c.index))
+        for c in reply.choices
+    ])  # fmt: skip
+    result = await model.train([group])
+    assert result.trained, result.reason
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Set up, measure idle, soak, check, print."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = None
+        if args.url:
+            backend: aa.Backend = aa.RemoteBackend(args.url, api_key=args.api_key)
+        else:
+            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key).start()
+            backend = local
+        try:
+            await prepare(backend)
+            soak = Soak(backend.base_url, args.api_key, args)
+            idle = await soak.probe(None, samples=args.idle_samples)
+            pid = local.process.pid if local is not None and local.process is not None else None
+            memory_before = rss_mb(pid)
+            deadline = time.monotonic() + args.seconds
+            clients = [soak.client(deadline, seed) for seed in range(args.clients)]
+            results = await asyncio.gather(soak.probe(deadline), *clients)
+            attack = results[0]
+            memory_after = rss_mb(pid)
+            await asyncio.sleep(2.0)  # let cut streams and cancelled requests wind down
+            stats = await backend.request("GET", "/art/stats")
+            leases = stats.get("adapters", {}).get("leases", {})
+            lost = 0
+            for completion_id in soak.completion_ids:
+                with contextlib.suppress(aa.BackendRequestError):
+                    await backend.get_token_record(completion_id)
+                    continue
+                lost += 1
+        finally:
+            if local is not None:
+                await local.close()
+    print(f"\nsoak: {args.clients} clients for {args.seconds:.0f} s against {'a remote' if args.url else 'an embedded'} backend")
+    print(f"{'kind':14}  status codes")
+    server_errors = 0
+    for kind in (*KINDS, "probe"):
+        codes = soak.codes.get(kind, Counter())
+        server_errors += sum(n for code, n in codes.items() if isinstance(code, int) and code >= 500
+                             and code not in (503,))  # fmt: skip
+        print(f"{kind:14}  {json.dumps({str(k): v for k, v in sorted(codes.items(), key=str)})}")
+    print(f"\n5xx other than 503 (goal 0): {server_errors}")
+    for name in ("health", "small"):
+        i50, i99 = percentile(idle[name], 0.5), percentile(idle[name], 0.99)
+        a50, a99 = percentile(attack[name], 0.5), percentile(attack[name], 0.99)
+        print(f"{name:7} p50 idle {i50 * 1000:8.1f} ms  attack {a50 * 1000:8.1f} ms   "
+              f"p99 idle {i99 * 1000:8.1f} ms  attack {a99 * 1000:8.1f} ms   p99 ratio {a99 / i99:5.2f} (goal <= 3)")  # fmt: skip
+    if memory_before and memory_after:
+        growth = (memory_after - memory_before) / memory_before
+        print(f"server memory {memory_before:.0f} -> {memory_after:.0f} MiB: {growth:+.1%} (goal < 10%)")
+    print(f"open adapter leases after the run (goal 0): {sum(leases.values()) if leases else 0}")
+    print(f"acknowledged records not readable (goal 0): {lost} of {len(soak.completion_ids)}")
+    print(f"samples: idle {len(idle['small'])}, under attack {len(attack['small'])} one-token completions; "
+          f"mean /health under attack {statistics.fmean(attack['health']) * 1000:.1f} ms")  # fmt: skip
+
+
+def main() -> None:
+    """Parse the arguments and run the soak."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running backend; default: start an embedded one")
+    parser.add_argument("--api-key")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--big-mb", type=float, default=9.0, help="size of the oversized bodies")
+    parser.add_argument("--depth", type=int, default=400, help="nesting depth of the hostile tool schema")
+    parser.add_argument("--normal-weight", type=float, default=3.0, help="weight of normal requests in the mix")
+    parser.add_argument("--idle-samples", type=int, default=20)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
