@@ -81,7 +81,9 @@ class Soak:
         self.args = args
         self.codes: dict[str, Counter[int | str]] = defaultdict(Counter)
         self.completion_ids: list[str] = []
-        self.big = "x" * int(args.big_mb * 1024 * 1024)
+        big = self.chat("soak@1", 1)
+        big["messages"][0]["content"] = "x" * int(args.big_mb * 1024 * 1024)
+        self.big_body = json.dumps(big).encode()  # encoded once: the bench must not load its own loop
         self.nested = nested_schema(args.depth)
 
     def chat(self, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -105,9 +107,7 @@ class Soak:
                         if chunks >= 2:
                             break  # leaving the block closes the connection mid-stream
             elif kind == "oversized":
-                body = self.chat("soak@1", 1)
-                body["messages"][0]["content"] = self.big
-                response = await http.post(url, json=body)
+                response = await http.post(url, content=self.big_body, headers={"Content-Type": "application/json"})
             elif kind == "nested":
                 tool = {"type": "function", "function": {"name": "deep", "parameters": self.nested}}
                 response = await http.post(url, json=self.chat("soak@1", 1, tools=[tool], tool_choice="required"))
@@ -129,23 +129,30 @@ class Soak:
                 await self.one(http, rng.choices(KINDS, weights)[0])
 
     async def probe(self, deadline: float | None, samples: int | None = None) -> dict[str, list[float]]:
-        """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*)."""
+        """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*).
+
+        The prober runs in a thread of its own with a blocking client, so the clients' event loop
+        in this process cannot delay it: the latencies are the server's.
+        """
+        return await asyncio.to_thread(self._probe, deadline, samples)
+
+    def _probe(self, deadline: float | None, samples: int | None) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {"health": [], "small": []}
-        async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=120) as http:
+        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=120) as http:
             while (deadline is None or time.monotonic() < deadline) and (
                 samples is None or len(out["small"]) < samples
             ):
                 started = time.perf_counter()
-                await http.get("/health")
+                http.get("/health")
                 out["health"].append(time.perf_counter() - started)
                 started = time.perf_counter()
-                response = await http.post("/v1/chat/completions", json=self.chat("soak@1", 1))
+                response = http.post("/v1/chat/completions", json=self.chat("soak@1", 1))
                 if response.status_code == 200:
                     out["small"].append(time.perf_counter() - started)
                     self.completion_ids.append(response.json()["id"])
                 else:
                     self.codes["probe"][response.status_code] += 1
-                await asyncio.sleep(0.5)
+                time.sleep(0.5)
         return out
 
 
