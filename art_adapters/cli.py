@@ -275,7 +275,11 @@ def train_mcp(
         ),
     ] = 24,
     max_retries: Annotated[
-        int, typer.Option(help="Further scenario-generator calls allowed after calls that failed or fell short.")
+        int,
+        typer.Option(
+            help="Further scenario-generator calls allowed after calls that kept no new scenario "
+            "(a call that keeps one uses no retry)."
+        ),
     ] = 3,
     context_tokens: Annotated[
         int | None,

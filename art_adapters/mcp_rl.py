@@ -93,8 +93,9 @@ class TrainMcpConfig(BaseModel):
         n_scenarios: scenarios to generate when ``scenarios`` is not given (default 24).
             Each one is appended to ``run_dir/scenarios.jsonl`` as it is accepted; a run that
             finds k < n there generates only the missing n - k.
-        max_retries: further scenario-generator calls allowed after calls that failed or fell
-            short (default 3; see ``mcp_tools.generate_scenarios``).
+        max_retries: further scenario-generator calls allowed after calls that kept no new
+            scenario (default 3; a call that keeps one uses no retry; see
+            ``mcp_tools.generate_scenarios``).
         context_tokens: the scenario generator's context length in tokens, to fit its prompt
             (tools, then resources trimmed); default: asked from its endpoint, else unknown.
         val_fraction: share held out for evaluation, in [0, 1) (default 0.25).

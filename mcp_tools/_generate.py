@@ -417,9 +417,10 @@ async def generate_scenarios(
         instructions: extra guidance for the generator (domain, persona, style).
         batch_size: most scenarios asked for in one call; after an answer cut at the token
             limit, later calls ask for as many as that answer completed (at least 1).
-        max_retries: further calls allowed after calls that failed or fell short
-            (malformed answer, duplicates, tasks naming a tool, endpoint error, timeout); an
-            answer cut at the token limit falls short only when its complete items do.
+        max_retries: further calls allowed after calls that kept no new scenario (malformed
+            answer, only duplicates or tasks naming a tool, endpoint error, timeout). A call that
+            keeps at least one scenario is progress and uses no retry, so at most
+            ``n + max_retries + 1`` calls are made.
         structured: ask for ``response_format`` json_schema where the model supports it
             (an endpoint that answers it with HTTP 400/422 is asked plainly instead).
         timeout_s: seconds one generator call may take; ``None``: no limit.
@@ -571,8 +572,8 @@ async def generate_scenarios(
                 append_scenarios([scenario], target)
             if on_accept is not None:
                 on_accept(scenario)
-        # a cut answer is asked again in smaller batches: it falls short only if its complete items do
-        if added == 0 or added < (len(items) if cut else count):
+        # a call that kept something made progress (at most n such calls); only empty calls use up retries
+        if added == 0:
             shortfalls += 1
         logger.info(
             "scenario generator call %d: %d of %d asked accepted (%d/%d)", calls, added, count, len(accepted), n

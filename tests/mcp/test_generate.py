@@ -181,7 +181,7 @@ async def test_a_generator_that_never_gets_there_is_a_clear_error() -> None:
     same = answer(("Find my Lisbon hotel booking number", 2), ("Call search_notes(query) for pancakes", 1))
     model = ScriptedGenerator(script=[same, same, "{oops", same], prompts=[])
     with pytest.raises(ScenarioGenerationError) as info:
-        await generate_scenarios(NOTES_TOOLS, n=3, model=model, max_retries=3)
+        await generate_scenarios(NOTES_TOOLS, n=3, model=model, max_retries=2)  # call 1 keeps one: no retry used
     message = str(info.value)
     assert "wrote 1 of 3 valid distinct scenarios in 4 call(s)" in message
     assert "2 duplicate" in message  # calls 2 and 4 repeat the accepted task

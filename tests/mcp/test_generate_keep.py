@@ -152,11 +152,11 @@ async def test_accepted_scenarios_are_saved_as_they_come_and_the_error_keeps_the
     model = Scripted(script=[answer(*TASKS[:2], "Use search_notes to find pancakes"), "not JSON", "{oops"])
     with pytest.raises(ScenarioGenerationError) as info:
         await generate_scenarios(
-            TOOLS, n=3, model=model, max_retries=2, save_to=file,
+            TOOLS, n=3, model=model, max_retries=1, save_to=file,
             on_accept=lambda s: on_disk.append(len(load_scenarios(file))),
         )  # fmt: skip
     assert on_disk == [1, 2]  # each one was in the file before the next was accepted
-    assert not model.script  # 1 call + max_retries=2 retries, no more
+    assert not model.script  # a call that kept two (no retry used), an empty one, then max_retries=1 retry
     assert "- Use search_notes to find pancakes (names a tool)" in model.prompts[1]  # a retry differs
     error = info.value
     assert [s.task for s in error.scenarios] == TASKS[:2] and error.saved_to == file
