@@ -1,7 +1,6 @@
 """Durability on disk for the client: files that are whole after a crash, and folders that stay.
 
-The backend has the same helpers (``art_adapters_backend.durable``); the client cannot import
-the backend, so they live here too. Use :func:`write_atomic` for any file whose loss costs
+The backend re-exports these (``art_adapters_backend.durable``): one implementation for both. Use :func:`write_atomic` for any file whose loss costs
 work (saved groups, RULER answers), :func:`make_dirs` for folders created to hold one.
 """
 
