@@ -380,3 +380,45 @@ def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
     forced = sample_next(logits, temperature=1.0, top_p=0.6, top_logprobs=2, generator=None, forced=2)
     assert forced.token_id == 2 and forced.logprob == pytest.approx(torch.log(torch.tensor(0.2)).item())
     assert [t for t, _ in forced.top_logprobs or []] == [0, 1]
+
+
+async def test_a_short_request_is_admitted_before_longer_ones_that_wait(model_path: Path) -> None:
+    """With the only batch slot busy, a one-token request queued after a long one runs first;
+    a request that has waited MAX_WAIT_S goes before shorter ones (no starvation)."""
+    from art_adapters_backend.engine import torch_engine
+
+    threads = torch.get_num_threads()
+    one = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=1, num_threads=1)
+    await one.start()
+    finished: list[str] = []
+
+    async def run(name: str, max_tokens: int) -> None:
+        ids = chat(one, "Tell me a story.")
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=())
+        await one.generate(GenerationRequest(ids, params))
+        finished.append(name)
+
+    try:
+        busy = asyncio.create_task(run("busy", 24))
+        await asyncio.sleep(0.2)  # the slot is taken
+        long_wait = asyncio.create_task(run("long", 24))
+        await asyncio.sleep(0.05)
+        short = asyncio.create_task(run("short", 1))
+        await asyncio.gather(busy, long_wait, short)
+        assert finished == ["busy", "short", "long"]
+
+        finished.clear()
+        saved, torch_engine.MAX_WAIT_S = torch_engine.MAX_WAIT_S, 0.0  # every waiting row counts as aged
+        try:
+            busy = asyncio.create_task(run("busy", 24))
+            await asyncio.sleep(0.2)
+            long_wait = asyncio.create_task(run("long", 24))
+            await asyncio.sleep(0.05)
+            short = asyncio.create_task(run("short", 1))
+            await asyncio.gather(busy, long_wait, short)
+        finally:
+            torch_engine.MAX_WAIT_S = saved
+        assert finished == ["busy", "long", "short"]  # aged rows keep their arrival order
+    finally:
+        await one.close()
+        torch.set_num_threads(threads)

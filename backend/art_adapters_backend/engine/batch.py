@@ -12,6 +12,7 @@ row's result. Finished rows are dropped and fully padded columns trimmed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ class Job:
     remaining: int = 0
     done: bool = False
     cancelled: bool = False
+    queued_at: float = field(default_factory=time.monotonic)
 
     def fail(self, exc: BaseException) -> None:
         """End the request with ``exc`` (once)."""

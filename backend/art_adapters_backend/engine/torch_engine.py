@@ -1,7 +1,8 @@
 """The PyTorch inference engine (CPU default, CUDA when asked) with dynamic batching.
 
 One worker thread owns the model and a :class:`~.batch.Batch`. Each loop it admits waiting
-choices (FIFO, up to ``max_batch_size`` rows; requests for different LoRA adapters share a
+choices (shortest ``max_tokens`` first, any that waited :data:`MAX_WAIT_S` before them, up to
+``max_batch_size`` rows; requests for different LoRA adapters share a
 batch through PEFT's ``adapter_names``), prefills the new ones, merges them into the running
 batch and runs one decode step for every row. The asyncio side never blocks: it queues a
 request and receives :class:`~.base.SequenceDelta` events through
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["THREADS_ENV", "EngineClosedError", "TorchEngine"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds after which a waiting request is admitted before shorter ones (no starvation).
+MAX_WAIT_S = 30.0
 
 
 
@@ -433,15 +437,27 @@ class TorchEngine:
                         self._cond.notify_all()
 
     def _admit(self) -> list[Row]:
-        """Take waiting rows (FIFO) while the batch has room; skip cancelled ones. Holds the lock."""
-        new_rows: list[Row] = []
+        """Take waiting rows while the batch has room, shortest first; skip cancelled ones. Holds the lock.
+
+        Rows that have waited :data:`MAX_WAIT_S` or more go first, oldest first, so nothing
+        starves; the others go by their request's ``max_tokens`` (then arrival), so a short
+        request (a one-token probe, a tool call) is not stuck behind long generations.
+        """
         room = self.max_batch_size - len(self._batch.rows)
-        while self._pending and len(new_rows) < room:
-            row = self._pending.popleft()
-            if row.job.done or row.job.cancelled:
-                continue
-            new_rows.append(row)
-        return new_rows
+        waiting = [row for row in self._pending if not (row.job.done or row.job.cancelled)]
+        if room <= 0 or not waiting:
+            self._pending = deque(waiting)
+            return []
+        now = time.monotonic()
+
+        def order(position: int) -> tuple[int, float, int]:
+            job = waiting[position].job
+            aged = now - job.queued_at >= MAX_WAIT_S
+            return (0 if aged else 1, job.queued_at if aged else job.request.params.max_tokens, position)
+
+        chosen = set(sorted(range(len(waiting)), key=order)[:room])
+        self._pending = deque(row for i, row in enumerate(waiting) if i not in chosen)
+        return [row for i, row in enumerate(waiting) if i in chosen]
 
     def _step(self, new_rows: list[Row]) -> None:
         """Prefill the admitted rows, then one decode step for the whole batch."""
