@@ -123,14 +123,12 @@ class _SchemaVerdicts:
 _SCHEMA_VERDICTS = _SchemaVerdicts()
 
 
-def check_schema(schema: Any, param: str, limits: ServeLimits | None = None) -> None:
+def check_schema(schema: Any, param: str) -> None:
     """Raise a 400 naming ``param`` if ``schema`` is not a JSON schema the decoder can follow.
 
     Compiling costs about the cube of the schema's depth: call it off the event loop, after
-    :func:`check_schema_bounds` (which ``limits`` runs first, when given). Verdicts are cached.
+    :func:`check_schema_bounds`. Verdicts are cached.
     """
-    if limits is not None:
-        check_schema_bounds(schema, param, limits)
     if not isinstance(schema, dict):
         raise BadRequestError(
             f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param
@@ -245,11 +243,12 @@ def _constraint(
     defs: dict[str, Any] = {}
     forced = isinstance(choice, NamedToolChoice) or choice == "required"
     if forced and parser is not None:
-        # Qwen3 with enable_thinking false: the prompt already ends in the empty block.
-        thinking_off = reasoning is not None and reasoning.unterminated_is_content_without_thinking and not (
-            reasoning.thinking(request.chat_template_kwargs)
+        # with thinking turned off the prompt already ends in the empty block
+        thinking_block = (
+            reasoning.empty_block
+            if reasoning is not None and not reasoning.thinking_turned_off(request.chat_template_kwargs)
+            else ""
         )
-        thinking_block = reasoning.empty_block if reasoning is not None and not thinking_off else ""
         names = [choice.function.name] if isinstance(choice, NamedToolChoice) else list(tools)
         return _forced_call([_call_schema(parser, n, tools[n], defs) for n in names], defs, parser, thinking_block)
     response_format = request.response_format

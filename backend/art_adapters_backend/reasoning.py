@@ -46,6 +46,11 @@ class ReasoningParser:
         """Whether the request leaves thinking on (``enable_thinking`` defaults to true)."""
         return bool((chat_template_kwargs or {}).get("enable_thinking", True))
 
+    def thinking_turned_off(self, chat_template_kwargs: dict[str, Any] | None) -> bool:
+        """Whether the request turned thinking off for a parser that honours it (``qwen3``): the
+        prompt then ends in the empty thinking block, and a reply without ``</think>`` is content."""
+        return self.unterminated_is_content_without_thinking and not self.thinking(chat_template_kwargs)
+
     def split(self, text: str, chat_template_kwargs: dict[str, Any] | None = None) -> tuple[str | None, str | None]:
         """``(reasoning, content)`` of a whole reply (either may be ``None``)."""
         before, found, after = text.partition(START)
@@ -53,14 +58,13 @@ class ReasoningParser:
         if END in body:
             reasoning, _, content = body.partition(END)
             return reasoning, content or None
-        if self.unterminated_is_content_without_thinking and not self.thinking(chat_template_kwargs):
+        if self.thinking_turned_off(chat_template_kwargs):
             return None, body
         return body, None
 
     def streaming(self, chat_template_kwargs: dict[str, Any] | None = None) -> StreamingReasoningParser:
         """A parser for one streamed choice."""
-        content_only = self.unterminated_is_content_without_thinking and not self.thinking(chat_template_kwargs)
-        return StreamingReasoningParser(content_only=content_only)
+        return StreamingReasoningParser(content_only=self.thinking_turned_off(chat_template_kwargs))
 
 
 #: vLLM's ``--reasoning-parser`` names implemented here.
