@@ -57,6 +57,7 @@ __all__ = [
     "TrainMcpResult",
     "ToolTally",
     "build_agent",
+    "check_first_tool_choice",
     "make_rollout",
     "report",
     "resolve_judge_model",
@@ -273,14 +274,7 @@ def build_agent(
 
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
-    names = [t.name for t in tools]
-    if first_tool_choice not in ("auto", "required") and first_tool_choice not in names:
-        raise ConfigError(
-            f"first_tool_choice {first_tool_choice!r} is not 'auto', 'required' or one of the tools "
-            f"({', '.join(names) or 'none'})"
-        )
-    if first_tool_choice != "auto" and not tools:
-        raise ConfigError(f"first_tool_choice {first_tool_choice!r} needs at least one tool")
+    check_first_tool_choice(first_tool_choice, tools)
     llm = chat_model.bind_tools(list(tools))
     first_llm = llm
     if first_tool_choice != "auto":
@@ -305,6 +299,22 @@ def build_agent(
     graph.add_conditional_edges("model", route, ["tools", END])
     graph.add_edge("tools", "model")
     return graph.compile()
+
+
+def check_first_tool_choice(choice: str, tools: Sequence[BaseTool], *, option: str = "first_tool_choice") -> None:
+    """Check a first turn's ``tool_choice`` against the offered *tools*.
+
+    Raises:
+        ConfigError: *choice* is not ``"auto"``, ``"required"`` or a tool's name (the message names
+            *option* and lists the tools), or it forces a call while no tool is offered.
+    """
+    names = [t.name for t in tools]
+    if choice not in ("auto", "required") and choice not in names:
+        raise ConfigError(
+            f"{option} {choice!r} is not 'auto', 'required' or one of the tools ({', '.join(names) or 'none'})"
+        )
+    if choice != "auto" and not tools:
+        raise ConfigError(f"{option} {choice!r} needs at least one tool")
 
 
 def select_tools(
@@ -444,11 +454,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         mcp_tools.load_scenarios(config.scenarios)  # a bad file fails before anything starts
     served_tools = await mcp_tools.load_tools(_server(config))
     tools = select_tools(served_tools, config.tools, config.exclude_tools)
-    if config.first_tool_choice not in ("auto", "required", *(t.name for t in tools)):
-        raise ConfigError(
-            f"--first-tool-choice {config.first_tool_choice!r} is not 'auto', 'required' or an offered tool "
-            f"({', '.join(t.name for t in tools)})"
-        )
+    check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")  # before the backend
     left_out = [t.name for t in served_tools if t not in tools]
     # the name its tool records carry: after what the command runs (module, script, package) or the URL
     name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
