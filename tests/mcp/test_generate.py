@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from _scripted_generator import ScriptedGenerator
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 import mcp_tools
@@ -32,28 +32,6 @@ NOTES_TOOLS = [
         },
     },
 ]
-
-
-class ScriptedGenerator(BaseChatModel):
-    """Answers each call with the next scripted reply (a string, or an exception to raise); records prompts."""
-
-    script: list[Any]
-    prompts: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-generator"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        self.prompts.append("\n".join(str(m.content) for m in messages))
-        if not self.script:
-            raise AssertionError("the generator was called more often than scripted")
-        reply = self.script.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=reply))])
 
 
 def answer(*items: Any) -> str:

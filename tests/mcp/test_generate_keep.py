@@ -17,11 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from _scripted_generator import ScriptedGenerator as Scripted
 from langchain_openai import ChatOpenAI
-from pydantic import Field
 
 import mcp_tools
 from art_adapters.errors import ConfigError
@@ -44,30 +41,6 @@ TASKS = [
 
 def answer(*tasks: str, difficulty: int = 2) -> str:
     return json.dumps({"scenarios": [{"task": t, "difficulty": difficulty} for t in tasks]})
-
-
-class Scripted(BaseChatModel):
-    """Answers each call with the next scripted reply; ``("cut", text)`` stops at the token limit."""
-
-    script: list[Any]
-    prompts: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-generator"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        self.prompts.append("\n".join(str(m.content) for m in messages))
-        if not self.script:
-            raise AssertionError("the generator was called more often than scripted")
-        reply = self.script.pop(0)
-        reason = "stop"
-        if isinstance(reply, tuple):
-            reason, reply = "length", reply[1]
-        message = AIMessage(content=reply)
-        return ChatResult(generations=[ChatGeneration(message=message, generation_info={"finish_reason": reason})])
 
 
 class OpenAIStub:

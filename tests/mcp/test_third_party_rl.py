@@ -19,11 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scripted_generator import ScriptedGenerator
 from _third_party import everything_http, node_server, python_server
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import Field
 
 import art_adapters as aa
 import mcp_tools
@@ -141,25 +138,6 @@ async def test_a_forced_first_call_on_a_node_server_over_streamable_http(
 
 
 # --- generate_scenarios with a scripted generator ---------------------------------------------------
-
-
-class ScriptedGenerator(BaseChatModel):
-    """Answers each call with the next scripted reply (JSON text, as an endpoint would); records prompts."""
-
-    script: list[str]
-    prompts: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-generator"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        self.prompts.append("\n".join(str(m.content) for m in messages))
-        if not self.script:
-            raise AssertionError("the generator was called more often than scripted")
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.script.pop(0)))])
 
 
 def answer(*items: tuple[str, int]) -> str:
