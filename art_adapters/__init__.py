@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .backends import Backend, LocalBackend, RemoteBackend
-from .errors import (
+from ._backends import Backend, LocalBackend, RemoteBackend
+from ._errors import (
     ArtAdaptersError,
     BackendError,
     BackendRequestError,
@@ -22,12 +22,13 @@ from .errors import (
     RolloutError,
     ToolServerError,
 )
-from .model import TrainableModel, TrainResult
-from .train_config import RetentionPolicy, TrainConfig
-from .trajectory import (
+from ._model import TrainableModel, TrainResult
+from ._capture.events import TOOL_RECORD_EVENT
+from ._train_config import RetentionPolicy, TrainConfig
+from ._trajectory import (
     History,
     Message,
-    RolloutException,
+    RolloutFailure,
     ToolCall,
     ToolCallRecord,
     ToolSchema,
@@ -38,28 +39,28 @@ from .trajectory import (
 )
 
 if TYPE_CHECKING:
-    from .capture.langchain import TrajectoryCallbackHandler
-    from .capture.otel import TrajectorySpanProcessor
-    from .loop import LoopConfig, LoopResult, combined_scorer, ruler_scorer, train_loop, verifiable_scorer
+    from ._capture.langchain import TrajectoryCallbackHandler
+    from ._capture.otel import TrajectorySpanProcessor
+    from ._loop import LoopConfig, LoopResult, combined_scorer, ruler_scorer, train_loop, verifiable_scorer
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
     from .ruler import combine_rewards, ruler_score_group, ruler_score_groups
-    from .runner import RolloutBudgetError, run_groups, run_groups_sync
+    from ._runner import RolloutBudgetError, run_groups, run_groups_sync
 
 __version__ = "0.1.0"
 
 # Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
 _LAZY: dict[str, str] = {
-    "TrajectoryCallbackHandler": ".capture.langchain",
-    "TrajectorySpanProcessor": ".capture.otel",
-    "RolloutBudgetError": ".runner",
-    "LoopConfig": ".loop",
-    "LoopResult": ".loop",
-    "combined_scorer": ".loop",
-    "ruler_scorer": ".loop",
-    "train_loop": ".loop",
-    "verifiable_scorer": ".loop",
-    "run_groups": ".runner",
-    "run_groups_sync": ".runner",
+    "TrajectoryCallbackHandler": "._capture.langchain",
+    "TrajectorySpanProcessor": "._capture.otel",
+    "RolloutBudgetError": "._runner",
+    "LoopConfig": "._loop",
+    "LoopResult": "._loop",
+    "combined_scorer": "._loop",
+    "ruler_scorer": "._loop",
+    "train_loop": "._loop",
+    "verifiable_scorer": "._loop",
+    "run_groups": "._runner",
+    "run_groups_sync": "._runner",
     "combine_rewards": ".ruler",
     "ruler_score_group": ".ruler",
     "ruler_score_groups": ".ruler",
@@ -84,7 +85,8 @@ __all__ = [
     "RetentionPolicy",
     "RolloutBudgetError",
     "RolloutError",
-    "RolloutException",
+    "RolloutFailure",
+    "TOOL_RECORD_EVENT",
     "ToolCall",
     "ToolCallRecord",
     "ToolSchema",

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .content import content_text
+from ._content import content_text
 
 __all__ = [
     "NO_JSON_SCHEMA_MODE",
     "answer_text",
+    "content_text",
     "cut_off_text",
     "finish_reason",
     "json_schema_output",

@@ -1,6 +1,6 @@
 """How often the bundled model calls an MCP server's tools, and how often correctly, with and without a forced first turn.
 
-The MCP-RL agent (``art_adapters.mcp_rl.build_agent``) runs on the bundled model (base weights,
+The MCP-RL agent (``art_adapters.apps._train_mcp.build_agent``) runs on the bundled model (base weights,
 temperature 1.0, the embedded backend) against a bundled server (``notes`` by default) for a fixed
 list of user requests, ``--rollouts`` times each, once with ``first_tool_choice="auto"`` (the
 baseline: the model decides) and once with ``"required"`` (``train-mcp``'s default). Printed per
@@ -29,7 +29,7 @@ from typing import Any
 
 import art_adapters as aa
 import mcp_tools
-from art_adapters.mcp_rl import DEFAULT_SYSTEM_PROMPT, build_agent, make_rollout
+from art_adapters.apps._train_mcp import DEFAULT_SYSTEM_PROMPT, build_agent, make_rollout
 from mcp_tools.servers import server_command
 
 TASKS = {

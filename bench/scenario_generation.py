@@ -81,7 +81,7 @@ class CallCounter(logging.Handler):
 
 async def run(args: argparse.Namespace) -> None:
     """Start the backend, run every (server, seed), print each run and a table of the rates."""
-    from art_adapters.mcp_rl import GENERATOR_TEMPERATURE
+    from art_adapters.apps._train_mcp import GENERATOR_TEMPERATURE
 
     counter = CallCounter()
     logging.getLogger("mcp_tools._generate").addHandler(counter)

@@ -10,7 +10,7 @@
 
 Each call is recorded in the trajectory (a LangChain custom event carrying a
 ``ToolCallRecord``) and traced as an OTel span ``tools/call <tool>``. A server that
-crashes or hangs raises :class:`art_adapters.errors.ToolServerError` within the call
+crashes or hangs raises :class:`art_adapters.ToolServerError` within the call
 timeout. Works with mcp 1.x and 2.x.
 
 A server that keeps its data in a file or folder gets a fresh copy per rollout with
@@ -33,7 +33,7 @@ from mcp_tools._generate import (
     generate_scenarios,
 )
 from mcp_tools._isolation import with_state
-from mcp_tools._rollout import Rollout, current_rollout, rollout
+from mcp_tools._rollout import RolloutScope, current_scope, rollout
 from mcp_tools._scenarios import (
     Scenario,
     ScenarioFileError,
@@ -52,13 +52,13 @@ __all__ = [
     "McpClientConfig",
     "McpSession",
     "McpTool",
-    "Rollout",
+    "RolloutScope",
     "Scenario",
     "ScenarioFileError",
     "ScenarioGenerationError",
     "StateCopy",
     "StdioServer",
-    "current_rollout",
+    "current_scope",
     "describe_tools",
     "generate_scenarios",
     "load_scenarios",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_tools._config import McpClientConfig, client_config, parse_servers
 from mcp_tools._isolation import warn_unisolated
-from mcp_tools._rollout import current_rollout
+from mcp_tools._rollout import current_scope
 from mcp_tools._session import McpSession
 from mcp_tools._tools import build_tools
 
@@ -63,7 +63,7 @@ class _Toolset:
         return await session.open()
 
     async def session(self) -> McpSession:
-        scope = current_rollout()
+        scope = current_scope()
         if scope is not None:
             return await scope.session_for(self, self.new_session)
         loop = asyncio.get_running_loop()
@@ -121,7 +121,7 @@ async def load_tools(
         ToolServerError: a server could not be started or reached to list its tools.
     """
     toolset = _Toolset(parse_servers(server, name=name), client_config(config, options), tracer_provider)
-    scope = current_rollout()
+    scope = current_scope()
     if scope is not None:  # list with the rollout's own session: no extra server start
         listing = await (await scope.session_for(toolset, toolset.new_session)).list_tools()
     else:

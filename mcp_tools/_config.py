@@ -44,7 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from art_adapters.errors import ConfigError
+from art_adapters import ConfigError
 
 __all__ = [
     "STATE_PLACEHOLDER",
@@ -210,7 +210,7 @@ class McpClientConfig(BaseModel):
 
     Attributes:
         call_timeout_s: seconds one ``tools/call`` may take before the rollout gets a
-            :class:`~art_adapters.errors.ToolServerError` (default 60). A hung server never
+            :class:`art_adapters.ToolServerError` (default 60). A hung server never
             hangs the rollout; raise this for tools that are slow on purpose.
         connect_timeout_s: seconds to start a server (or reach it) and finish the MCP
             handshake (default 30).

@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from typing import Any
 
-from art_adapters.errors import ToolServerError
+from art_adapters import ToolServerError
 from mcp_tools import _compat
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters.content import content_text
-from art_adapters.errors import ArtAdaptersError, ConfigError
+from art_adapters import ArtAdaptersError, ConfigError
 from art_adapters.structured_output import (
     NO_JSON_SCHEMA_MODE,
     answer_text,
+    content_text,
     cut_off_text,
     finish_reason,
     json_schema_output,

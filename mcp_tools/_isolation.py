@@ -28,7 +28,7 @@ session per tool set) then:
 
 The original is only ever read. A streamable-HTTP server is one process shared by
 every session: the client cannot hand it a copy, so state on an HTTP server is a
-:class:`~art_adapters.errors.ConfigError`.
+:class:`art_adapters.ConfigError`.
 
 When a server's tools say by their MCP annotations that they write or destroy
 (``readOnlyHint: false`` or ``destructiveHint: true``) and the server has no state
@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from art_adapters.errors import ConfigError
+from art_adapters import ConfigError
 from mcp_tools._config import (
     HTTP_STATE_MESSAGE,
     STATE_PLACEHOLDER,

@@ -32,12 +32,12 @@ from mcp_tools._session import McpSession
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Rollout", "current_rollout", "rollout"]
+__all__ = ["RolloutScope", "current_scope", "rollout"]
 
-_CURRENT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("mcp_tools_rollout", default=None)
+_CURRENT: contextvars.ContextVar[RolloutScope | None] = contextvars.ContextVar("mcp_tools_rollout", default=None)
 
 
-class Rollout:
+class RolloutScope:
     """One rollout's MCP sessions, opened lazily per tool set and closed together.
 
     Attributes:
@@ -58,7 +58,7 @@ class Rollout:
     async def session_for(self, key: Any, factory: Callable[[], Awaitable[McpSession]]) -> McpSession:
         """The session for *key* in this rollout, opened by *factory* on first use."""
         if self._closed:
-            from art_adapters.errors import ToolServerError
+            from art_adapters import ToolServerError
 
             raise ToolServerError(f"rollout {self.id} has ended; its MCP sessions are closed")
         session = self._sessions.get(key)
@@ -80,13 +80,13 @@ class Rollout:
         await asyncio.gather(*(s.aclose() for s in sessions))
 
 
-def current_rollout() -> Rollout | None:
+def current_scope() -> RolloutScope | None:
     """The innermost active :func:`rollout` scope, if any."""
     return _CURRENT.get()
 
 
 @asynccontextmanager
-async def rollout(rollout_id: str | None = None) -> AsyncIterator[Rollout]:
+async def rollout(rollout_id: str | None = None) -> AsyncIterator[RolloutScope]:
     """Scope one rollout: MCP tools called inside share one session per server, closed at the end.
 
     Example::
@@ -96,7 +96,7 @@ async def rollout(rollout_id: str | None = None) -> AsyncIterator[Rollout]:
         async with mcp_tools.rollout():
             await graph.ainvoke({"messages": [...]}, config={"callbacks": [handler]})
     """
-    scope = Rollout(rollout_id)
+    scope = RolloutScope(rollout_id)
     token = _CURRENT.set(scope)
     try:
         yield scope

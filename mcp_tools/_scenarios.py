@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from art_adapters.errors import ConfigError
+from art_adapters import ConfigError
 
 __all__ = [
     "Scenario",

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Self
 
-from art_adapters.errors import ConfigError
+from art_adapters import ConfigError
 from mcp_tools._config import HttpServer, McpClientConfig, StdioServer, client_config, parse_servers
 from mcp_tools._connection import ServerConnection
 from mcp_tools._isolation import SessionState, warn_unisolated
@@ -165,7 +165,7 @@ class McpSession:
         Servers without resources contribute nothing; a resource that cannot be read keeps
         no ``text`` (logged), so one bad resource does not hide the others.
         """
-        from art_adapters.errors import ToolServerError
+        from art_adapters import ToolServerError
 
         out: list[dict[str, Any]] = []
         for name in self.servers:

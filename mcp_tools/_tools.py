@@ -5,13 +5,13 @@ Each call of an :class:`McpTool`:
 1. finds its session (the bound :class:`McpSession`, or the current rollout's);
 2. sends ``tools/call`` inside an OTel span ``tools/call <tool>``;
 3. dispatches a LangChain custom event (:data:`TOOL_RECORD_EVENT`) whose data is a
-   :class:`~art_adapters.trajectory.ToolCallRecord` as JSON, so the trajectory
+   :class:`art_adapters.ToolCallRecord` as JSON, so the trajectory
    callback handler records server, tool, arguments, result, ``isError``, duration
    and session id; the event goes out for failures too, before the error is raised;
 4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
    handled by the tool (the model sees the error text, the tool message has
    ``status="error"``); a crashed or hung server raises
-   :class:`~art_adapters.errors.ToolServerError`, which ends the rollout.
+   :class:`art_adapters.ToolServerError`, which ends the rollout.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from langchain_core.callbacks import adispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, ToolException
 
-from art_adapters.capture.events import TOOL_RECORD_EVENT
-from art_adapters.errors import ConfigError, ToolServerError
-from art_adapters.trajectory import ToolCallRecord
+from art_adapters import TOOL_RECORD_EVENT
+from art_adapters import ConfigError, ToolServerError
+from art_adapters import ToolCallRecord
 from mcp_tools._telemetry import record_outcome, tool_call_span
 
 if TYPE_CHECKING:

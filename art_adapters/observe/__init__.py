@@ -29,17 +29,17 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from art_adapters.observe.config import ObserveConfig
-from art_adapters.observe.importer import (
+from art_adapters.observe._config import ObserveConfig
+from art_adapters.observe._importer import (
     trajectories_from_langfuse,
     trajectories_from_otlp_json,
     trajectories_from_spans,
 )
-from art_adapters.observe.metrics import METRICS_FILE, MetricsHistory, group_metrics
-from art_adapters.observe.observer import Observer
-from art_adapters.observe.otlp_json import OtlpJsonFileExporter, otlp_json_request
-from art_adapters.observe.plot import plot_run
-from art_adapters.trajectory import TrajectoryGroup
+from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory, group_metrics
+from art_adapters.observe._observer import Observer
+from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
+from art_adapters.observe._plot import plot_run
+from art_adapters._trajectory import TrajectoryGroup
 
 __all__ = [
     "METRICS_FILE",

@@ -25,8 +25,8 @@ estimated``). Per-call token usage is the assistant message's ``usage`` (which c
 sets on every turn a model call of the run produced); for a message without it (a
 hand-built trajectory) it is known only when the run made a single model call; otherwise
 the totals are on the root.
-The GenAI attributes are what :mod:`art_adapters.capture.otel_genai` parses, so exported
-traces import back into the same trajectories (:mod:`art_adapters.observe.importer`).
+The GenAI attributes are what :mod:`art_adapters._capture.otel_genai` parses, so exported
+traces import back into the same trajectories (:mod:`art_adapters.observe._importer`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from art_adapters.trajectory import Message, RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup
+from art_adapters._trajectory import Message, RolloutFailure, ToolCallRecord, Trajectory, TrajectoryGroup
 
 __all__ = [
     "AttributeValue",
@@ -497,7 +497,7 @@ def train_step_spans(
     ]
 
 
-def failed_trajectory(group: TrajectoryGroup, failure: RolloutException) -> Trajectory:
+def failed_trajectory(group: TrajectoryGroup, failure: RolloutFailure) -> Trajectory:
     """The trajectory to export for a failed rollout: its partial capture (or an empty one) with the error."""
     error = f"{failure.type}: {failure.message}" if failure.message else failure.type
     if failure.trajectory is not None:

@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-from .answer import JudgeScore
-from .cache import RulerCache
-from .judges import LangChainJudge, LiteLLMJudge
-from .prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
-from .score import combine_rewards, ruler_score_group, ruler_score_groups
+from ._answer import JudgeScore
+from ._cache import RulerCache
+from ._judges import LangChainJudge, LiteLLMJudge
+from ._prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
+from ._score import combine_rewards, ruler_score_group, ruler_score_groups
 
 __all__ = [
     "DEFAULT_RUBRIC",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from art_adapters.cli import app
+from art_adapters.apps import app
 
 
 def main() -> None:

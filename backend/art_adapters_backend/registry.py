@@ -96,7 +96,7 @@ class Registry:
     FILENAME = "registry.json"
 
     def __init__(self, run_dir: Path, base_model: str) -> None:
-        from art_adapters._private import private_dir
+        from art_adapters.files import private_dir
 
         self.run_dir = private_dir(run_dir)  # 0o700: it holds every prompt served and trained on
         self.path = self.run_dir / self.FILENAME

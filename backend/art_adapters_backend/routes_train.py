@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_adapters.train_config import RetentionPolicy, TrainConfig
-from art_adapters.trajectory import TrajectoryGroup
+from art_adapters import RetentionPolicy, TrainConfig
+from art_adapters import TrajectoryGroup
 
 from .errors import BadRequestError
 from .limits import ServeLimits

@@ -96,7 +96,7 @@ class ServerState:
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
         from .engine.torch_engine import TorchEngine
 
-        from art_adapters._private import private_dir
+        from art_adapters.files import private_dir
 
         run_dir = private_dir(config.run_dir)  # 0o700: records, groups, checkpoints are the owner's only
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from art_adapters_backend.registry import Registry
 
-from art_adapters._private import open_private, private_dir
-from art_adapters.ruler.answer import JudgeScore
-from art_adapters.ruler.cache import RulerCache
+from art_adapters.files import open_private, private_dir
+from art_adapters.ruler._answer import JudgeScore
+from art_adapters.ruler._cache import RulerCache
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
 

@@ -15,8 +15,8 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
 import art_adapters as aa
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.trajectory import Trajectory
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._trajectory import Trajectory
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 

@@ -17,11 +17,11 @@ from capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, Poli
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 
-from art_adapters.capture.assembly import ModelCall, assemble
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.capture.recorder import TrajectoryRecorder
-from art_adapters.trajectory import Message, Trajectory
+from art_adapters._capture.assembly import ModelCall, assemble
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._capture.recorder import TrajectoryRecorder
+from art_adapters._trajectory import Message, Trajectory
 
 QUESTION = {"messages": [("user", "Why is the sky blue?")]}
 REVIEW = "Mention Rayleigh scattering."

@@ -12,7 +12,7 @@ import json
 import httpx
 from langchain_openai import ChatOpenAI
 
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
 
 COMPLETION_ID = "chatcmpl-0123456789abcdef"
 

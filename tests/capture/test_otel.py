@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from art_adapters.capture import otel_trace
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.errors import ConfigError
-from art_adapters.trajectory import Trajectory
+from art_adapters._capture import otel_trace
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._errors import ConfigError
+from art_adapters._trajectory import Trajectory
 
 SYSTEM = [{"type": "text", "content": "You are a calculator."}]
 USER = {"role": "user", "parts": [{"type": "text", "content": "add 1 and 2"}]}
@@ -233,7 +233,7 @@ def test_exception_during_conversion_never_reaches_the_sdk(
     provider.add_span_processor(capture)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
-    with caplog.at_level(logging.ERROR, logger="art_adapters.capture.otel"):
+    with caplog.at_level(logging.ERROR, logger="art_adapters._capture.otel"):
         with tracer.start_as_current_span("run"):
             with tracer.start_as_current_span("explode") as span:
                 span.set_attribute("gen_ai.operation.name", "chat")

@@ -21,9 +21,9 @@ from test_langchain import QUESTION, assert_calculator_run, planner_graph, summa
 from test_model_names import QUESTION as REVIEW_QUESTION
 from test_model_names import REVIEW, answer
 
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.trajectory import Trajectory
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._trajectory import Trajectory
 
 
 def _openinference() -> Any:

@@ -18,9 +18,9 @@ from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 
 import mcp_tools
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.trajectory import ToolCallRecord
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._trajectory import ToolCallRecord
 from mcp_tools.servers import server_command
 
 QUESTION = {"messages": [("user", "what is 2 + 3")]}

@@ -11,7 +11,7 @@ from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
 from test_otel import CALL, FINAL, RESULT, USER, chat, tool
 
-from art_adapters.capture.otel import TrajectorySpanProcessor
+from art_adapters._capture.otel import TrajectorySpanProcessor
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from art_adapters.capture.assembly import ModelCall, assemble, conversations
-from art_adapters.capture.recorder import TrajectoryRecorder
-from art_adapters.errors import ConfigError
-from art_adapters.trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, Trajectory
+from art_adapters._capture.assembly import ModelCall, assemble, conversations
+from art_adapters._capture.recorder import TrajectoryRecorder
+from art_adapters._errors import ConfigError
+from art_adapters._trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, Trajectory
 
 SYSTEM = Message(role="system", content="be brief")
 USER = Message(role="user", content="add 1 and 2")

@@ -19,9 +19,9 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.trajectory import Trajectory
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._trajectory import Trajectory
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from art_adapters import Trajectory, TrajectoryGroup, load_groups, save_groups
-from art_adapters.ruler.answer import JudgeScore
-from art_adapters.ruler.cache import RulerCache
+from art_adapters.ruler._answer import JudgeScore
+from art_adapters.ruler._cache import RulerCache
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="names fsynced descriptors via /proc/self/fd")
 

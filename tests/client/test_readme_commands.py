@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from art_adapters.cli import app
+from art_adapters.apps._cli import app
 from mcp_tools._config import parse_servers
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import pytest
 from pydantic import SecretStr
 
 from art_adapters import LocalBackend
-from art_adapters.backends import redact_command
-from art_adapters.observe.config import ObserveConfig
-from art_adapters.redact import redact_text, redact_url
+from art_adapters._backends import redact_command
+from art_adapters.observe._config import ObserveConfig
+from art_adapters._redact import redact_text, redact_url
 
 KEY = "s3cret-key-123"
 

@@ -9,7 +9,7 @@ import pytest
 
 from art_adapters import (
     Message,
-    RolloutException,
+    RolloutFailure,
     ToolCallRecord,
     Trajectory,
     TrajectoryGroup,
@@ -76,7 +76,7 @@ def test_groups_jsonl_round_trip_with_exceptions(tmp_path: Path) -> None:
     try:
         raise RuntimeError("tool server crashed")
     except RuntimeError as exc:
-        failure = RolloutException.from_exception(exc, scenario_id="s1", rollout_index=3)
+        failure = RolloutFailure.from_exception(exc, scenario_id="s1", rollout_index=3)
     groups = [
         TrajectoryGroup(trajectories=[_trajectory()], exceptions=[failure], metadata={"scenario_id": "s1"}),
         TrajectoryGroup(trajectories=[Trajectory(tool_records=[ToolCallRecord(name="x", source="mcp")])]),

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from art_adapters import RemoteBackend, TrainableModel
-from art_adapters.backends import path_segment
+from art_adapters._backends import path_segment
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ def test_short_demo_prints_the_table_writes_the_plot_and_answers(tmp_path: Path)
     env = {**os.environ, "COLUMNS": "160", "ART_ADAPTERS_JUDGE_MODEL": "", "OPENAI_API_KEY": ""}
     env.setdefault("ART_ADAPTERS_TORCH_THREADS", "1")
     command = [
-        sys.executable, "-m", "art_adapters.cli", "demo", "--run-dir", str(run_dir), "--steps", "1",
+        sys.executable, "-m", "art_adapters.apps", "demo", "--run-dir", str(run_dir), "--steps", "1",
         "--groups", "1", "--rollouts", "3", "--eval-size", "1", "--eval-samples", "1", "--train-size", "2",
         "--question", "What is 20 + 22?",
     ]  # fmt: skip
@@ -32,7 +32,7 @@ def test_short_demo_prints_the_table_writes_the_plot_and_answers(tmp_path: Path)
 
 def test_demo_rejects_bad_settings() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "art_adapters.cli", "demo", "--rollouts", "1"],
+        [sys.executable, "-m", "art_adapters.apps", "demo", "--rollouts", "1"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2

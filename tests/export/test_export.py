@@ -17,7 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from art_adapters.cli import app as cli_app
+from art_adapters.apps._cli import app as cli_app
 from art_adapters_backend.export import (
     CHAT_TEMPLATE_FILE,
     EXPORT_MANIFEST,

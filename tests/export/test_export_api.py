@@ -25,8 +25,8 @@ from art_adapters import (
     Trajectory,
     TrajectoryGroup,
 )
-from art_adapters.errors import ConfigError
-from art_adapters.trajectory import Message
+from art_adapters._errors import ConfigError
+from art_adapters._trajectory import Message
 
 PROMPT = "Name a colour."
 TOLERANCE = 1e-4

@@ -22,7 +22,7 @@ from langchain_core.tools import tool
 from pydantic import Field
 
 from art_adapters import TrainableModel, TrainConfig, TrajectoryCallbackHandler, TrajectoryGroup
-from art_adapters.trajectory import Trajectory
+from art_adapters._trajectory import Trajectory
 
 #: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]

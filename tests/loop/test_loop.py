@@ -16,10 +16,10 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from art_adapters import ConfigError, LocalBackend, TrainableModel, TrainConfig, Trajectory
-from art_adapters.batch_store import BatchStore
-from art_adapters.loop import LoopConfig, _batch, ruler_scorer, train_loop, verifiable_scorer
-from art_adapters.observe.metrics import MetricsHistory
-from art_adapters.trajectory import Message, load_groups
+from art_adapters._batch_store import BatchStore
+from art_adapters._loop import LoopConfig, _batch, ruler_scorer, train_loop, verifiable_scorer
+from art_adapters.observe._metrics import MetricsHistory
+from art_adapters._trajectory import Message, load_groups
 
 pytestmark = pytest.mark.slow
 

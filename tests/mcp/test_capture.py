@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import mcp_tools
-from art_adapters.capture.langchain import TrajectoryCallbackHandler
-from art_adapters.capture.otel import TrajectorySpanProcessor
-from art_adapters.errors import ConfigError, ToolServerError
+from art_adapters._capture.langchain import TrajectoryCallbackHandler
+from art_adapters._capture.otel import TrajectorySpanProcessor
+from art_adapters._errors import ConfigError, ToolServerError
 from mcp_tools.servers import server_command
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}

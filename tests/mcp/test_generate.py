@@ -13,7 +13,7 @@ from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 import mcp_tools
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from mcp_tools import ScenarioGenerationError, generate_scenarios, normalize_task
 from mcp_tools.servers import server_command
 

@@ -21,7 +21,7 @@ from _scripted_generator import ScriptedGenerator as Scripted
 from langchain_openai import ChatOpenAI
 
 import mcp_tools
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from mcp_tools import ScenarioGenerationError, generate_scenarios, load_scenarios
 from mcp_tools._answers import named_tool
 from mcp_tools._generate import SYSTEM_PROMPT, describe_tools
@@ -284,7 +284,7 @@ async def test_kebab_and_camel_case_tool_names_are_rejected_in_generation() -> N
 async def test_train_mcp_generates_only_the_missing_scenarios(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from art_adapters.mcp_rl import TrainMcpConfig, _scenarios
+    from art_adapters.apps._train_mcp import TrainMcpConfig, _scenarios
 
     command = " ".join(server_command("notes"))
     config = TrainMcpConfig(server=command, run_dir=tmp_path, n_scenarios=3, max_retries=0)

@@ -17,7 +17,7 @@ import pytest
 from _third_party import node_server, python_server
 
 import mcp_tools
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from mcp_tools._config import parse_servers, parse_state_option
 
 SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
@@ -211,7 +211,7 @@ async def test_train_mcp_state_option_isolates_its_rollouts(memory_file: Path) -
     from capture_fakes import PolicyChatModel
 
     import art_adapters as aa
-    from art_adapters.mcp_rl import TrainMcpConfig, _server, build_agent, make_rollout
+    from art_adapters.apps._train_mcp import TrainMcpConfig, _server, build_agent, make_rollout
 
     original = memory_file.read_bytes()
     config = TrainMcpConfig(
@@ -231,7 +231,7 @@ async def test_train_mcp_state_option_isolates_its_rollouts(memory_file: Path) -
 def test_train_mcp_rejects_state_for_an_http_server(memory_file: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from art_adapters.cli import app
+    from art_adapters.apps._cli import app
 
     runner = CliRunner()
     result = runner.invoke(app, ["train-mcp", "--help"])

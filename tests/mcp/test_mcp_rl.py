@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import art_adapters as aa
 import mcp_tools
-from art_adapters.cli import app
-from art_adapters.mcp_rl import (
+from art_adapters.apps._cli import app
+from art_adapters.apps._train_mcp import (
     GENERATOR_TEMPERATURE,
     ToolTally,
     TrainMcpConfig,

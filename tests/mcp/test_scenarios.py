@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import mcp_tools
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from mcp_tools import Scenario, ScenarioFileError, load_scenarios, save_scenarios, split_scenarios
 
 

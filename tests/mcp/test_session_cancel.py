@@ -93,7 +93,7 @@ def _handshake_done(server: str) -> bool:
 
 
 async def test_a_server_that_never_handshakes_fails_at_connect_timeout_with_its_stderr() -> None:
-    from art_adapters.errors import ToolServerError
+    from art_adapters._errors import ToolServerError
 
     script = "import sys, time; print('booting, waiting for the database', file=sys.stderr, flush=True); time.sleep(120)"
     started = time.monotonic()
@@ -107,7 +107,7 @@ async def test_a_server_that_never_handshakes_fails_at_connect_timeout_with_its_
 
 
 async def test_a_server_that_exits_at_start_is_reported_with_its_stderr() -> None:
-    from art_adapters.errors import ToolServerError
+    from art_adapters._errors import ToolServerError
 
     script = "import sys; sys.exit('config file /etc/notes.toml not found')"
     with pytest.raises(ToolServerError, match="MCP server 'broken'") as info:
@@ -131,7 +131,7 @@ async def test_cancelling_a_call_cancels_its_request_and_the_session_goes_on() -
 
 
 async def test_outside_a_rollout_a_crashed_shared_session_is_replaced() -> None:
-    from art_adapters.errors import ToolServerError
+    from art_adapters._errors import ToolServerError
     from mcp_tools.servers import server_command
 
     tools = {t.name: t for t in await mcp_tools.load_tools(server_command("calculator", "--debug-tools"))}

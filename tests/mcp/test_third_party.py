@@ -17,7 +17,7 @@ import pytest
 from _third_party import everything_http, node_server, python_server
 
 import mcp_tools
-from art_adapters.errors import ToolServerError
+from art_adapters._errors import ToolServerError
 
 
 def by_name(tools: list) -> dict:

@@ -24,7 +24,7 @@ from _third_party import everything_http, node_server, python_server
 
 import art_adapters as aa
 import mcp_tools
-from art_adapters.mcp_rl import build_agent, make_rollout, select_tools
+from art_adapters.apps._train_mcp import build_agent, make_rollout, select_tools
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ruler"))
 from judge_server import JudgeServer  # the RULER tests' scripted judge
@@ -224,7 +224,7 @@ async def _train_mcp(
             *extra,
         ]  # fmt: skip
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "art_adapters.cli", *args,
+            sys.executable, "-m", "art_adapters.apps", *args,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
         )  # fmt: skip
         output, _ = await process.communicate()

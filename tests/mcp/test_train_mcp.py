@@ -32,7 +32,7 @@ async def _invoke(args: list[str], cache_dir: Path) -> tuple[int, str]:
     """Run the real command line in its own process (one event loop, as a user runs it)."""
     env = {**os.environ, "COLUMNS": "200", "ART_ADAPTERS_CACHE_DIR": str(cache_dir)}  # a fresh RULER cache
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "art_adapters.cli", *args,
+        sys.executable, "-m", "art_adapters.apps", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
     )  # fmt: skip
     output, _ = await process.communicate()

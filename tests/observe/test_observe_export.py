@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import art_adapters as aa
 from art_adapters import observe
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter
 
 

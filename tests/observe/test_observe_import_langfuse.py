@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import art_adapters as aa
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 
 TOOLS = [
     {

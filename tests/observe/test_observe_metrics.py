@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import art_adapters as aa
-from art_adapters.cli import app
-from art_adapters.errors import ConfigError
+from art_adapters.apps._cli import app
+from art_adapters._errors import ConfigError
 from art_adapters.observe import MetricsHistory, ObserveConfig, Observer, group_metrics, plot_run
 
 
@@ -45,7 +45,7 @@ def test_group_metrics_of_a_real_scored_run(scored_groups: list[aa.TrajectoryGro
     assert rates["tool_call_rate"] == 0.5 and rates["tool_error_rate"] == 0.5
     assert "tool_error_rate" not in group_metrics([aa.TrajectoryGroup(trajectories=[silent])])
     assert row["prompt_tokens_mean"] > 0 and row["duration_s_mean"] > 0
-    failed = aa.TrajectoryGroup(exceptions=[aa.RolloutException(type="ValueError", message="x")])
+    failed = aa.TrajectoryGroup(exceptions=[aa.RolloutFailure(type="ValueError", message="x")])
     assert group_metrics([*scored_groups, failed])["exception_rate"] == pytest.approx(1 / 7)
 
 

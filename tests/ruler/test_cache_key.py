@@ -36,7 +36,7 @@ async def test_a_judge_with_other_sampling_settings_misses_the_cache(
 
 
 def test_the_api_key_is_not_part_of_the_key(server: JudgeServer) -> None:
-    from art_adapters.ruler.judges import LangChainJudge
+    from art_adapters.ruler._judges import LangChainJudge
 
     def judge(key: str) -> LangChainJudge:
         return LangChainJudge(

@@ -9,7 +9,7 @@ from langchain_openai import ChatOpenAI
 from test_score import answer, make_group
 
 import art_adapters as aa
-from art_adapters.ruler.judges import LangChainJudge, _with_settings
+from art_adapters.ruler._judges import LangChainJudge, _with_settings
 
 SECRET = "hunter2-secret"
 

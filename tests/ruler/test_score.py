@@ -12,7 +12,7 @@ from judge_server import JudgeServer, request_ids, scores
 from langchain_openai import ChatOpenAI
 
 import art_adapters as aa
-from art_adapters.errors import ConfigError
+from art_adapters._errors import ConfigError
 from art_adapters.ruler import LiteLLMJudge, RulerCache
 
 SYSTEM = "You are a calculator agent. Use the add tool. Marker SYS-7f3a."
@@ -198,7 +198,7 @@ async def test_score_groups_concurrently_in_order_failed_group_marked(
         make_group(answer("5"), answer("6")),
         make_group(answer("BROKEN"), answer("6")),
         make_group(answer("5"), answer("6"), answer("7")),
-        aa.TrajectoryGroup(exceptions=[aa.RolloutException(type="ValueError", message="boom")]),
+        aa.TrajectoryGroup(exceptions=[aa.RolloutFailure(type="ValueError", message="boom")]),
     ]
     results = await aa.ruler_score_groups(
         groups, judge=judge, max_concurrency=2, max_retries=0, swallow_exceptions=True, cache=tmp_path

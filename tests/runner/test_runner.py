@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import art_adapters as aa
-from art_adapters.errors import ConfigError
-from art_adapters.runner import RunProgress, scenario_id
+from art_adapters._errors import ConfigError
+from art_adapters._runner import RunProgress, scenario_id
 
 
 def _trajectory(scenario: dict[str, Any], reward: float | None = 1.0) -> aa.Trajectory:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from art_adapters import Trajectory, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 
 def group_from_choices(

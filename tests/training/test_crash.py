@@ -16,7 +16,7 @@ import pytest
 from sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup, load_groups
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 
 async def _group(model: TrainableModel, seed: int) -> TrajectoryGroup:

@@ -12,7 +12,7 @@ import pytest
 from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import Message, Trajectory, TrajectoryGroup
-from art_adapters.trajectory import History
+from art_adapters._trajectory import History
 
 _ids = itertools.count()
 
@@ -413,7 +413,7 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     from capture_fakes import PolicyChatModel, add, calculator_policy, multiply
     from test_langchain import few_shot_graph
 
-    from art_adapters.capture.langchain import TrajectoryCallbackHandler
+    from art_adapters._capture.langchain import TrajectoryCallbackHandler
 
     handler = TrajectoryCallbackHandler()
     graph = few_shot_graph(PolicyChatModel(policy=calculator_policy), [add, multiply])

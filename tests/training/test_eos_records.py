@@ -9,7 +9,7 @@ import openai
 from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import LocalBackend, Trajectory, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 IM_END = 2  # <|im_end|> of the bundled SmolLM2 (its EOS)
 

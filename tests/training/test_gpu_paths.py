@@ -21,7 +21,7 @@ from art_adapters_backend.engine.vllm_engine import vllm_available
 from sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import pytest
 from sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 STEPS = 4
 TRAIN_PROMPTS = 4  # prompts a step

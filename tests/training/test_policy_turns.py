@@ -22,7 +22,7 @@ from art_adapters_backend.training.data import build_sequences
 from langchain_core.messages import AIMessage
 
 from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler, TrajectoryGroup
-from art_adapters.train_config import TrainConfig
+from art_adapters._train_config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
 from capture_fakes import NamedFakeChatModel, review_graph  # noqa: E402

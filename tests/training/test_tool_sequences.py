@@ -19,7 +19,7 @@ from art_adapters_backend.model_family import bundled_chat_template_path
 from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import LocalBackend, Trajectory, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 MODEL = "smollm2-135m-instruct"
 TOOLS = [

@@ -19,7 +19,7 @@ from art_adapters import (
     TrajectoryGroup,
     load_groups,
 )
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 PROMPT = "Name a colour."
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 PROMPT = "Name a colour."
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from art_adapters import LocalBackend, TrainableModel, Trajectory, TrajectoryGroup
-from art_adapters.trajectory import Message
+from art_adapters._trajectory import Message
 
 
 async def _scored_group(model: TrainableModel) -> dict:

@@ -54,7 +54,7 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel, Field
 
-from art_adapters.trajectory import Message, ToolSchema, Trajectory, TrajectoryGroup
+from art_adapters import Message, ToolSchema, Trajectory, TrajectoryGroup
 
 from .grpo import group_advantages, is_zero_variance
 

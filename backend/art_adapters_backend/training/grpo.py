@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from art_adapters.train_config import TrainConfig
+from art_adapters import TrainConfig
 
 __all__ = [
     "IMPORTANCE_LEVELS",

@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters.train_config import RetentionPolicy, TrainConfig
-from art_adapters.trajectory import TrajectoryGroup
+from art_adapters import RetentionPolicy, TrainConfig
+from art_adapters import TrajectoryGroup
 
 from ..durable import write_atomic
 from ..errors import BadRequestError, ConflictError

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel
 
-from art_adapters.train_config import TrainConfig
+from art_adapters import TrainConfig
 
 from ..threads import set_torch_threads
 from .checkpoints import atomic_directory
@@ -52,7 +52,7 @@ from .grpo import (
 if TYPE_CHECKING:
     from peft import PeftModel
 
-    from art_adapters.trajectory import TrajectoryGroup
+    from art_adapters import TrajectoryGroup
 
 __all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
 

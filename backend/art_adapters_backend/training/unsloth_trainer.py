@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from art_adapters.train_config import TrainConfig
+from art_adapters import TrainConfig
 
 from .trainer import LoraTrainer
 

@@ -1,0 +1,442 @@
+"""The training loop: rollouts -> scores -> one GRPO step, repeated; held-out evaluation every k steps.
+
+::
+
+    config = aa.LoopConfig(steps=8, groups_per_step=4, rollouts_per_group=4, eval_every=2, run_dir="runs/a")
+    result = await aa.train_loop(
+        model, rollout, train_scenarios,
+        score=aa.verifiable_scorer(lambda t, scenario: check(t, scenario)),  # or aa.ruler_scorer(judge)
+        val_scenarios=held_out, eval_rollout=greedy_rollout, config=config,
+    )
+
+Each step (counted from the model's current step, so a restarted loop resumes where the
+backend is and never redoes a finished step; with ``run_dir`` it also continues after the
+last batch of scenarios it logged) takes the next ``groups_per_step`` training scenarios
+(the dataset is reshuffled each epoch from ``seed``), runs
+``rollouts_per_group`` rollouts of each with :func:`~art_adapters.run_groups`, scores them,
+and trains one step with ``model.train``. Groups the scorer could not score are reported
+in the step's :class:`StepReport` (and logged), never dropped silently. Metrics go to the
+run's ``metrics.jsonl`` (:class:`~art_adapters.observe._metrics.MetricsHistory`): one
+``train`` row per step and one ``val`` row per evaluation. With ``run_dir``, each batch's
+groups are also written to ``run_dir/batches/`` before and after scoring
+(:class:`~art_adapters._batch_store.BatchStore`), so a loop that crashes before its train step
+reuses them when restarted instead of running the rollouts again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from ._batch_store import BatchStore
+from ._errors import ConfigError
+from ._train_config import TrainConfig
+from ._runner import RolloutFn
+from ._trajectory import Trajectory, TrajectoryGroup
+
+if TYPE_CHECKING:
+    from ._model import TrainableModel
+
+__all__ = [
+    "EvalReport",
+    "LoopConfig",
+    "LoopResult",
+    "Scorer",
+    "StepReport",
+    "combined_scorer",
+    "evaluate",
+    "ruler_scorer",
+    "train_loop",
+    "unscored_reason",
+    "verifiable_scorer",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``async def score(groups, scenarios) -> groups``: sets ``reward`` on every trajectory it can.
+Scorer = Callable[[list[TrajectoryGroup], list[Any]], Awaitable[list[TrajectoryGroup]]]
+
+
+class LoopConfig(BaseModel):
+    """Settings of :func:`train_loop`.
+
+    Attributes:
+        steps: train until the model is at this step (a target, not a count: a loop resumed
+            at step 3 with ``steps=5`` trains two more). ``0`` only evaluates.
+        groups_per_step: training scenarios per step (one group each). Default 4.
+        rollouts_per_group: rollouts per scenario, the GRPO group size, >= 2. Default 4.
+        eval_every: evaluate on the held-out split after every this many steps (and before
+            the first step and after the last); ``0`` evaluates only before and after.
+        eval_rollouts: rollouts per held-out scenario (1 for a greedy agent). Default 1.
+        eval_at_start: evaluate before training when the loop starts. Default True.
+        max_concurrency: rollouts running at once. Default 8.
+        rollout_timeout_s: seconds one rollout may take; ``None``: no limit. Default 600.
+        max_exceptions: failed rollouts tolerated per ``run_groups`` call (count, or a
+            fraction in [0, 1]); see :func:`~art_adapters.run_groups`. Default 0.25.
+        max_untrained: consecutive iterations that may train nothing (e.g. every group had
+            equal rewards) before the loop gives up and returns with ``stopped`` set; such an
+            iteration moves on to the next scenarios. Default 3.
+        seed: seeds the per-epoch shuffle of the training scenarios.
+        run_dir: where ``metrics.jsonl`` and ``batches/`` (each step's groups, reused after a
+            crash) are written; ``None``: neither.
+        progress: show ``run_groups``' progress bar (a terminal or notebook only); the
+            ``progress`` argument of :func:`train_loop` replaces it with a callback.
+        train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
+            via ``train.retention``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: NonNegativeInt
+    groups_per_step: PositiveInt = 4
+    rollouts_per_group: int = Field(default=4, ge=2)
+    eval_every: NonNegativeInt = 2
+    eval_rollouts: PositiveInt = 1
+    eval_at_start: bool = True
+    max_concurrency: PositiveInt = 8
+    rollout_timeout_s: float | None = Field(default=600.0, gt=0.0)
+    max_exceptions: float = Field(default=0.25, ge=0.0)
+    max_untrained: PositiveInt = 3
+    seed: int = 0
+    run_dir: Path | None = None
+    progress: bool = True
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+class EvalReport(BaseModel):
+    """One held-out evaluation: the mean reward of the model at ``step``."""
+
+    step: int
+    reward_mean: float | None
+    scored: int
+    trajectories: int
+    exceptions: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepReport(BaseModel):
+    """One training step: what was trained, on which scenarios, and what could not be scored.
+
+    Attributes:
+        step: the model's step after this iteration (unchanged when not ``trained``).
+        trained: whether ``model.train`` made a new checkpoint.
+        reason: why not, when not trained.
+        batch: the index of the step's batch of training scenarios (0, 1, ...).
+        scenario_ids: the scenarios of the step's groups.
+        reward_mean: mean reward of the step's scored rollouts (the ``reward_mean`` of its
+            ``metrics.jsonl`` row, unscored groups' rewards included where they have any).
+        unscored: ``{"group": id, "scenario_id": ..., "reason": ...}`` for every group left out
+            because the scorer could not score it.
+        metrics: the trainer's metrics (``loss``, ``kl``, ...) and the rollouts' statistics.
+    """
+
+    step: int
+    trained: bool
+    reason: str | None = None
+    batch: int = 0
+    scenario_ids: list[str] = Field(default_factory=list)
+    reward_mean: float | None = None
+    unscored: list[dict[str, Any]] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class LoopResult(BaseModel):
+    """What :func:`train_loop` did: the start and end step, each step and each evaluation.
+
+    ``stopped`` says why the loop ended before ``config.steps`` (``None`` when it got there).
+    """
+
+    start_step: int
+    final_step: int
+    steps: list[StepReport] = Field(default_factory=list)
+    evals: list[EvalReport] = Field(default_factory=list)
+    metrics_file: Path | None = None
+    stopped: str | None = None
+
+    @property
+    def unscored(self) -> list[dict[str, Any]]:
+        """Every group left unscored during the run, with its step."""
+        return [{"step": s.step, **u} for s in self.steps for u in s.unscored]
+
+
+def unscored_reason(group: TrajectoryGroup) -> str | None:
+    """Why ``group`` cannot be trained on as scored, or ``None`` when every trajectory has a reward."""
+    if group.metadata.get("scorer_error"):
+        return f"reward function: {group.metadata['scorer_error']}"
+    ruler = group.metadata.get("ruler")
+    if isinstance(ruler, Mapping) and ruler.get("status") == "unscored":
+        return f"judge: {ruler.get('reason')}"
+    if not group.trajectories:
+        return f"no trajectory ({len(group.exceptions)} rollouts failed)"
+    missing = sum(t.reward is None for t in group.trajectories)
+    if missing:
+        return f"{missing} of {len(group.trajectories)} trajectories have no reward"
+    return None
+
+
+def verifiable_scorer(reward: Callable[[Trajectory, Any], float]) -> Scorer:
+    """A scorer from ``reward(trajectory, scenario) -> float``; an exception leaves the group unscored."""
+
+    async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
+        out = []
+        for group, scenario in zip(groups, scenarios, strict=True):
+            group = group.model_copy(deep=True)
+            try:
+                for trajectory in group.trajectories:
+                    trajectory.reward = float(reward(trajectory, scenario))
+            except Exception as exc:  # noqa: BLE001 - a broken reward function is reported, not trained on
+                for trajectory in group.trajectories:
+                    trajectory.reward = None
+                group.metadata["scorer_error"] = f"{type(exc).__name__}: {exc}"
+            out.append(group)
+        return out
+
+    return score
+
+
+def ruler_scorer(judge: Any, **options: Any) -> Scorer:
+    """A scorer that asks RULER's ``judge`` (``ruler_score_groups`` with ``swallow_exceptions=True``)."""
+
+    async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
+        from .ruler import ruler_score_groups
+
+        options.setdefault("swallow_exceptions", True)
+        return list(await ruler_score_groups(groups, judge=judge, **options))
+
+    return score
+
+
+def combined_scorer(
+    judge: Any, reward: Callable[[Trajectory, Any], float], weight: float = 0.5, **options: Any
+) -> Scorer:
+    """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``."""
+    if not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"weight must be in [0, 1], got {weight}")
+    verifiable, ruler = verifiable_scorer(reward), ruler_scorer(judge, **options)
+
+    async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
+        from .ruler import combine_rewards
+
+        scored = await ruler(await verifiable(groups, scenarios), scenarios)
+        weights = {"ruler_score": weight, "independent_reward": 1 - weight}
+        return [g if unscored_reason(g) else combine_rewards(g, weights) for g in scored]
+
+    return score
+
+
+def _batch(scenarios: Sequence[Any], index: int, size: int, seed: int) -> list[Any]:
+    """The ``index``-th batch of ``size`` scenarios; each epoch is a fresh seeded shuffle."""
+    out: list[Any] = []
+    per_epoch = len(scenarios)
+    position = index * size
+    while len(out) < size:
+        epoch, offset = divmod(position, per_epoch)
+        order = list(range(per_epoch))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        out.append(scenarios[order[offset]])
+        position += 1
+    return out
+
+
+def _rewards(groups: Sequence[TrajectoryGroup]) -> list[float]:
+    return [float(t.reward) for g in groups for t in g.trajectories if t.reward is not None]
+
+
+async def evaluate(
+    model: TrainableModel,
+    rollout: RolloutFn,
+    scenarios: Sequence[Any],
+    score: Scorer,
+    config: LoopConfig,
+    progress: Callable[[Any], None] | None = None,
+) -> EvalReport:
+    """Mean reward of ``rollout`` (typically a greedy agent on the latest step) on ``scenarios``.
+
+    ``progress`` receives ``run_groups``' :class:`~art_adapters._runner.RunProgress` after each rollout.
+    """
+    from ._runner import run_groups
+
+    step = await model.get_step()
+    groups = await run_groups(
+        rollout, list(scenarios), n=config.eval_rollouts, max_concurrency=config.max_concurrency,
+        timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+        progress=progress or config.progress,
+    )  # fmt: skip
+    scored = await score(groups, list(scenarios))
+    rewards = _rewards(scored)
+    report = EvalReport(
+        step=step,
+        reward_mean=statistics.fmean(rewards) if rewards else None,
+        scored=len(rewards),
+        trajectories=sum(len(g.trajectories) for g in scored),
+        exceptions=sum(len(g.exceptions) for g in scored),
+    )
+    report.metrics = _log(config, step, scored, {}, split="val")
+    logger.info("step %d: held-out mean reward %s (%d scored)", step, report.reward_mean, report.scored)
+    return report
+
+
+def _log(
+    config: LoopConfig, step: int, groups: Sequence[TrajectoryGroup], extra: Mapping[str, Any], *, split: str
+) -> dict[str, Any]:
+    from .observe._metrics import MetricsHistory, group_metrics
+
+    row: dict[str, Any] = {**group_metrics(groups), **extra}
+    if config.run_dir is not None:
+        MetricsHistory(config.run_dir).append(step, row, split=split)
+    return row
+
+
+def _next_batch(config: LoopConfig, start: int) -> int:
+    """Where a (re)started loop continues in the dataset: after the last batch in the metrics
+    history (iterations that trained nothing used batches too), else at the model's step."""
+    if config.run_dir is None:
+        return start
+    from .observe._metrics import MetricsHistory
+
+    rows = MetricsHistory(config.run_dir).rows("train")
+    logged = [r["batch"] for r in rows if isinstance(r.get("batch"), int)]
+    return max(start, max(logged) + 1) if logged else start
+
+
+async def train_loop(
+    model: TrainableModel,
+    rollout: RolloutFn,
+    train_scenarios: Sequence[Any],
+    *,
+    score: Scorer,
+    config: LoopConfig,
+    val_scenarios: Sequence[Any] = (),
+    eval_rollout: RolloutFn | None = None,
+    eval_score: Scorer | None = None,
+    on_step: Callable[[StepReport], None] | None = None,
+    on_eval: Callable[[EvalReport], None] | None = None,
+    progress: Callable[[Any], None] | None = None,
+) -> LoopResult:
+    """Train ``model`` from its current step up to ``config.steps`` (see the module docstring).
+
+    Args:
+        model: a registered :class:`~art_adapters.TrainableModel`.
+        rollout: ``async def rollout(scenario) -> Trajectory`` for training (sampling agent).
+        train_scenarios: the training split (any objects ``rollout`` accepts).
+        score: a :data:`Scorer` (:func:`verifiable_scorer`, :func:`ruler_scorer`, ...).
+        config: the loop's settings.
+        val_scenarios: the held-out split; empty: no evaluation.
+        eval_rollout: the rollout used for evaluation (e.g. a greedy agent); default ``rollout``.
+        eval_score: the scorer of evaluations; default ``score``.
+        on_step, on_eval: called with each report as it is made (progress display).
+        progress: receives ``run_groups``' :class:`~art_adapters._runner.RunProgress` after every
+            rollout (training and evaluation) instead of its own progress bar.
+
+    Raises:
+        ConfigError: no training scenarios.
+        RolloutBudgetError: too many rollouts failed in one step.
+    """
+    from ._runner import run_groups, scenario_id
+
+    if config.steps > 0 and not train_scenarios:
+        raise ConfigError("train_scenarios is empty: the loop needs at least one training scenario")
+    eval_rollout, eval_score = eval_rollout or rollout, eval_score or score
+    start = await model.get_step()
+    result = LoopResult(
+        start_step=start,
+        final_step=start,
+        metrics_file=config.run_dir / "metrics.jsonl" if config.run_dir is not None else None,
+    )
+
+    async def run_eval() -> None:
+        report = await evaluate(model, eval_rollout, val_scenarios, eval_score, config, progress)
+        result.evals.append(report)
+        if on_eval is not None:
+            on_eval(report)
+
+    if val_scenarios and config.eval_at_start:
+        await run_eval()
+    step, batch_index, untrained = start, _next_batch(config, start), 0
+    store = BatchStore(config.run_dir) if config.run_dir is not None else None
+    while step < config.steps:
+        scenarios = _batch(train_scenarios, batch_index, config.groups_per_step, config.seed)
+        batch_index += 1
+        batch = batch_index - 1
+        stored = None
+        if store is not None:
+            stored = store.load(batch, step, [scenario_id(s) for s in scenarios])
+            if stored is not None:
+                kind = "scored" if stored.scored else "unscored"
+                logger.info(
+                    "step %d: reusing batch %d's %s groups from %s", step + 1, batch, kind, store.folder
+                )
+        if stored is not None and stored.scored:
+            scored = stored.groups
+        else:
+            if stored is not None:
+                groups = stored.groups
+            else:
+                groups = await run_groups(
+                    rollout, scenarios, n=config.rollouts_per_group, max_concurrency=config.max_concurrency,
+                    timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+                    progress=progress or config.progress,
+                )  # fmt: skip
+                if store is not None:
+                    store.save(batch, step, groups, scored=False)
+            scored = list(await score(groups, scenarios))
+            if len(scored) != len(groups):
+                raise ConfigError(
+                    f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
+                    "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
+                )
+            if store is not None:
+                store.save(batch, step, scored, scored=True)
+        usable, unscored = [], []
+        for group in scored:
+            reason = unscored_reason(group)
+            if reason is None:
+                usable.append(group)
+            else:
+                scenario = group.metadata.get("scenario_id")
+                unscored.append({"group": group.id, "scenario_id": scenario, "reason": reason})
+                logger.warning("step %d: group %s not trained on: %s", step + 1, group.id, reason)
+        report = StepReport(
+            step=step,
+            trained=False,
+            batch=batch,
+            scenario_ids=[scenario_id(s) for s in scenarios],
+            unscored=unscored,
+        )
+        if usable:
+            trained = await model.train(usable, config=config.train)
+            report.step, report.trained, report.reason = trained.step, trained.trained, trained.reason
+            report.metrics = {k: v for k, v in trained.metrics.items() if isinstance(v, int | float | None)}
+        else:
+            report.reason = "no group could be scored"
+        extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(unscored)}
+        report.metrics = _log(config, report.step, scored, extra, split="train")
+        report.reward_mean = report.metrics.get("reward_mean")  # one mean: the metrics file's
+        result.steps.append(report)
+        if on_step is not None:
+            on_step(report)
+        if not report.trained:
+            untrained += 1
+            logger.warning("step %d trained nothing: %s", step + 1, report.reason)
+            if untrained >= config.max_untrained:
+                result.stopped = (
+                    f"{untrained} iterations in a row trained nothing (last: {report.reason}); check the "
+                    "scorer and the rewards' spread (a group whose rollouts all score the same carries no "
+                    "signal)"
+                )
+                logger.warning("training loop stopped at step %d: %s", step, result.stopped)
+                break
+            continue
+        untrained, step = 0, report.step
+        if val_scenarios and config.eval_every and step % config.eval_every == 0 and step < config.steps:
+            await run_eval()
+    result.final_step = step
+    if val_scenarios and (not result.evals or result.evals[-1].step != step):
+        await run_eval()
+    return result

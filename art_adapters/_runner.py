@@ -1,0 +1,473 @@
+"""The group runner: replay every scenario N times, concurrently, and collect groups.
+
+::
+
+    async def rollout(scenario: dict) -> aa.Trajectory:
+        handler = aa.TrajectoryCallbackHandler()
+        await graph.ainvoke({"messages": [...]}, config={"callbacks": [handler]})
+        return handler.trajectory
+
+    groups = await aa.run_groups(rollout, scenarios, n=4, max_concurrency=8, timeout_s=120)
+
+Every rollout runs under a concurrency limit and its own timeout; a rollout that raises
+(or times out) is retried up to ``retries`` times and, if it still fails, is kept on its
+group as a :class:`~art_adapters._trajectory.RolloutFailure` (type, message, traceback,
+scenario id, rollout index). Failures count against one budget, ``max_exceptions``: past
+it the rest is cancelled and :class:`RolloutBudgetError` is raised. Cancellation of the
+caller (Ctrl-C, ``task.cancel()``) cancels every rollout and propagates: nothing here
+catches ``BaseException``.
+
+:func:`run_groups` is a coroutine, so in a notebook just ``await`` it;
+:func:`run_groups_sync` is the blocking shell for scripts and for synchronous code that
+happens to run under an event loop (it then runs the work on a worker thread's own loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import hashlib
+import inspect
+import json
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ._errors import ConfigError, RolloutError
+from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup
+
+__all__ = [
+    "RolloutBudgetError",
+    "RunProgress",
+    "run_groups",
+    "run_groups_sync",
+    "scenario_id",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``async def rollout(scenario) -> Trajectory``: one rollout of a scenario, as run_groups and train_loop call it.
+RolloutFn = Callable[[Any], Awaitable[Trajectory]]
+
+
+class RolloutBudgetError(RolloutError):
+    """More rollouts failed than ``max_exceptions`` allows; the remaining ones were cancelled.
+
+    Attributes:
+        exceptions: every failure recorded before the run stopped, oldest first.
+        budget: the number of failures the run tolerated.
+        total: the number of rollouts the run was asked for.
+    """
+
+    def __init__(self, message: str, *, exceptions: list[RolloutFailure], budget: int, total: int) -> None:
+        super().__init__(message)
+        self.exceptions = exceptions
+        self.budget = budget
+        self.total = total
+
+
+class RunProgress(BaseModel):
+    """A snapshot of a :func:`run_groups` run, passed to a custom progress callback.
+
+    Attributes:
+        total: rollouts asked for (scenarios x n).
+        done: rollouts finished, successful or failed.
+        succeeded: rollouts that returned a trajectory.
+        exceptions: rollouts that failed after their retries.
+        retried: retry attempts made so far.
+        mean_reward: mean reward of the finished trajectories that carry one (``None`` if none).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int
+    done: int
+    succeeded: int
+    exceptions: int
+    retried: int
+    mean_reward: float | None
+
+
+def scenario_id(scenario: Any) -> str:
+    """A stable id for a scenario: its ``id`` key or attribute, else a content hash.
+
+    The hash (``scn-`` and 16 hex digits of a SHA-256) is taken over the scenario's
+    canonical JSON (pydantic models and dataclasses are dumped first, keys sorted), so
+    the same scenario gets the same id in every run and on every machine.
+    """
+    raw = scenario.get("id") if isinstance(scenario, dict) else getattr(scenario, "id", None)
+    if raw is not None and not callable(raw):
+        return str(raw)
+    canonical = json.dumps(_jsonable(scenario), sort_keys=True, separators=(",", ":"), default=repr)
+    return "scn-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _jsonable(scenario: Any) -> Any:
+    if isinstance(scenario, BaseModel):
+        return scenario.model_dump(mode="json")
+    if dataclasses.is_dataclass(scenario) and not isinstance(scenario, type):
+        return dataclasses.asdict(scenario)
+    return scenario
+
+
+def _resolve_budget(max_exceptions: float, total: int) -> int:
+    """``max_exceptions`` as a count: an int is a count, a float in [0, 1] a fraction of ``total``."""
+    if isinstance(max_exceptions, bool) or not isinstance(max_exceptions, int | float):
+        raise ConfigError(
+            f"max_exceptions must be an int (a count) or a float in [0, 1] (a fraction), "
+            f"got {max_exceptions!r}"
+        )
+    if isinstance(max_exceptions, int):
+        if max_exceptions < 0:
+            raise ConfigError(f"max_exceptions must be >= 0, got {max_exceptions}")
+        return max_exceptions
+    if not 0.0 <= max_exceptions <= 1.0 or math.isnan(max_exceptions):
+        raise ConfigError(
+            f"max_exceptions={max_exceptions} is a float, read as a fraction of all rollouts, so it "
+            "must lie in [0, 1]; pass an int for a count"
+        )
+    return math.floor(max_exceptions * total + 1e-9)
+
+
+def _interactive() -> bool:
+    """Whether a progress bar has somewhere to go: a terminal, or a Jupyter kernel."""
+    stream = sys.stderr
+    return bool(stream is not None and stream.isatty()) or "ipykernel" in sys.modules
+
+
+class _Display:
+    """The optional progress display: a tqdm bar, a user callback, or nothing."""
+
+    def __init__(self, progress: bool | Callable[[RunProgress], None], total: int) -> None:
+        self._callback = progress if callable(progress) else None
+        self._bar: Any = None
+        if progress is True and total and _interactive():
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc="rollouts", unit="rollout", leave=True)
+        self.total = total
+        self.succeeded = 0
+        self.exceptions = 0
+        self.retried = 0
+        self._reward_sum = 0.0
+        self._reward_count = 0
+
+    def snapshot(self) -> RunProgress:
+        mean = self._reward_sum / self._reward_count if self._reward_count else None
+        return RunProgress(
+            total=self.total,
+            done=self.succeeded + self.exceptions,
+            succeeded=self.succeeded,
+            exceptions=self.exceptions,
+            retried=self.retried,
+            mean_reward=mean,
+        )
+
+    def finished(self, trajectory: Trajectory | None) -> None:
+        if trajectory is None:
+            self.exceptions += 1
+        else:
+            self.succeeded += 1
+            if trajectory.reward is not None and math.isfinite(trajectory.reward):
+                self._reward_sum += trajectory.reward
+                self._reward_count += 1
+        state = self.snapshot()
+        if self._bar is not None:
+            reward = "-" if state.mean_reward is None else f"{state.mean_reward:.3f}"
+            self._bar.set_postfix(reward=reward, exceptions=state.exceptions, refresh=False)
+            self._bar.update(1)
+        if self._callback is not None:
+            self._callback(state)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+@dataclasses.dataclass
+class _Slot:
+    """One rollout to run: which scenario, which index, and what came of it."""
+
+    group: int
+    index: int
+    scenario: Any
+    scenario_id: str
+    trajectory: Trajectory | None = None
+    exception: RolloutFailure | None = None
+
+
+async def _attempt(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> Trajectory:
+    """Run the user's rollout once, under the timeout; check what it returned."""
+    result = rollout(slot.scenario)
+    if not inspect.isawaitable(result):
+        raise ConfigError(
+            f"rollout(scenario) returned {type(result).__name__}, not an awaitable: "
+            "pass an `async def rollout(scenario) -> Trajectory` function"
+        )
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            value = await result
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeoutError(f"rollout did not finish within timeout_s={timeout_s:g} s") from None
+        raise
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # the run (or its caller) is being cancelled: propagate
+        # Nobody cancelled this rollout: a task or future it awaited was cancelled. That is its failure,
+        # not the run's; raised as is it would cancel the whole run_groups with a bare CancelledError.
+        raise RolloutError(
+            "the rollout raised CancelledError although the run was not cancelled: a task or future "
+            "it awaited was cancelled (see the traceback)"
+        ) from exc
+    if not isinstance(value, Trajectory):
+        raise TypeError(
+            f"rollout(scenario) must return an art_adapters.Trajectory, got {type(value).__name__}"
+        )
+    return value
+
+
+async def _run_slot(
+    rollout: RolloutFn,
+    slot: _Slot,
+    *,
+    semaphore: asyncio.Semaphore,
+    timeout_s: float | None,
+    retries: int,
+    display: _Display,
+    seen_ids: set[str],
+) -> None:
+    """Run one rollout with its retries; record a trajectory or an exception on ``slot``."""
+    failures: list[str] = []
+    async with semaphore:
+        for attempt in range(retries + 1):
+            started = time.monotonic()
+            try:
+                trajectory = await _attempt(rollout, slot, timeout_s)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
+                failures.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
+                if attempt < retries:
+                    display.retried += 1
+                    logger.info(
+                        "rollout %s of scenario %s failed (%s: %s); retrying",
+                        slot.index,
+                        slot.scenario_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    continue
+                partial = getattr(exc, "trajectory", None)
+                slot.exception = RolloutFailure.from_exception(
+                    exc,
+                    scenario_id=slot.scenario_id,
+                    rollout_index=slot.index,
+                    trajectory=partial if isinstance(partial, Trajectory) else None,
+                    attempts=attempt + 1,
+                    previous_failures=failures[:-1],
+                )
+                logger.warning(
+                    "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
+                    slot.index,
+                    slot.scenario_id,
+                    attempt + 1,
+                    type(exc).__name__,
+                    exc,
+                )
+                break
+            trajectory = trajectory.model_copy()
+            if trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
+                trajectory.id = Trajectory().id
+            seen_ids.add(trajectory.id)
+            trajectory.metadata = {
+                **trajectory.metadata,
+                "scenario_id": slot.scenario_id,
+                "rollout_index": slot.index,
+                "attempts": attempt + 1,
+                "duration_s": round(time.monotonic() - started, 3),
+            }
+            trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
+            slot.trajectory = trajectory
+            break
+    display.finished(slot.trajectory)
+
+
+async def run_groups(
+    rollout: RolloutFn,
+    scenarios: Sequence[Any],
+    n: int = 4,
+    *,
+    max_concurrency: int = 8,
+    timeout_s: float | None = None,
+    max_exceptions: float = 0.1,
+    retries: int = 0,
+    progress: bool | Callable[[RunProgress], None] = True,
+) -> list[TrajectoryGroup]:
+    """Run ``rollout`` ``n`` times on every scenario and return one group per scenario.
+
+    Args:
+        rollout: ``async def rollout(scenario) -> Trajectory``, called once per rollout.
+        scenarios: the scenarios, in order; groups come back in the same order.
+        n: rollouts per scenario (the group size), >= 1.
+        max_concurrency: rollouts running at the same time, >= 1.
+        timeout_s: seconds one attempt may take before it is cancelled and counted as a
+            ``TimeoutError``; ``None`` for no limit.
+        max_exceptions: how many failed rollouts (after retries) the run tolerates: an
+            ``int`` is a count, a ``float`` in [0, 1] a fraction of ``len(scenarios) * n``
+            (rounded down). One more and the run stops with :class:`RolloutBudgetError`.
+            ``0`` stops on the first failure.
+        retries: extra attempts for a rollout that raised or timed out (0 = none).
+        progress: ``True`` shows a progress bar (done/total, mean reward, exceptions) when
+            stderr is a terminal or in a notebook; ``False`` shows nothing; a callable receives a
+            :class:`RunProgress` after every finished rollout instead.
+
+    Returns:
+        One :class:`TrajectoryGroup` per scenario: its successful trajectories in rollout
+        order, its failed rollouts in ``exceptions``, and ``metadata`` with
+        ``scenario_id`` and ``n``. Every trajectory's metadata gains ``scenario_id``,
+        ``rollout_index``, ``attempts`` and ``duration_s``.
+
+    Raises:
+        ConfigError: an argument is invalid, or ``rollout`` is not an async function.
+        RolloutBudgetError: more than ``max_exceptions`` rollouts failed.
+    """
+    scenarios = list(scenarios)
+    for name, value in (("n", n), ("max_concurrency", max_concurrency)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+    if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ConfigError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+    if not callable(rollout):
+        raise ConfigError(f"rollout must be an async function, got {type(rollout).__name__}")
+    total = len(scenarios) * n
+    budget = _resolve_budget(max_exceptions, total)
+
+    ids = [scenario_id(s) for s in scenarios]
+    if len(set(ids)) < len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        logger.warning(
+            "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
+        )
+    slots = [
+        _Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)
+    ]
+    semaphore = asyncio.Semaphore(max_concurrency)
+    display = _Display(progress, total)
+    seen_ids: set[str] = set()
+    tasks = [
+        asyncio.create_task(
+            _run_slot(
+                rollout,
+                slot,
+                semaphore=semaphore,
+                timeout_s=timeout_s,
+                retries=retries,
+                display=display,
+                seen_ids=seen_ids,
+            ),
+            name=f"rollout:{slot.scenario_id}:{slot.index}",
+        )
+        for slot in slots
+    ]
+    failures: list[RolloutFailure] = []
+    try:
+        pending: set[asyncio.Task[None]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raises a ConfigError from a rollout; cancellation propagates
+            failures = [s.exception for s in slots if s.exception is not None]
+            if len(failures) > budget:
+                raise RolloutBudgetError(
+                    _budget_message(failures, budget, total, max_exceptions),
+                    exceptions=failures,
+                    budget=budget,
+                    total=total,
+                )
+    finally:
+        for task in tasks:
+            task.cancel()
+        # Wait for the cancelled rollouts to unwind (their finally blocks run) before returning.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        display.close()
+
+    groups: list[TrajectoryGroup] = []
+    for g, (scenario, sid) in enumerate(zip(scenarios, ids, strict=True)):
+        mine = [s for s in slots if s.group == g]
+        metadata: dict[str, Any] = {"scenario_id": sid, "n": n}
+        try:
+            json.dumps(_jsonable(scenario))
+            metadata["scenario"] = _jsonable(scenario)
+        except (TypeError, ValueError):
+            logger.debug("scenario %s is not JSON-serialisable; not stored on its group", sid)
+        groups.append(
+            TrajectoryGroup(
+                trajectories=[s.trajectory for s in mine if s.trajectory is not None],
+                exceptions=[s.exception for s in mine if s.exception is not None],
+                metadata=metadata,
+            )
+        )
+    return groups
+
+
+def _budget_message(failures: list[RolloutFailure], budget: int, total: int, setting: float) -> str:
+    lines = [
+        (
+            f"{len(failures)} of {total} rollouts failed, more than max_exceptions={setting!r} allows "
+            f"({budget}); the remaining rollouts were cancelled. Fix the rollout or raise max_exceptions. "
+            "First failures:"
+        )
+    ]
+    for failure in failures[:3]:
+        lines.append(
+            f"  scenario {failure.scenario_id} rollout {failure.rollout_index}: {failure.type}: {failure.message}"
+        )
+    return "\n".join(lines)
+
+
+def run_groups_sync(
+    rollout: RolloutFn, scenarios: Sequence[Any], n: int = 4, **kwargs: Any
+) -> list[TrajectoryGroup]:
+    """Blocking :func:`run_groups`, for scripts and for sync code under a running event loop.
+
+    Without a running loop it is ``asyncio.run(run_groups(...))``. Under one (a notebook
+    cell, a sync callback inside async code) it runs the work on a worker thread with its
+    own event loop and blocks until it is done, so no loop is re-entered or patched;
+    objects bound to the caller's loop (e.g. an ``httpx.AsyncClient`` created there) must
+    not be used by ``rollout`` in that case. In a notebook, ``await run_groups(...)`` is
+    simpler. Interrupting the wait (Ctrl-C) cancels the rollouts before re-raising.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_groups(rollout, scenarios, n, **kwargs))
+
+    loop_ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def main() -> list[TrajectoryGroup]:
+        state["loop"] = asyncio.get_running_loop()
+        state["task"] = asyncio.current_task()
+        loop_ready.set()
+        return await run_groups(rollout, scenarios, n, **kwargs)
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="art-adapters-run-groups") as pool:
+        future = pool.submit(asyncio.run, main())
+        try:
+            return future.result()
+        finally:
+            # Interrupted while waiting (Ctrl-C): make sure the worker's rollouts stop first.
+            if loop_ready.is_set() and not future.done():
+                state["loop"].call_soon_threadsafe(state["task"].cancel)

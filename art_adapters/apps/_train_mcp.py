@@ -1,0 +1,689 @@
+"""MCP-RL: point at any MCP server, get scenarios, train an agent that masters its tools.
+
+``art-adapters train-mcp SERVER`` runs :func:`run_train_mcp`:
+
+1. list the server's tools (``mcp_tools.load_tools``; a stdio command or an HTTP URL);
+2. load scenarios (``--scenarios FILE``) or have the generator write them
+   (``mcp_tools.generate_scenarios``), saved as ``scenarios.jsonl`` in the run directory
+   so they can be edited and reused; split into train and validation (seeded);
+3. build a ReAct agent (:func:`build_agent`) on the trainable model with those tools;
+4. train with the training loop (:mod:`art_adapters._loop`): groups scored by RULER, a
+   held-out evaluation of the greedy agent every few steps, ``metrics.jsonl`` and the
+   plots (``plots/reward.png``...) in the run directory.
+
+Every rollout runs inside ``mcp_tools.rollout()`` (:func:`make_rollout`): it gets a fresh
+MCP session, so a stateful server (the bundled notes server gives each session its own
+copy of its SQLite data) starts every rollout of a group from the same state, and
+rollouts cannot see each other's changes. A server that keeps its data in a file or
+folder instead (a memory file, a database, a repository) needs ``state``
+(``--state SOURCE=ENV_OR_FLAG``): each rollout then starts its own server process on
+fresh copies, deleted after the rollout (see ``mcp_tools._isolation``).
+
+The judge (and the default scenario generator) is, in order: the ``judge_*`` settings,
+the ``ART_ADAPTERS_JUDGE_MODEL`` / ``_BASE_URL`` / ``_API_KEY`` environment, else the
+trainable model's own base weights (step 0) on the backend: it runs anywhere, but a 135M
+judge and generator are weak; point at a stronger endpoint for real runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from art_adapters._errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+    from langgraph.graph.state import CompiledStateGraph
+
+    from mcp_tools import Scenario
+
+    from art_adapters._backends import Backend
+    from art_adapters._loop import LoopResult
+    from art_adapters._model import TrainableModel
+    from art_adapters._trajectory import Trajectory
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "TrainMcpConfig",
+    "TrainMcpResult",
+    "ToolTally",
+    "build_agent",
+    "check_first_tool_choice",
+    "make_rollout",
+    "report",
+    "resolve_judge_model",
+    "run_train_mcp",
+    "select_tools",
+    "usage_snippet",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant with tools. Use them to do what the user asks: call a tool, "
+    "read its result, call more tools if needed, then answer the user briefly."
+)
+
+
+LOCAL_JUDGE_LINE = "judge: the base model on the backend"
+
+
+class TrainMcpConfig(BaseModel):
+    """Settings of one ``train-mcp`` run. Every field is a ``train-mcp`` flag of the same name.
+
+    Attributes:
+        server: the MCP server: a stdio command (``"python -m mcp_tools.servers.notes"``) or a
+            streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``).
+        state: files or folders the (stdio) server keeps its data in, copied fresh for every
+            rollout: ``SOURCE=ENV`` sets the server's environment variable ENV to the copy's
+            path, ``SOURCE=--flag`` appends ``--flag <copy>`` to its arguments (default none;
+            ``{state:SOURCE}`` in the command does the same in place). Not for HTTP servers.
+        run_dir: the run directory: scenarios, backend data (for the embedded backend),
+            metrics, plots and checkpoints. Default ``.art/mcp-rl``.
+        scenarios: a JSONL scenarios file to load instead of generating (see
+            ``mcp_tools.load_scenarios``).
+        n_scenarios: scenarios to generate when ``scenarios`` is not given (default 24).
+            Each one is appended to ``run_dir/scenarios.jsonl`` as it is accepted; a run that
+            finds k < n there generates only the missing n - k.
+        max_retries: further scenario-generator calls allowed after calls that kept no new
+            scenario (default 3; a call that keeps one uses no retry; see
+            ``mcp_tools.generate_scenarios``).
+        context_tokens: the scenario generator's context length in tokens, to fit its prompt
+            (tools, then resources trimmed); default: asked from its endpoint, else unknown.
+        val_fraction: share held out for evaluation, in [0, 1) (default 0.25).
+        seed: seed of the train/validation split and of sampling where the backend takes one.
+        model_name: the trainable model's name on the backend (served as ``name@step``).
+        project: the project the model belongs to.
+        base_model: base weights: ``smollm2-135m-instruct`` (bundled) or a model folder.
+        backend_url: a running backend (``art-adapters serve``); default: start the embedded
+            backend under ``run_dir/backend``.
+        api_key: the backend's API key, if it has one.
+        judge_model, judge_base_url, judge_api_key: the RULER judge (and scenario generator),
+            any OpenAI-compatible endpoint; default: the ``ART_ADAPTERS_JUDGE_*`` environment,
+            else the base model on the backend.
+        steps: train until the model is at this step (default 4; a rerun on the same backend
+            resumes); 0, or the model's current step, only evaluates.
+        groups_per_step: scenarios per training step (default 2).
+        rollouts_per_group: rollouts of each scenario, the GRPO group size (default 4, >= 2).
+        eval_every: evaluate on the validation split every this many steps (default 2).
+        tools: offer only these of the server's tools to the agent (default: all of them).
+        exclude_tools: never offer these tools (applied after ``tools``).
+        first_tool_choice: the first model turn's ``tool_choice``: ``"required"`` (default: the
+            agent must call some tool, so every rollout explores the tools), ``"auto"`` (the model
+            decides; a small model then rarely calls any) or a tool's name.
+        max_turns: most model turns per rollout; a turn's tool calls run before the next (default 4).
+        max_tokens: most tokens per model turn (default 128).
+        temperature: sampling temperature of training rollouts (default 1.0; evaluation is greedy).
+        learning_rate: LoRA learning rate (default 2e-4).
+        system_prompt: the agent's system prompt.
+        rollout_timeout_s: seconds one rollout may take (default 600).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = Field(min_length=1)
+    state: list[str] = Field(default_factory=list)
+    run_dir: Path = Path(".art/mcp-rl")
+    scenarios: Path | None = None
+    n_scenarios: PositiveInt = 24
+    max_retries: NonNegativeInt = 3
+    context_tokens: PositiveInt | None = None
+    val_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
+    seed: int = 0
+    model_name: str = "mcp-agent"
+    project: str = "mcp-rl"
+    base_model: str = "smollm2-135m-instruct"
+    backend_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    judge_model: str | None = None
+    judge_base_url: str | None = None
+    judge_api_key: str | None = Field(default=None, repr=False)
+    steps: NonNegativeInt = 4
+    groups_per_step: PositiveInt = 2
+    rollouts_per_group: int = Field(default=4, ge=2)
+    eval_every: PositiveInt = 2
+    tools: list[str] | None = None
+    exclude_tools: list[str] = Field(default_factory=list)
+    first_tool_choice: str = Field(default="required", min_length=1)
+    max_turns: PositiveInt = 4
+    max_tokens: PositiveInt = 128
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    learning_rate: float = Field(default=2e-4, gt=0.0)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    rollout_timeout_s: float = Field(default=600.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainMcpConfig:
+        if self.judge_base_url and not self.judge_model:
+            raise ValueError("judge_base_url needs judge_model too (the model name on that endpoint)")
+        if self.scenarios is None and self.n_scenarios < 2 and self.val_fraction > 0:
+            raise ValueError("n_scenarios must be >= 2 to hold out a validation split; or set val_fraction=0")
+        return self
+
+
+class TrainMcpResult(BaseModel):
+    """What a ``train-mcp`` run produced.
+
+    Attributes:
+        run_dir: the run directory.
+        scenarios_file: the scenarios used (``run_dir/scenarios.jsonl``).
+        model_name, project: the trained model.
+        backend_url: the backend it was served from during the run.
+        owned_backend: whether the run started the embedded backend (under ``run_dir/backend``).
+        step: the model's latest step at the end.
+        train_size, val_size: scenarios in each split.
+        evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
+        target_step: the step the run was asked to reach (``steps``).
+        stopped: why training gave up before ``target_step`` (``None`` when it got there);
+            ``train-mcp`` then ends with a non-zero exit code.
+        plots: the charts written under ``run_dir/plots``.
+        loop_result: what the training loop returned (:class:`~art_adapters._loop.LoopResult`).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_dir: Path
+    scenarios_file: Path
+    model_name: str
+    project: str
+    backend_url: str
+    owned_backend: bool = False
+    step: int
+    train_size: int
+    val_size: int
+    evals: list[tuple[int, float | None]] = Field(default_factory=list)
+    plots: list[Path] = Field(default_factory=list)
+    target_step: int = 0
+    stopped: str | None = None
+    loop_result: Any = None
+
+
+#: Sampling temperature of the scenario writer (variety), when its model has a ``temperature`` field.
+GENERATOR_TEMPERATURE = 0.8
+
+
+def _with_temperature(model: BaseChatModel, temperature: float) -> BaseChatModel:
+    """A copy of *model* sampling at *temperature*, or *model* itself when it has no such field."""
+    if "temperature" in type(model).model_fields:
+        return model.model_copy(update={"temperature": temperature})
+    return model
+
+
+def resolve_judge_model(
+    config: TrainMcpConfig, fallback: Callable[[], BaseChatModel]
+) -> tuple[BaseChatModel, str]:
+    """The judge chat model and a line saying which it is: flags, then environment, then *fallback*."""
+    from langchain_openai import ChatOpenAI
+
+    from mcp_tools._generate import JUDGE_API_KEY_ENV, JUDGE_BASE_URL_ENV, JUDGE_MODEL_ENV, default_generator
+
+    from art_adapters._redact import redact_url
+
+    if config.judge_model:
+        base_url = config.judge_base_url or os.environ.get(JUDGE_BASE_URL_ENV) or None
+        api_key = (
+            config.judge_api_key
+            or os.environ.get(JUDGE_API_KEY_ENV)
+            or os.environ.get("OPENAI_API_KEY")
+            or "not-needed"
+        )
+        judge = ChatOpenAI(model=config.judge_model, base_url=base_url, api_key=api_key, temperature=0.0)
+        where = redact_url(base_url) if base_url else "the OpenAI API"
+        return judge, f"judge: {config.judge_model} at {where} (--judge-model)"
+    if os.environ.get(JUDGE_MODEL_ENV, "").strip():
+        judge = _with_temperature(default_generator(), 0.0)
+        where = redact_url(os.environ.get(JUDGE_BASE_URL_ENV) or "the OpenAI API")
+        return judge, f"judge: {os.environ[JUDGE_MODEL_ENV]} at {where} (${JUDGE_MODEL_ENV})"
+    return fallback(), (
+        f"{LOCAL_JUDGE_LINE} (no judge configured; set --judge-model or "
+        f"${JUDGE_MODEL_ENV} for a stronger one: a small local judge gives noisy rewards)"
+    )
+
+
+def build_agent(
+    chat_model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    max_turns: int = 4,
+    first_tool_choice: str = "auto",
+) -> CompiledStateGraph:
+    """A LangGraph ReAct loop: model -> tools -> model ..., at most *max_turns* model turns.
+
+    The model answers with tool calls or a final message; after *max_turns* model turns the
+    run ends even if the last turn asked for tools (those calls are not run).
+
+    *first_tool_choice* is the OpenAI ``tool_choice`` of the first model turn: ``"auto"`` (the
+    model decides), ``"required"`` (it must call one of the tools) or a tool's name (it must
+    call that one). Later turns are always ``"auto"``. A small model rarely calls a tool
+    unprompted, so a forced first call is what lets RL see tool use at all; the served model
+    samples the call's arguments itself, constrained to the tool's schema.
+    """
+    from langchain_core.messages import SystemMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    if max_turns < 1:
+        raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
+    check_first_tool_choice(first_tool_choice, tools)
+    llm = chat_model.bind_tools(list(tools))
+    first_llm = llm
+    if first_tool_choice != "auto":
+        first_llm = chat_model.bind_tools(list(tools), tool_choice=first_tool_choice)
+
+    async def call_model(state: dict[str, Any]) -> dict[str, Any]:  # plain hints: langgraph evaluates them
+        first = not any(m.type == "ai" for m in state["messages"])
+        model = first_llm if first else llm
+        return {"messages": [await model.ainvoke([SystemMessage(system_prompt), *state["messages"]])]}
+
+    def route(state: dict[str, Any]) -> str:
+        messages = state["messages"]
+        turns = sum(1 for m in messages if m.type == "ai")
+        if getattr(messages[-1], "tool_calls", None) and turns < max_turns:
+            return "tools"
+        return END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode(list(tools)))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+def check_first_tool_choice(choice: str, tools: Sequence[BaseTool], *, option: str = "first_tool_choice") -> None:
+    """Check a first turn's ``tool_choice`` against the offered *tools*.
+
+    Raises:
+        ConfigError: *choice* is not ``"auto"``, ``"required"`` or a tool's name (the message names
+            *option* and lists the tools), or it forces a call while no tool is offered.
+    """
+    names = [t.name for t in tools]
+    if choice not in ("auto", "required") and choice not in names:
+        raise ConfigError(
+            f"{option} {choice!r} is not 'auto', 'required' or one of the tools ({', '.join(names) or 'none'})"
+        )
+    if choice != "auto" and not tools:
+        raise ConfigError(f"{option} {choice!r} needs at least one tool")
+
+
+def select_tools(
+    tools: Sequence[BaseTool], include: Sequence[str] | None = None, exclude: Sequence[str] = ()
+) -> list[BaseTool]:
+    """The tools to offer: only *include* (all when ``None``), without *exclude*, in the server's order.
+
+    Raises:
+        ConfigError: a name matches no tool (the message lists the server's tools), or nothing is left.
+    """
+    names = [t.name for t in tools]
+    unknown = [n for n in [*(include or []), *exclude] if n not in names]
+    if unknown:
+        raise ConfigError(
+            f"no tool named {', '.join(map(repr, unknown))} on the server; its tools are: {', '.join(names)}"
+        )
+    chosen = [t for t in tools if (include is None or t.name in include) and t.name not in exclude]
+    if not chosen:
+        raise ConfigError("--tools/--exclude-tools leave no tool to offer the agent")
+    return chosen
+
+
+def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Trajectory]]:
+    """``async def rollout(scenario) -> Trajectory`` for ``run_groups``: one fresh MCP session per rollout.
+
+    The agent runs inside ``mcp_tools.rollout()``, so its MCP tools open their own session
+    on first use and close it at the end; the trajectory is captured by a
+    :class:`~art_adapters.TrajectoryCallbackHandler` and carries the scenario's ``task``,
+    ``difficulty`` and the rollout's MCP session ids in its metadata. A scenario may also be
+    a dict with ``task`` and ``difficulty`` (validated as a :class:`mcp_tools.Scenario`).
+    """
+    import mcp_tools
+
+    from art_adapters._capture.langchain import TrajectoryCallbackHandler
+
+    async def rollout(scenario: Scenario | dict[str, Any]) -> Trajectory:
+        if isinstance(scenario, dict):
+            scenario = mcp_tools.Scenario.model_validate(scenario)
+        handler = TrajectoryCallbackHandler()
+        async with mcp_tools.rollout() as scope:
+            await agent.ainvoke({"messages": [("user", scenario.task)]}, config={"callbacks": [handler]})
+            sessions = [sid for s in scope.sessions for sid in s.session_ids.values()]
+        trajectory = handler.trajectory
+        if trajectory is None:
+            raise RuntimeError(f"the agent run on scenario {scenario.id} produced no trajectory")
+        trajectory.metadata.update(
+            {"task": scenario.task, "difficulty": scenario.difficulty, "mcp_sessions": sessions}
+        )
+        return trajectory
+
+    return rollout
+
+
+async def _scenarios(
+    config: TrainMcpConfig,
+    tools: Sequence[BaseTool],
+    generator: Callable[[], BaseChatModel],
+    console: Any,
+    *,
+    batch_size: int = 10,
+    task_pattern: str | None = None,
+) -> tuple[list[Scenario], Path]:
+    import mcp_tools
+
+    target = config.run_dir / "scenarios.jsonl"
+    if config.scenarios is not None:
+        scenarios = mcp_tools.load_scenarios(config.scenarios)
+        console.print(f"loaded {len(scenarios)} scenarios from {config.scenarios}")
+        mcp_tools.save_scenarios(scenarios, target)
+        return scenarios, target
+    have = mcp_tools.load_scenarios(target) if target.exists() and target.read_text("utf-8").strip() else []
+    if len(have) >= config.n_scenarios:
+        console.print(f"reusing {len(have)} scenarios from {target} (delete it to generate new ones)")
+        return have, target
+    kept = f" ({len(have)} already in {target})" if have else ""
+    console.print(f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}")
+    resources = await _resources(_server(config))
+    scenarios = await mcp_tools.generate_scenarios(  # appends each accepted one to target
+        tools,
+        n=config.n_scenarios,
+        model=generator(),
+        resources=resources,
+        batch_size=batch_size,
+        task_pattern=task_pattern,
+        max_retries=config.max_retries,
+        context_tokens=config.context_tokens,
+        save_to=target,
+    )
+    return scenarios, target
+
+
+def _server(config: TrainMcpConfig) -> Any:
+    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout when given."""
+    import mcp_tools
+
+    return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+
+
+async def _resources(server: Any) -> list[dict[str, Any]]:
+    import mcp_tools
+
+    async with mcp_tools.McpSession(server) as session:
+        return await session.read_resources()
+
+
+async def _start_backend(config: TrainMcpConfig) -> tuple[Backend, bool]:
+    from art_adapters._backends import LocalBackend, RemoteBackend
+
+    if config.backend_url:
+        return RemoteBackend(config.backend_url, api_key=config.api_key), False
+    backend = await LocalBackend(run_dir=config.run_dir / "backend", base_model=config.base_model).start()
+    return backend, True
+
+
+async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> TrainMcpResult:
+    """Run MCP-RL end to end (see the module docstring); returns where everything is.
+
+    Args:
+        config: the run's settings.
+        console: a ``rich`` console for progress lines (default: a new one).
+
+    Raises:
+        ConfigError: a setting is wrong (bad scenarios file, split too small...).
+        ToolServerError: the MCP server could not be started or reached.
+        ScenarioGenerationError: the generator could not write enough valid scenarios.
+    """
+    import mcp_tools
+
+    from art_adapters._model import TrainableModel
+
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    if config.scenarios is not None:
+        mcp_tools.load_scenarios(config.scenarios)  # a bad file fails before anything starts
+    served_tools = await mcp_tools.load_tools(_server(config))
+    tools = select_tools(served_tools, config.tools, config.exclude_tools)
+    check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")  # before the backend
+    left_out = [t.name for t in served_tools if t not in tools]
+    # the name its tool records carry: after what the command runs (module, script, package) or the URL
+    name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
+    console.print(
+        f"MCP server {name!r} ({config.server}): {len(served_tools)} tools; "
+        f"offering {', '.join(t.name for t in tools)}"
+        + (f" (left out: {', '.join(left_out)})" if left_out else "")
+        + f"; first turn tool_choice {config.first_tool_choice!r}"
+    )
+    backend, owned = await _start_backend(config)
+    try:
+        model = TrainableModel(name=config.model_name, project=config.project, base_model=config.base_model)
+        await model.register(backend)
+
+        def base_model_chat() -> BaseChatModel:
+            return model.chat_model(step=0, temperature=0.0, max_tokens=512)
+
+        judge, judge_line = resolve_judge_model(config, base_model_chat)
+        console.print(judge_line)
+        local_judge = judge_line.startswith(LOCAL_JUDGE_LINE)
+        # A small local judge: short explanations (its tokens are slow and its prose is noise), no deadline.
+        ruler_options: dict[str, Any] = (
+            {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
+        )
+        scenarios, scenarios_file = await _scenarios(
+            config,
+            tools,
+            lambda: _with_temperature(judge, GENERATOR_TEMPERATURE),
+            console,
+            # a small model: short answers within its token limit, kept on plain words
+            batch_size=4 if local_judge else 10,
+            task_pattern=mcp_tools.PLAIN_TASK_PATTERN if local_judge else None,
+        )
+        train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
+        console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
+        agent = build_agent(
+            model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens),
+            tools,
+            system_prompt=config.system_prompt,
+            max_turns=config.max_turns,
+            first_tool_choice=config.first_tool_choice,
+        )
+        tally = ToolTally()
+        rollout = tally.counting(make_rollout(agent))
+        result = TrainMcpResult(
+            run_dir=config.run_dir,
+            scenarios_file=scenarios_file,
+            model_name=model.name,
+            project=model.project,
+            backend_url=backend.base_url,
+            owned_backend=owned,
+            step=await model.get_step(),
+            train_size=len(train),
+            val_size=len(val),
+        )
+        eval_agent = build_agent(  # greedy, on whatever step is latest when it runs
+            model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
+            tools,
+            system_prompt=config.system_prompt,
+            max_turns=config.max_turns,
+            first_tool_choice=config.first_tool_choice,
+        )
+        loop_result = await _train(
+            model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console, tally
+        )
+        result.loop_result = loop_result
+        result.target_step, result.stopped = config.steps, loop_result.stopped
+        result.evals = [(e.step, e.reward_mean) for e in loop_result.evals]
+        result.step = await model.get_step()
+        result.plots = _plots(config.run_dir, console)
+        return result
+    finally:
+        if owned:
+            await backend.close()
+
+
+class ToolTally:
+    """Calls and errors per tool over a run's training rollouts, to flag tools that only ever fail.
+
+    A tool whose every call fails (a missing file, setting or login on the server's side) teaches
+    the agent nothing but to avoid it; :meth:`newly_failing` names each such tool once it has
+    failed *min_calls* times without a success.
+    """
+
+    def __init__(self, min_calls: int = 4) -> None:
+        self.min_calls = min_calls
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self._flagged: set[str] = set()
+
+    def add(self, trajectory: Trajectory) -> None:
+        """Count the tool calls of one rollout."""
+        for record in trajectory.tool_records:
+            self.calls[record.name] += 1
+            self.errors[record.name] += int(record.is_error)
+
+    def counting(
+        self, rollout: Callable[[Scenario], Awaitable[Trajectory]]
+    ) -> Callable[[Scenario], Awaitable[Trajectory]]:
+        """*rollout*, counting the tool calls of every trajectory it returns."""
+
+        async def counted(scenario: Scenario) -> Trajectory:
+            trajectory = await rollout(scenario)
+            self.add(trajectory)
+            return trajectory
+
+        return counted
+
+    def newly_failing(self) -> list[tuple[str, int]]:
+        """``(tool, calls)`` for tools that failed every one of at least ``min_calls`` calls, each named once."""
+        out = [
+            (name, calls)
+            for name, calls in self.calls.items()
+            if calls >= self.min_calls and self.errors[name] == calls and name not in self._flagged
+        ]
+        self._flagged.update(name for name, _ in out)
+        return out
+
+
+def _tool_rates(metrics: dict[str, Any]) -> str:
+    """``", tools called in 75% of rollouts, 10% of calls failed"`` from a metrics row ("" without)."""
+    out = ""
+    if isinstance(metrics.get("tool_call_rate"), int | float):
+        out += f", tools called in {metrics['tool_call_rate']:.0%} of rollouts"
+    if isinstance(metrics.get("tool_error_rate"), int | float):
+        out += f", {metrics['tool_error_rate']:.0%} of calls failed"
+    return out
+
+
+async def _train(
+    model: TrainableModel,
+    rollout: Callable[[Scenario], Awaitable[Trajectory]],
+    eval_rollout: Callable[[Scenario], Awaitable[Trajectory]],
+    train: Sequence[Scenario],
+    val: Sequence[Scenario],
+    judge: BaseChatModel,
+    ruler_options: dict[str, Any],
+    config: TrainMcpConfig,
+    console: Any,
+    tally: ToolTally | None = None,
+) -> LoopResult:
+    """Hand over to the training loop: RULER scores, held-out evaluation, metrics in ``run_dir``."""
+    from art_adapters._loop import LoopConfig, ruler_scorer, train_loop
+    from art_adapters._train_config import TrainConfig
+
+    loop_config = LoopConfig(
+        steps=config.steps,
+        groups_per_step=config.groups_per_step,
+        rollouts_per_group=config.rollouts_per_group,
+        eval_every=config.eval_every,
+        rollout_timeout_s=config.rollout_timeout_s,
+        seed=config.seed,
+        run_dir=config.run_dir,
+        train=TrainConfig(learning_rate=config.learning_rate),
+    )
+
+    def on_step(step: Any) -> None:
+        reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
+        state = "trained" if step.trained else f"not trained ({step.reason})"
+        rates = _tool_rates(step.metrics)
+        console.print(f"step {step.step}: mean reward {reward}{rates}, {state}")
+        for name, calls in tally.newly_failing() if tally is not None else []:
+            console.print(
+                f"[yellow]tool {name!r} failed in all {calls} of its calls so far: check what it needs (a "
+                f"file, a setting, a login), or leave it out with --exclude-tools {name}[/yellow]"
+            )
+
+    def on_eval(report: Any) -> None:
+        reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
+        console.print(
+            f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
+            + _tool_rates(report.metrics)
+        )
+
+    return await train_loop(
+        model,
+        rollout,
+        train,
+        score=ruler_scorer(judge, **ruler_options),
+        config=loop_config,
+        val_scenarios=val,
+        eval_rollout=eval_rollout,
+        on_step=on_step,
+        on_eval=on_eval,
+    )
+
+
+def _plots(run_dir: Path, console: Any) -> list[Path]:
+    """The run's charts (``run_dir/plots``); none, with a note, when there is nothing to plot or no matplotlib."""
+    from art_adapters.observe._plot import plot_run
+
+    try:
+        return plot_run(run_dir)
+    except ConfigError as exc:
+        console.print(f"no plots: {exc}")
+        return []
+
+
+def report(result: TrainMcpResult, console: Any) -> None:
+    """Print where the run is and how to use the trained model as a LangChain chat model."""
+    console.print(f"run directory: [bold]{result.run_dir.resolve()}[/bold]")
+    console.print(
+        f"scenarios: {result.scenarios_file} ({result.train_size} train, {result.val_size} validation)"
+    )
+    for step, reward in result.evals:
+        console.print(f"validation mean reward at step {step}: {'-' if reward is None else f'{reward:.3f}'}")
+    for path in result.plots:
+        console.print(f"plot: {path}")
+    console.print(
+        f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
+    )
+    # soft_wrap: the console never breaks a line of code, so the snippet pastes as it is
+    console.print(usage_snippet(result), markup=False, highlight=False, soft_wrap=True)
+    if result.stopped:
+        console.print(f"[red]training stopped before step {result.target_step}: {result.stopped}[/red]")
+
+
+def usage_snippet(result: TrainMcpResult) -> str:
+    """Python lines (inside an ``async`` function, indented) that load the trained model as a chat model."""
+    backend = (
+        f"await aa.LocalBackend(run_dir={str((result.run_dir / 'backend').resolve())!r}).start()"
+        if result.owned_backend
+        else f"aa.RemoteBackend({result.backend_url!r})"
+    )
+    lines = [
+        "import art_adapters as aa",
+        f"backend = {backend}",
+        f"model = aa.TrainableModel(name={result.model_name!r}, project={result.project!r})",
+        "await model.register(backend)",
+        f"llm = model.chat_model(step={result.step})",
+    ]
+    return "\n".join(f"    {line}" for line in lines)

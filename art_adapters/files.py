@@ -1,0 +1,122 @@
+"""Files that survive a crash and folders only their owner reads: one implementation for every package.
+
+Use :func:`write_atomic` for any file whose loss costs work (saved groups, RULER answers,
+checkpoint metadata), :func:`make_dirs` for folders created to hold one, :func:`private_dir`
+and :func:`open_private` for anything holding prompts (run folders, logs, caches). The
+backend and :mod:`mcp_tools` use these too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import uuid
+from pathlib import Path
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "fsync_path",
+    "make_dirs",
+    "open_private",
+    "private_dir",
+    "write_atomic",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Mode of the folders made by :func:`private_dir` (set by ``chmod``, so the umask does not matter).
+PRIVATE_DIR_MODE = 0o700
+#: Mode of the files opened by :func:`open_private`.
+PRIVATE_FILE_MODE = 0o600
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """``fsync`` the file or directory at ``path`` (for a directory: the entries created or renamed in it)."""
+    fd = os.open(Path(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: str | os.PathLike[str]) -> Path:
+    """Create the folder ``path`` and its missing parents, each one's entry fsynced into its parent."""
+    folder = Path(path)
+    missing = []
+    probe = folder
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for created in reversed(missing):
+        fsync_path(created.parent)
+    return folder
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Replace the file at ``path`` with ``data`` all at once; returns ``path``.
+
+    The data is fsynced before the rename and the folder after it: after a crash the file is
+    the old or the new one, never empty or half, and once this returns it is the new one. On
+    an error the temporary file is removed and the old file is untouched.
+    """
+    target = Path(path)
+    make_dirs(target.parent)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(target.parent)
+    return target
+
+
+
+def _ours(uid: int) -> bool:
+    geteuid = getattr(os, "geteuid", None)  # not on Windows, where modes mean little
+    return geteuid is not None and uid == geteuid()
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` and its missing parents as ``0o700`` folders (existing ones are left alone;
+    ``path`` itself, if ours and open to others, is warned about). Returns ``path``."""
+    folder = Path(path)
+    missing = []
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            break
+        missing.append(parent)
+    folder.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    for created in missing:
+        os.chmod(created, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; chmod is not
+        fsync_path(created.parent)  # the new folder's entry survives a crash with what goes in it
+    if not missing:
+        info = folder.stat()
+        if _ours(info.st_uid) and stat.S_IMODE(info.st_mode) & 0o077:
+            # Never changed for you: it may be a shared folder (a run dir of ".", "/tmp") on purpose.
+            logger.warning(
+                "%s is readable by other users (mode %o) and will hold prompts; `chmod 700 %s` to make "
+                "it private", folder, stat.S_IMODE(info.st_mode), folder,
+            )  # fmt: skip
+    return folder
+
+
+def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_CREAT | os.O_APPEND) -> int:
+    """``os.open`` a file with mode ``0o600`` (a regular file of ours that existed is set to it too);
+    returns the descriptor."""
+    fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    try:
+        info = os.fstat(fd)
+        if _ours(info.st_uid) and stat.S_ISREG(info.st_mode):  # not /dev/null or a pipe
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -1,0 +1,282 @@
+"""Traces from Langfuse or any OTel backend become trajectories (to seed scenarios and evaluation sets).
+
+Both importers feed OpenTelemetry SDK spans to the span processor's own per-trace
+assembly (:class:`art_adapters._capture.otel_trace.TraceState`), so an imported trace gives
+the trajectory the live :class:`~art_adapters.TrajectorySpanProcessor` would have built:
+GenAI, OpenInference and MCP spans are all understood.
+
+* :func:`trajectories_from_otlp_json`: OTLP JSON (``ExportTraceServiceRequest``), from a
+  file (one object, a list, or JSON Lines as :class:`~.otlp_json.OtlpJsonFileExporter`
+  writes) or a parsed dict. Traces exported by :class:`~.observer.Observer` come back with
+  their trajectory id, scenario id, rollout index, step, reward, metrics and scores.
+* :func:`trajectories_from_langfuse`: Langfuse's JSON export of traces with their
+  ``observations`` (the UI's "download trace" JSON, or ``GET /api/public/traces/{id}``);
+  generations become model calls (input/output as OpenAI messages), tool observations
+  and ``tools/call ...`` spans become tool calls, and the trace's scores are kept in
+  ``metadata["scores"]`` (a ``reward`` score, if any, becomes the reward).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+from art_adapters._capture.otel_trace import TraceState
+from art_adapters._errors import ConfigError
+from art_adapters.observe._otlp_json import spans_from_otlp_json
+from art_adapters._trajectory import Trajectory
+
+__all__ = ["trajectories_from_langfuse", "trajectories_from_otlp_json", "trajectories_from_spans"]
+
+_P = "art_adapters."
+
+
+def trajectories_from_spans(spans: Sequence[ReadableSpan], *, keep_empty: bool = False) -> list[Trajectory]:
+    """Assemble one trajectory per trace from finished spans (any order), in trace start order."""
+    traces: dict[int, list[ReadableSpan]] = {}
+    for span in spans:
+        traces.setdefault(span.context.trace_id, []).append(span)
+    out: list[tuple[int, Trajectory]] = []
+    for trace_id, members in traces.items():
+        ids = {s.context.span_id for s in members}
+        roots = [s for s in members if s.parent is None or s.parent.span_id not in ids]
+        root = min(roots, key=lambda s: s.start_time or 0) if roots else None
+        state = TraceState(trace_id)
+        for span in sorted(members, key=lambda s: s.end_time or 0):
+            state.add_span(span)
+        if state.empty and not keep_empty:
+            continue
+        trajectory = state.build(root)
+        _restore(trajectory, root, members)
+        out.append((root.start_time or 0 if root is not None else 0, trajectory))
+    return [t for _, t in sorted(out, key=lambda pair: pair[0])]
+
+
+def trajectories_from_otlp_json(
+    source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any], *, keep_empty: bool = False
+) -> list[Trajectory]:
+    """Trajectories from OTLP JSON (a path or parsed value); see the module docstring.
+
+    Raises:
+        ConfigError: the file is missing or holds no OTLP trace request.
+    """
+    return trajectories_from_spans(spans_from_otlp_json(source), keep_empty=keep_empty)
+
+
+def _restore(trajectory: Trajectory, root: ReadableSpan | None, spans: Sequence[ReadableSpan]) -> None:
+    """Put back what our own exporter recorded beyond the GenAI conventions (ids, context, scores)."""
+    attrs = dict(root.attributes or {}) if root is not None else {}
+    if isinstance(attrs.get(_P + "trajectory.id"), str):
+        trajectory.id = attrs[_P + "trajectory.id"]
+        for ours, key in (
+            ("scenario.id", "scenario_id"),
+            ("rollout.index", "rollout_index"),
+            ("step", "step"),
+            ("group.id", "group_id"),
+            ("model", "model"),
+            ("split", "split"),
+        ):
+            if _P + ours in attrs:
+                trajectory.metadata[key] = attrs[_P + ours]
+        if isinstance(attrs.get(_P + "reward"), int | float):
+            trajectory.reward = float(attrs[_P + "reward"])
+        metrics = {
+            k.removeprefix(_P + "metrics."): v for k, v in attrs.items() if k.startswith(_P + "metrics.")
+        }
+        if metrics:
+            trajectory.metrics = {k: v for k, v in metrics.items() if isinstance(v, int | float | bool)}
+    sources: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    for span in spans:
+        a = span.attributes or {}
+        if _P + "tool.index" in a:
+            sources[(a.get("gen_ai.tool.name"), a.get("gen_ai.tool.call.id"))] = (
+                a.get(_P + "tool.source"),
+                a.get(_P + "tool.index"),
+            )
+    for record in trajectory.tool_records:
+        source, _ = sources.get((record.name, record.call_id), (None, None))
+        if source in ("langchain", "otel"):
+            record.source = source
+    if sources and all((r.name, r.call_id) in sources for r in trajectory.tool_records):
+        # the order the run recorded them in (spans are ordered by start time, which can differ)
+        trajectory.tool_records.sort(key=lambda r: sources[(r.name, r.call_id)][1])
+    for span in spans:
+        a = span.attributes or {}
+        name = a.get(_P + "score.name")
+        value = a.get(_P + "score.value")
+        if name == "ruler" and isinstance(value, int | float):
+            trajectory.metrics["ruler_score"] = float(value)
+            comment = a.get(_P + "score.comment")
+            if isinstance(comment, str):
+                trajectory.metadata["ruler_explanation"] = comment
+
+
+# -- Langfuse --------------------------------------------------------------------------------
+
+
+def _load(source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any]) -> list[Mapping[str, Any]]:
+    value: Any = source
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"no such Langfuse export file: {path}")
+        text = path.read_text(encoding="utf-8")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(value, Mapping) and isinstance(value.get("data"), list):
+        value = value["data"]
+    if isinstance(value, Mapping):
+        value = [value]
+    traces = [t for t in value if isinstance(t, Mapping) and isinstance(t.get("observations"), list)]
+    if not traces:
+        raise ConfigError(
+            "no Langfuse trace with 'observations' found (export traces with their observations)"
+        )
+    return traces
+
+
+def _ns(value: Any) -> int:
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str) and value:
+        return int(datetime.fromisoformat(value).timestamp() * 1e9)
+    return 0
+
+
+def _hex_id(value: Any, size: int, salt: str) -> int:
+    text = str(value or "")
+    try:
+        number = int(text.replace("-", ""), 16)
+        if 0 < number < 1 << (size * 8):
+            return number
+    except ValueError:
+        pass
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{salt}:{text}".encode()).digest()[:size], "big") or 1
+
+
+def _messages(value: Any) -> tuple[Any, Any]:
+    """(messages, tools) from a generation's input: a message list, or a dict with ``messages``/``tools``."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return [{"role": "user", "content": value}], None
+    if isinstance(value, Mapping):
+        return value.get("messages", [value]), value.get("tools")
+    return value, None
+
+
+def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
+    kind = str(obs.get("type", "SPAN")).upper()
+    name = str(obs.get("name") or kind.lower())
+    attributes: dict[str, Any] = {"langfuse.observation.type": kind.lower()}
+    events: list[Event] = []
+    end = _ns(obs.get("endTime")) or _ns(obs.get("startTime"))
+    metadata = obs.get("metadata") if isinstance(obs.get("metadata"), Mapping) else {}
+    if kind == "GENERATION":
+        messages, tools = _messages(obs.get("input"))
+        output = obs.get("output")
+        if isinstance(output, str):
+            output = {"role": "assistant", "content": output}
+        attributes["gen_ai.operation.name"] = "chat"
+        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps(messages)}, end))
+        events.append(Event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(output)}, end))
+        if tools:
+            attributes["gen_ai.tool.definitions"] = json.dumps(tools)
+        usage = obs.get("usageDetails") or obs.get("usage") or {}
+        for ours, keys in (
+            ("input_tokens", ("input", "promptTokens")),
+            ("output_tokens", ("output", "completionTokens")),
+        ):
+            for key in keys:
+                if isinstance(usage.get(key), int):
+                    attributes[f"gen_ai.usage.{ours}"] = usage[key]
+                    break
+        if obs.get("model"):
+            attributes["gen_ai.request.model"] = str(obs["model"])
+        response_id = (metadata or {}).get("completion_id") or (metadata or {}).get("response_id")
+        if isinstance(response_id, str):
+            attributes["gen_ai.response.id"] = response_id
+    elif kind == "TOOL" or name.startswith(("tools/call", "execute_tool")):
+        tool = name.removeprefix("tools/call").removeprefix("execute_tool").strip() or name
+        arguments = obs.get("input")
+        result = obs.get("output")
+        attributes.update(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.arguments": arguments
+                if isinstance(arguments, str)
+                else json.dumps(arguments),
+            }
+        )
+        if result is not None:
+            attributes["gen_ai.tool.call.result"] = result if isinstance(result, str) else json.dumps(result)
+        call_id = (metadata or {}).get("tool_call_id")
+        if isinstance(call_id, str):
+            attributes["gen_ai.tool.call.id"] = call_id
+        if name.startswith("tools/call") or (metadata or {}).get("mcp.session.id"):
+            attributes["mcp.method.name"] = "tools/call"
+            for key in ("mcp.session.id", "mcp.server.name"):
+                if isinstance((metadata or {}).get(key), str):
+                    attributes[key] = metadata[key]
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    parent = obs.get("parentObservationId")
+    error = obs.get("level") == "ERROR"
+    return ReadableSpan(
+        name=name,
+        context=SpanContext(trace_id, _hex_id(obs.get("id"), 8, "obs"), False, flags),
+        parent=SpanContext(trace_id, _hex_id(parent, 8, "obs"), False, flags) if parent else None,
+        attributes=attributes,
+        events=events,
+        status=Status(StatusCode.ERROR, obs.get("statusMessage")) if error else Status(StatusCode.UNSET),
+        start_time=_ns(obs.get("startTime")),
+        end_time=end,
+        instrumentation_scope=InstrumentationScope("langfuse-import"),
+    )
+
+
+def trajectories_from_langfuse(
+    source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any],
+) -> list[Trajectory]:
+    """Trajectories from Langfuse trace exports (a path, one trace dict, a list, or ``{"data": [...]}``).
+
+    Raises:
+        ConfigError: the file is missing or holds no trace with observations.
+    """
+    trajectories: list[Trajectory] = []
+    for trace in _load(source):
+        trace_id = _hex_id(trace.get("id"), 16, "trace")
+        spans = [_observation_span(trace_id, o) for o in trace["observations"] if isinstance(o, Mapping)]
+        for trajectory in trajectories_from_spans(spans):
+            trajectory.metadata["langfuse_trace_id"] = trace.get("id")
+            for key in ("name", "sessionId", "tags"):
+                if trace.get(key) is not None:
+                    trajectory.metadata[f"langfuse_{key}"] = trace[key]
+            if isinstance(trace.get("metadata"), Mapping):
+                for key in ("scenario_id", "rollout_index", "step", "group_id"):
+                    if key in trace["metadata"]:
+                        trajectory.metadata[key] = trace["metadata"][key]
+            scores = {
+                str(s.get("name")): s.get("value")
+                for s in trace.get("scores", []) or []
+                if isinstance(s, Mapping) and isinstance(s.get("value"), int | float)
+            }
+            if scores:
+                trajectory.metadata["scores"] = scores
+                if "reward" in scores:
+                    trajectory.reward = float(scores["reward"])
+            trajectories.append(trajectory)
+    return trajectories

@@ -1,0 +1,493 @@
+"""The :class:`Observer`: rollouts, RULER scores and training metrics out to Langfuse and any OTLP backend.
+
+Call it from a training loop (or anywhere)::
+
+    from art_adapters import observe
+
+    obs = observe.configure()                       # from LANGFUSE_* / OTEL_EXPORTER_OTLP_* env vars
+    # or observe.configure_langfuse(public_key=..., secret_key=..., base_url=...)
+    # or observe.configure(otlp_endpoint="http://127.0.0.1:6006", metrics_path="runs/x/metrics.jsonl")
+    groups = await aa.run_groups(rollout, scenarios, n=4)
+    groups = await aa.ruler_score_groups(groups, judge=judge)
+    obs.log_rollouts(groups, step=3, model="agent@3")  # one trace per rollout, scores included
+    obs.log_train_metrics(3, result.metrics)           # a train-step trace + metrics file + W&B
+    obs.shutdown()                                      # flush (bounded) at the end
+
+Every ``log_*`` call only builds spans and hands them to an OpenTelemetry
+``BatchSpanProcessor``: the export happens on its thread, bounded by
+``export_timeout_s`` (the OTLP exporter's retries included); a batch that cannot be
+sent is dropped with one warning (counted in :attr:`Observer.dropped_spans`). So an
+unreachable endpoint never breaks or slows a rollout. When nothing is configured the
+observer is disabled and every call returns at once (metrics files are still written
+if ``metrics_path`` is set).
+
+The OTLP exporter, the Langfuse SDK and ``wandb`` are imported only when used.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Self
+
+from art_adapters._errors import ConfigError
+from art_adapters.observe._spans import (
+    SpanSpec,
+    failed_trajectory,
+    group_context,
+    score_spans,
+    span_ids,
+    train_step_spans,
+    trajectory_scores,
+    trajectory_spans,
+)
+from art_adapters.observe._config import ObserveConfig
+from art_adapters.observe._metrics import MetricsHistory, group_metrics
+from art_adapters._trajectory import TrajectoryGroup
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = ["Observer"]
+
+logger = logging.getLogger(__name__)
+
+_SCOPE = "art_adapters.observe"
+
+
+def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer) -> SpanExporter:
+    """Wrap an exporter: a failed or raising export is counted and warned about, then dropped."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class _Guarded(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            try:
+                result = inner.export(spans)
+            except Exception as exc:  # noqa: BLE001 - an exporter must never take the batch thread down
+                result = SpanExportResult.FAILURE
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                reason = "the exporter reported a failure"
+            if result is not SpanExportResult.SUCCESS:
+                observer._dropped(len(spans), destination, reason)
+            else:
+                observer.exported_spans += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return inner.force_flush(timeout_millis)
+
+    return _Guarded()
+
+
+class Observer:
+    """Exports rollouts, scores and training metrics; see the module docstring.
+
+    Args:
+        config: destinations and limits (default: :meth:`ObserveConfig.from_env`).
+        span_processors: extra OpenTelemetry span processors to add (e.g. a
+            ``SimpleSpanProcessor`` with your own exporter, or an
+            :class:`~art_adapters.TrajectorySpanProcessor`); they see every span.
+        span_exporter: an exporter to use *instead of* the OTLP one for ``otlp_endpoint``
+            (batched and guarded the same way), e.g. an OTLP JSON file exporter.
+
+    Raises:
+        ConfigError: ``use_langfuse_sdk=True`` or ``wandb=True`` but the package is missing.
+    """
+
+    def __init__(
+        self,
+        config: ObserveConfig | None = None,
+        *,
+        span_processors: Iterable[SpanProcessor] = (),
+        span_exporter: SpanExporter | None = None,
+    ) -> None:
+        self.config = config if config is not None else ObserveConfig.from_env()
+        self.exported_spans = 0
+        self._dropped_count = 0
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._langfuse: Any = None
+        self._wandb: Any = None
+        self._provider: TracerProvider | None = None
+        self._ids: Any = None
+        self.history = MetricsHistory(self.config.metrics_path) if self.config.metrics_path else None
+        processors = list(span_processors)
+        if self.config.enabled or processors or span_exporter is not None:
+            self._build_provider(processors, span_exporter)
+        self._init_wandb()
+
+    # -- setup --
+
+    @property
+    def enabled(self) -> bool:
+        """Whether spans are exported anywhere."""
+        return self._provider is not None and not self._closed
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans dropped because their export failed or timed out."""
+        return self._dropped_count
+
+    @property
+    def langfuse_client(self) -> Any:
+        """The Langfuse SDK client in use, or ``None`` (plain OTLP or Langfuse off)."""
+        return self._langfuse
+
+    def _build_provider(self, processors: list[SpanProcessor], span_exporter: SpanExporter | None) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from art_adapters.observe._ids import ChosenIds
+
+        cfg = self.config
+        attributes: dict[str, str] = {"service.name": cfg.service_name}
+        if cfg.project:
+            attributes["openinference.project.name"] = cfg.project
+        self._ids = ChosenIds()
+        provider = TracerProvider(resource=Resource.create(attributes), id_generator=self._ids)
+
+        def batch(exporter: SpanExporter, destination: str) -> BatchSpanProcessor:
+            return BatchSpanProcessor(
+                _guarded_exporter(exporter, destination, self),
+                max_queue_size=cfg.max_queue_size,
+                schedule_delay_millis=cfg.schedule_delay_s * 1000,
+                export_timeout_millis=cfg.export_timeout_s * 1000,
+            )
+
+        if span_exporter is not None:
+            provider.add_span_processor(batch(span_exporter, type(span_exporter).__name__))
+        elif cfg.otlp_endpoint is not None:
+            provider.add_span_processor(
+                batch(self._otlp_exporter(cfg.otlp_endpoint, cfg.otlp_headers), cfg.otlp_endpoint)
+            )
+        if cfg.langfuse:
+            self._add_langfuse(provider, batch)
+        for processor in processors:
+            provider.add_span_processor(processor)
+        self._provider = provider
+        self._tracer = provider.get_tracer(_SCOPE)
+
+    def _otlp_exporter(self, endpoint: str, headers: Mapping[str, str]) -> SpanExporter:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise ConfigError(
+                "exporting to an OTLP endpoint needs opentelemetry-exporter-otlp-proto-http: "
+                "pip install 'art-adapters[observe]'"
+            ) from exc
+        return OTLPSpanExporter(
+            endpoint=endpoint, headers=dict(headers), timeout=self.config.export_timeout_s
+        )
+
+    def _add_langfuse(self, provider: TracerProvider, batch: Any) -> None:
+        cfg = self.config
+        sdk = None
+        if cfg.use_langfuse_sdk is not False:
+            try:
+                import langfuse as sdk
+            except ImportError as exc:
+                if cfg.use_langfuse_sdk:
+                    raise ConfigError(
+                        "use_langfuse_sdk=True but the langfuse package is missing: "
+                        "pip install 'art-adapters[langfuse]'"
+                    ) from exc
+        if sdk is None:
+            url = cfg.langfuse_otlp_url()
+            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            logger.info("observe: Langfuse over plain OTLP at %s (scores as span attributes)", url)
+            return
+        try:
+            self._langfuse = sdk.Langfuse(
+                public_key=cfg.langfuse_public_key,
+                secret_key=cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else None,
+                base_url=cfg.langfuse_base_url,
+                tracer_provider=provider,
+                should_export_span=lambda span: True,  # our provider carries only our spans
+                timeout=max(1, int(cfg.export_timeout_s)),
+            )
+        except Exception as exc:  # an SDK that will not start must not stop the run
+            if cfg.use_langfuse_sdk:
+                raise ConfigError(f"the Langfuse SDK did not start: {type(exc).__name__}: {exc}") from exc
+            url = cfg.langfuse_otlp_url()
+            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            logger.warning(
+                "observe: the Langfuse SDK did not start (%s); spans over plain OTLP to %s", exc, url
+            )
+            return
+        if getattr(getattr(self._langfuse, "_resources", None), "tracer_provider", provider) is not provider:
+            # The SDK keeps one client per public key: an earlier one (maybe shut down) was returned,
+            # with its own provider. Send our spans over plain OTLP; scores still go through the SDK.
+            url = cfg.langfuse_otlp_url()
+            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            logger.info(
+                "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s", url
+            )
+            return
+        logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
+
+    def _init_wandb(self) -> None:
+        import os
+
+        wanted = self.config.wandb
+        if wanted is False or (wanted is None and not os.environ.get("WANDB_API_KEY")):
+            return
+        try:
+            import wandb
+        except ImportError as exc:
+            if wanted:
+                raise ConfigError("wandb=True but the wandb package is missing: pip install wandb") from exc
+            logger.info("observe: WANDB_API_KEY is set but wandb is not installed; W&B logging off")
+            return
+        self._wandb = wandb.run or wandb.init(
+            project=self.config.project or "art-adapters", name=self.config.run
+        )
+
+    @property
+    def wandb_run(self) -> Any:
+        """The W&B run metrics go to, or ``None``."""
+        return self._wandb
+
+    def _dropped(self, count: int, destination: str, reason: str) -> None:
+        with self._lock:
+            self._dropped_count += count
+            first = destination not in self._warned
+            self._warned.add(destination)
+        if first:
+            logger.warning(
+                "observe: could not export %d span(s) to %s (%s); dropped. Is the endpoint up? "
+                "(later failures to it are counted in Observer.dropped_spans, not logged)",
+                count,
+                destination,
+                reason,
+            )
+
+    # -- emitting --
+
+    def _emit(self, specs: Sequence[SpanSpec]) -> None:
+        """Start and end the spans of one trace: the first spec is the root when its parent is ``None``."""
+        if not self.enabled or not specs:
+            return
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+
+        with self._lock:
+            root_spec = specs[0] if specs[0].parent_id is None else None
+            root = None
+            if root_spec is not None:
+                self._ids.choose(root_spec.trace_id, root_spec.span_id)
+                root = self._tracer.start_span(
+                    root_spec.name,
+                    context=otel_context.Context(),
+                    attributes=root_spec.attributes,
+                    start_time=root_spec.start_ns,
+                )
+            for spec in specs[1 if root is not None else 0 :]:
+                if root is not None and spec.parent_id == root_spec.span_id:  # type: ignore[union-attr]
+                    parent: Any = root
+                else:
+                    parent = NonRecordingSpan(
+                        SpanContext(spec.trace_id, spec.parent_id or 0, False, TraceFlags(TraceFlags.SAMPLED))
+                    )
+                self._ids.choose(spec.trace_id, spec.span_id)
+                span = self._tracer.start_span(
+                    spec.name,
+                    context=trace.set_span_in_context(parent, otel_context.Context()),
+                    attributes=spec.attributes,
+                    start_time=spec.start_ns,
+                )
+                for name, attributes in spec.events:
+                    span.add_event(name, attributes, timestamp=spec.end_ns)
+                if spec.error is not None:
+                    span.set_status(Status(StatusCode.ERROR, spec.error))
+                span.end(end_time=spec.end_ns)
+            if root is not None and root_spec is not None:
+                if root_spec.error is not None:
+                    root.set_status(Status(StatusCode.ERROR, root_spec.error))
+                root.end(end_time=root_spec.end_ns)
+
+    def log_rollouts(
+        self,
+        groups: Iterable[TrajectoryGroup],
+        *,
+        step: int | None = None,
+        model: str | None = None,
+        split: str = "train",
+        scores: bool = True,
+        agent_name: str = "agent",
+        tags: Sequence[str] = (),
+        failures: bool = True,
+    ) -> list[str]:
+        """Export every rollout of ``groups`` as one trace; returns the successful ones' trace ids (32 hex).
+
+        Args:
+            groups: the groups (from :func:`~art_adapters.run_groups`, scored or not).
+            step: the training step the rollouts were sampled at (tag ``step:N``, metadata).
+            model: the served model, e.g. ``"agent@3"`` (generations' model name); default
+                ``trajectory.metadata["model"]`` or ``"unknown"``.
+            split: ``"train"``, ``"val"``... (tag ``split:...``).
+            scores: also export the scores the trajectories already carry (RULER, reward),
+                as evaluator spans and, with the Langfuse SDK, Langfuse scores.
+            failures: also export each failed rollout (``group.exceptions``) as a trace with an
+                error status and the tag ``failed``: what it captured before failing, or an
+                empty agent span carrying the exception.
+            agent_name: the agent observation's name.
+            tags: extra trace tags.
+
+        Also appends one ``split`` row (reward mean/std, exception rate, tokens, timings) to
+        the metrics history when ``metrics_path`` is set and ``step`` is given. Never raises
+        for export problems.
+        """
+        groups = list(groups)
+        trace_ids: list[str] = []
+        for group in groups:
+            context = group_context(
+                group,
+                step=step,
+                model=model,
+                split=split,
+                agent_name=agent_name,
+                extra_tags=tuple(tags),
+                namespace=self.config.run,
+            )
+            for trajectory in group.trajectories:
+                trace_id, _ = span_ids(trajectory.id, self.config.run)
+                trace_ids.append(f"{trace_id:032x}")
+                if self.enabled:
+                    self._emit(trajectory_spans(trajectory, context, include_scores=scores))
+                    if scores:
+                        self._langfuse_scores(trajectory)
+            if self.enabled and failures:
+                failed_context = replace(context, extra_tags=(*context.extra_tags, "failed"))
+                for failure in group.exceptions:
+                    self._emit(trajectory_spans(failed_trajectory(group, failure), failed_context))
+        if self.history is not None and step is not None:
+            self.history.append(step, group_metrics(groups), split=split)
+        return trace_ids
+
+    def log_scores(self, group: TrajectoryGroup) -> int:
+        """Export the scores of an already-logged group (after RULER); returns how many were sent.
+
+        Each score is an evaluator span in the rollout's trace (value, explanation as
+        ``gen_ai.evaluation.explanation`` and a ``gen_ai.evaluation.result`` event) and,
+        with the Langfuse SDK, a Langfuse score with the explanation as its comment.
+        """
+        sent = 0
+        if not self.enabled:
+            return sent
+        now = time.time_ns()
+        for trajectory in group.trajectories:
+            specs = score_spans(trajectory, at_ns=now, namespace=self.config.run)
+            self._emit(specs)
+            self._langfuse_scores(trajectory)
+            sent += len(specs)
+        return sent
+
+    def _langfuse_scores(self, trajectory: Any) -> int:
+        if self._langfuse is None:
+            return 0
+        trace_id, root_id = span_ids(trajectory.id, self.config.run)
+        sent = 0
+        for name, value, comment in trajectory_scores(trajectory):
+            try:
+                self._langfuse.create_score(
+                    name=name,
+                    value=value,
+                    trace_id=f"{trace_id:032x}",
+                    observation_id=f"{root_id:016x}",
+                    comment=comment,
+                    data_type="NUMERIC",
+                    metadata={"trajectory_id": trajectory.id},
+                )
+                sent += 1
+            except Exception as exc:  # noqa: BLE001 - must not break the caller
+                logger.warning(
+                    "observe: Langfuse create_score failed (%s: %s); dropped", type(exc).__name__, exc
+                )
+        return sent
+
+    def log_train_metrics(
+        self, step: int, metrics: Mapping[str, Any], *, split: str = "train", duration_s: float | None = None
+    ) -> None:
+        """Record a training step's metrics (loss, KL, grad norm, timings...).
+
+        Goes to: a ``train_step N`` trace (attributes ``art_adapters.train.<name>``; with the
+        Langfuse SDK also scores ``train/<name>`` on it), the metrics history (one row for
+        ``step``/``split``) and W&B when active. Non-numeric values are kept in the history only.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(f"step must be an int >= 0, got {step!r}")
+        if self.history is not None:
+            self.history.append(step, dict(metrics), split=split)
+        if self._wandb is not None:
+            try:
+                self._wandb.log({f"{split}/{k}": v for k, v in metrics.items() if _is_number(v)}, step=step)
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
+                logger.warning("observe: wandb.log failed (%s: %s)", type(exc).__name__, exc)
+        if not self.enabled:
+            return
+        now = time.time_ns()
+        duration = int(duration_s * 1e9) if duration_s else 1
+        specs = train_step_spans(
+            step, metrics, run=self.config.run, at_ns=now - duration, duration_ns=duration
+        )
+        self._emit(specs)
+        if self._langfuse is not None:
+            trace_id = f"{specs[0].trace_id:032x}"
+            for name, value in metrics.items():
+                if _is_number(value):
+                    try:
+                        self._langfuse.create_score(
+                            name=f"{split}/{name}", value=float(value), trace_id=trace_id, data_type="NUMERIC"
+                        )
+                    except Exception as exc:  # noqa: BLE001 - observability must never break the caller
+                        logger.warning("observe: Langfuse create_score failed (%s)", exc)
+
+    # -- lifecycle --
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Send what is queued now; ``False`` if it did not finish within ``timeout_s``."""
+        ok = True
+        if self._provider is not None:
+            ok = self._provider.force_flush(int(timeout_s * 1000))
+        if self._langfuse is not None:
+            try:
+                self._langfuse.flush()
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
+                logger.warning("observe: Langfuse flush failed (%s)", exc)
+        return ok
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Flush (bounded by ``timeout_s``) and stop the exporters; idempotent."""
+        if self._closed:
+            return
+        self.force_flush(timeout_s)
+        self._closed = True
+        if self._provider is not None:
+            self._provider.shutdown()
+        if self._langfuse is not None:
+            try:
+                self._langfuse.shutdown()
+            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
+                logger.warning("observe: Langfuse shutdown failed (%s)", exc)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

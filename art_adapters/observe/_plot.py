@@ -1,0 +1,116 @@
+"""PNG charts of a run's metrics history: reward with its spread, loss, KL (matplotlib, lazily)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from art_adapters._errors import ConfigError
+from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory
+
+__all__ = ["plot_run"]
+
+logger = logging.getLogger(__name__)
+
+#: (file stem, title, metric keys tried in order) of the single-series charts.
+_CHARTS = (
+    ("loss", "Training loss", ("loss", "policy_loss")),
+    ("kl", "KL divergence to the reference", ("kl", "kl_div", "kl_mean")),
+    ("exception_rate", "Failed rollouts (fraction)", ("exception_rate",)),
+    ("tool_call_rate", "Rollouts that called a tool (fraction)", ("tool_call_rate",)),
+    ("tool_error_rate", "Tool calls that reported an error (fraction)", ("tool_error_rate",)),
+)
+
+
+def _history(run: str | os.PathLike[str]) -> MetricsHistory:
+    path = Path(run)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"no metrics history at {path}: pass a run directory holding {METRICS_FILE} or the file itself"
+        )
+    return MetricsHistory(path)
+
+
+def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Write PNG charts for a run and return their paths.
+
+    Args:
+        run: a run directory holding ``metrics.jsonl``, or the metrics file itself.
+        out_dir: where to write; default ``<run dir>/plots``.
+
+    Charts: ``reward.png`` (mean reward per split, with a band of one standard deviation
+    and the min/max as dotted lines), then ``loss.png``, ``kl.png``, ``exception_rate.png``,
+    ``tool_call_rate.png`` and ``tool_error_rate.png`` when the history has those metrics.
+
+    Raises:
+        ConfigError: no metrics file, no rows in it, or matplotlib is not installed.
+    """
+    history = _history(run)
+    if not history.rows():
+        raise ConfigError(f"{history.path} has no metric rows yet")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError("plots need matplotlib: pip install 'art-adapters[plot]'") from exc
+    out = Path(out_dir) if out_dir is not None else history.path.parent / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    drawn = False
+    for split in history.splits():
+        steps, mean = history.series("reward_mean", split)
+        if not steps:
+            continue
+        drawn = True
+        (line,) = ax.plot(steps, mean, marker="o", label=f"{split} mean reward")
+        std_steps, std = history.series("reward_std", split)
+        spread = dict(zip(std_steps, std, strict=True))
+        if spread:
+            lows = [m - spread.get(s, 0.0) for s, m in zip(steps, mean, strict=True)]
+            highs = [m + spread.get(s, 0.0) for s, m in zip(steps, mean, strict=True)]
+            ax.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.2, label=f"{split} ± 1 std")
+        for key in ("reward_min", "reward_max"):
+            k_steps, values = history.series(key, split)
+            if k_steps:
+                label = f"{split} min / max" if key == "reward_max" else None
+                ax.plot(k_steps, values, linestyle=":", color=line.get_color(), linewidth=1, label=label)
+    if drawn:
+        ax.set(title="Reward", xlabel="training step", ylabel="reward")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+        path = out / "reward.png"
+        fig.tight_layout()
+        fig.savefig(path)
+        written.append(path)
+    plt.close(fig)
+
+    for stem, title, keys in _CHARTS:
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        drawn = False
+        for split in history.splits():
+            for key in keys:
+                steps, values = history.series(key, split)
+                if steps:
+                    ax.plot(steps, values, marker="o", label=f"{split} {key}")
+                    drawn = True
+                    break
+        if drawn:
+            ax.set(title=title, xlabel="training step", ylabel=stem)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="best", fontsize="small")
+            fig.tight_layout()
+            path = out / f"{stem}.png"
+            fig.savefig(path)
+            written.append(path)
+        plt.close(fig)
+    if not written:
+        raise ConfigError(f"{history.path} has no reward, loss or KL values to plot")
+    logger.info("wrote %d chart(s) to %s", len(written), out)
+    return written

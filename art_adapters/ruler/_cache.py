@@ -1,0 +1,91 @@
+"""The RULER score cache: one JSON file per judge request, keyed by a content hash.
+
+The key hashes the judge's id (model, endpoint and sampling settings), the prompt version and the exact
+request (rubric and trajectories' content are in it) together with the answer schema,
+so re-scoring the same group with the same judge and rubric costs no judge call, and any
+change to either misses. Files are written to a temporary name, fsynced and renamed (a
+crash never leaves an empty answer behind); an unreadable file is treated as a miss and
+overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..files import write_atomic
+from ._answer import JudgeScore
+from ._prompt import PROMPT_VERSION, JudgeRequest
+
+__all__ = ["RulerCache", "default_cache_dir"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    """``$ART_ADAPTERS_CACHE_DIR/ruler``, else ``$XDG_CACHE_HOME/art-adapters/ruler``, else ``~/.cache/...``."""
+    if root := os.environ.get("ART_ADAPTERS_CACHE_DIR"):
+        return Path(root) / "ruler"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "art-adapters" / "ruler"
+
+
+class RulerCache:
+    """Judge answers on disk under ``directory`` (created on first write).
+
+    Args:
+        directory: where to keep the files; :func:`default_cache_dir` when ``None``.
+    """
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+
+    @staticmethod
+    def key(judge_id: str, request: JudgeRequest) -> str:
+        """The SHA-256 of the judge id, prompt version, messages and schema."""
+        payload = json.dumps(
+            {"v": PROMPT_VERSION, "judge": judge_id, "messages": request.messages, "schema": request.schema},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str, labels: list[str]) -> dict[str, JudgeScore] | None:
+        """The cached scores for ``key``, or ``None`` on a miss (or an unreadable entry)."""
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            scores = {item["trajectory_id"]: JudgeScore.model_validate(item) for item in data["scores"]}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("ignoring unreadable RULER cache entry %s: %s", path, exc)
+            return None
+        if sorted(scores) != sorted(labels):
+            logger.warning("ignoring RULER cache entry %s: its ids do not match the request", path)
+            return None
+        return scores
+
+    def put(self, key: str, judge_id: str, scores: dict[str, JudgeScore]) -> None:
+        """Store ``scores`` under ``key`` (atomically); a failure to write is logged, not raised.
+
+        The cache folder is made private (``0o700``): the judge saw every prompt it scored."""
+        from ..files import private_dir
+
+        path = self._path(key)
+        try:
+            private_dir(self.directory)
+        except OSError as exc:
+            logger.warning("could not make the RULER cache %s private: %s", self.directory, exc)
+        record: dict[str, Any] = {"judge": judge_id, "scores": [s.model_dump() for s in scores.values()]}
+        try:
+            write_atomic(path, json.dumps(record).encode("utf-8"))
+        except OSError as exc:
+            logger.warning("could not write the RULER cache entry %s: %s", path, exc)

@@ -1,0 +1,236 @@
+"""The judge's prompt for one group: shared prefix once, each distinct remainder once.
+
+Pure functions, no I/O. :func:`build_request` renders a :class:`TrajectoryGroup` as two
+chat messages (system: role and rubric; user: the shared context, then one
+``<trajectory id="tN">`` block per *distinct* trajectory) plus the JSON schema the
+answer must follow, and remembers which trajectories each label stands for.
+
+With ``dedup=True`` (the default) the messages that every trajectory of the group starts
+with (typically the system prompt and the task) are written once in ``<context>``, and
+trajectories whose remainders are identical share one label, so the judge reads each
+distinct piece of text once. ``dedup=False`` writes every trajectory out in full; it
+exists to measure what deduplication saves (``bench/ruler.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._trajectory import Message, Trajectory, TrajectoryGroup
+
+__all__ = ["DEFAULT_RUBRIC", "PROMPT_VERSION", "JudgeRequest", "answer_schema", "build_request"]
+
+#: Bumped whenever the prompt's wording or layout changes, so cached scores are not reused.
+PROMPT_VERSION = 1
+
+#: The rubric used when none is given: relative, goal-first, efficiency second, partial credit.
+DEFAULT_RUBRIC = """\
+- A trajectory that achieves its goal must score clearly higher than one that does not.
+- Between trajectories that achieve the goal, the more efficient one (fewer wasted steps, \
+no unnecessary or failed tool calls) scores higher.
+- Give partial credit for real progress towards the goal; wrong answers, invented facts \
+and ignored instructions lose credit.
+- Small differences in quality get small differences in score; large ones, large ones.
+- Scores lie between 0 and 1 and are comparable within this group only."""
+
+_SYSTEM = """\
+You are a careful judge of AI agent runs. Every trajectory below was produced by the same \
+agent for the same task. Compare them with each other and give each a score from 0 to 1 \
+following this rubric:
+
+{rubric}
+
+Answer with a JSON object only, no other text."""
+
+_INSTRUCTIONS = """\
+Score every trajectory. Answer with JSON only, in this form:
+{{"scores": [{{"trajectory_id": "{first}", "explanation": "<one or two sentences>", "score": <0..1>}}, ...]}}
+with exactly one entry for each of these trajectory ids: {ids}."""
+
+
+@dataclass
+class JudgeRequest:
+    """What is sent to the judge for one group, and how to map its answer back.
+
+    Attributes:
+        messages: the chat messages (``{"role", "content"}``) to send.
+        schema: the JSON schema of a valid answer (ids constrained to ``labels``).
+        labels: the trajectory ids the judge sees (``t1``, ``t2``, ...), one per distinct
+            trajectory, in order.
+        members: for each label, the indexes of the group's trajectories it stands for.
+        prefix_messages: how many leading messages were sent once in ``<context>``.
+    """
+
+    messages: list[dict[str, str]]
+    schema: dict[str, Any]
+    labels: list[str]
+    members: dict[str, list[int]] = field(default_factory=dict)
+    prefix_messages: int = 0
+
+    def label_of(self, index: int) -> str:
+        """The label that trajectory ``index`` of the group was sent under."""
+        for label, indexes in self.members.items():
+            if index in indexes:
+                return label
+        raise KeyError(index)
+
+
+def answer_schema(labels: list[str], max_explanation_chars: int | None = None) -> dict[str, Any]:
+    """The JSON schema of the judge's answer: one score per label, ids from ``labels`` only.
+
+    ``max_explanation_chars`` bounds each explanation (``maxLength``), which keeps a
+    schema-constrained small judge from rambling until it runs out of tokens.
+    """
+    explanation: dict[str, Any] = {"type": "string"}
+    if max_explanation_chars is not None:
+        explanation["maxLength"] = max_explanation_chars
+    return {
+        "type": "object",
+        "properties": {
+            "scores": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "trajectory_id": {"type": "string", "enum": list(labels)},
+                        "explanation": explanation,
+                        "score": {"type": "number", "minimum": 0, "maximum": 1},
+                    },
+                    "required": ["trajectory_id", "explanation", "score"],
+                    "additionalProperties": False,
+                },
+                "minItems": len(labels),
+                "maxItems": len(labels),
+            }
+        },
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            parts.append(f"[{block.get('type', 'block')}]")
+    return "\n".join(parts)
+
+
+def render_message(message: Message) -> str:
+    """One message as the judge reads it: a ``### role`` header, the text, tool calls."""
+    header = f"### {message.role}"
+    if message.role == "tool" and message.name:
+        header += f" ({message.name})"
+    lines = [header]
+    text = _text(message.content).strip()
+    if text:
+        lines.append(text)
+    for call in message.tool_calls or []:
+        lines.append(f"tool_call {call.function.name}({call.function.arguments})")
+    return "\n".join(lines)
+
+
+def _render_tools(trajectory: Trajectory) -> str:
+    if not trajectory.tools:
+        return ""
+    lines = ["### tools offered"]
+    for tool in trajectory.tools:
+        description = str(tool.function.get("description", "")).strip().splitlines()
+        lines.append(f"- {tool.name}: {description[0] if description else ''}".rstrip(": "))
+    return "\n".join(lines)
+
+
+def _common_prefix(rendered: list[list[str]]) -> int:
+    if not rendered:
+        return 0
+    length = min(len(r) for r in rendered)
+    for position in range(length):
+        first = rendered[0][position]
+        if any(r[position] != first for r in rendered[1:]):
+            return position
+    return length
+
+
+def _body(trajectory: Trajectory, rendered: list[str], start: int, *, tools: bool) -> str:
+    parts = []
+    if tools and (tool_text := _render_tools(trajectory)):
+        parts.append(tool_text)
+    parts.extend(rendered[start:])
+    if not rendered[start:]:
+        parts.append("(no further messages)")
+    if trajectory.error:
+        parts.append(f"### run ended with an error\n{trajectory.error}")
+    return "\n\n".join(parts)
+
+
+def build_request(
+    group: TrajectoryGroup, rubric: str, *, dedup: bool = True, max_explanation_chars: int | None = None
+) -> JudgeRequest:
+    """Render ``group`` for the judge (see the module docstring).
+
+    Args:
+        group: the group to score; it must hold at least one trajectory.
+        rubric: the scoring rubric, inserted into the system message.
+        dedup: send the shared prefix once and identical trajectories once.
+        max_explanation_chars: bound on each explanation in the answer schema.
+    """
+    trajectories = group.trajectories
+    if not trajectories:
+        raise ValueError(f"group {group.id} has no trajectories to score")
+    rendered = [[render_message(m) for m in t.messages] for t in trajectories]
+    prefix = _common_prefix(rendered) if dedup else 0
+    tool_sets = {
+        json.dumps([tool.model_dump(mode="json") for tool in t.tools or []], sort_keys=True)
+        for t in trajectories
+    }
+    shared_tools = dedup and len(tool_sets) == 1
+
+    bodies = [
+        _body(t, r, prefix, tools=not shared_tools) for t, r in zip(trajectories, rendered, strict=True)
+    ]
+    members: dict[str, list[int]] = {}
+    label_by_body: dict[str, str] = {}
+    for index, body in enumerate(bodies):
+        key = body if dedup else f"{index}\0{body}"
+        label = label_by_body.get(key)
+        if label is None:
+            label = f"t{len(label_by_body) + 1}"
+            label_by_body[key] = label
+            members[label] = []
+        members[label].append(index)
+    labels = list(members)
+
+    sections = []
+    context_parts = []
+    if shared_tools and (tool_text := _render_tools(trajectories[0])):
+        context_parts.append(tool_text)
+    context_parts.extend(rendered[0][:prefix])
+    if context_parts:
+        sections.append(
+            "Context shared by every trajectory (each one continues from here):\n<context>\n"
+            + "\n\n".join(context_parts)
+            + "\n</context>"
+        )
+    for label in labels:
+        body = bodies[members[label][0]]
+        sections.append(f'<trajectory id="{label}">\n{body}\n</trajectory>')
+    sections.append(_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels)))
+    messages = [
+        {"role": "system", "content": _SYSTEM.format(rubric=rubric.strip())},
+        {"role": "user", "content": "\n\n".join(sections)},
+    ]
+    return JudgeRequest(
+        messages=messages,
+        schema=answer_schema(labels, max_explanation_chars),
+        labels=labels,
+        members=members,
+        prefix_messages=prefix,
+    )
