@@ -1,12 +1,12 @@
-"""``python -m art_adapters_backend serve ...``: the same command line as ``art-adapters``."""
+"""``python -m art_adapters_backend serve ...``: the backend's own command line (what LocalBackend starts)."""
 
 from __future__ import annotations
 
-from art_adapters.apps import app
+from art_adapters_backend.cli import app
 
 
 def main() -> None:
-    """Run the ``art-adapters`` command line under this module's name."""
+    """Run the backend's command line under this module's name."""
     app(prog_name="python -m art_adapters_backend")
 
 
