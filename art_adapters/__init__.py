@@ -6,10 +6,9 @@ separate service, ``art_adapters_backend``), and modules that pull LangChain or
 OpenTelemetry in are loaded on first use of their names.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._backends import Backend, LocalBackend, RemoteBackend
 from ._errors import (
@@ -19,10 +18,11 @@ from ._errors import (
     BackendUnavailableError,
     ConfigError,
     JudgeError,
+    RolloutBudgetError,
     RolloutError,
     ToolServerError,
 )
-from ._model import TrainableModel, TrainResult
+from ._model import CheckpointInfo, TrainableModel, TrainResult
 from ._capture.events import TOOL_RECORD_EVENT
 from ._train_config import RetentionPolicy, TrainConfig
 from ._trajectory import (
@@ -38,13 +38,23 @@ from ._trajectory import (
     save_groups,
 )
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._capture.langchain import TrajectoryCallbackHandler
     from ._capture.otel import TrajectorySpanProcessor
-    from ._loop import LoopConfig, LoopResult, combined_scorer, ruler_scorer, train_loop, verifiable_scorer
+    from ._loop import (
+        EvalReport,
+        LoopConfig,
+        LoopResult,
+        Scorer,
+        StepReport,
+        combined_scorer,
+        ruler_scorer,
+        train_loop,
+        verifiable_scorer,
+    )
+    from ._runner import RolloutFn, RunConfig, RunProgress, run_groups, run_groups_sync
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
-    from .ruler import combine_rewards, ruler_score_group, ruler_score_groups
-    from ._runner import RolloutBudgetError, run_groups, run_groups_sync
+    from .ruler import RulerConfig, combine_rewards, ruler_score_group, ruler_score_groups
 
 __version__ = "0.1.0"
 
@@ -52,15 +62,21 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "TrajectoryCallbackHandler": "._capture.langchain",
     "TrajectorySpanProcessor": "._capture.otel",
-    "RolloutBudgetError": "._runner",
+    "EvalReport": "._loop",
     "LoopConfig": "._loop",
     "LoopResult": "._loop",
+    "Scorer": "._loop",
+    "StepReport": "._loop",
     "combined_scorer": "._loop",
     "ruler_scorer": "._loop",
     "train_loop": "._loop",
     "verifiable_scorer": "._loop",
+    "RolloutFn": "._runner",
+    "RunConfig": "._runner",
+    "RunProgress": "._runner",
     "run_groups": "._runner",
     "run_groups_sync": "._runner",
+    "RulerConfig": ".ruler",
     "combine_rewards": ".ruler",
     "ruler_score_group": ".ruler",
     "ruler_score_groups": ".ruler",
@@ -74,7 +90,9 @@ __all__ = [
     "BackendError",
     "BackendRequestError",
     "BackendUnavailableError",
+    "CheckpointInfo",
     "ConfigError",
+    "EvalReport",
     "History",
     "JudgeError",
     "LocalBackend",
@@ -86,6 +104,12 @@ __all__ = [
     "RolloutBudgetError",
     "RolloutError",
     "RolloutFailure",
+    "RolloutFn",
+    "RulerConfig",
+    "RunConfig",
+    "RunProgress",
+    "Scorer",
+    "StepReport",
     "TOOL_RECORD_EVENT",
     "ToolCall",
     "ToolCallRecord",
@@ -98,6 +122,7 @@ __all__ = [
     "TrajectoryCallbackHandler",
     "TrajectoryGroup",
     "TrajectorySpanProcessor",
+    "__version__",
     "combine_rewards",
     "combined_scorer",
     "load_groups",
@@ -114,11 +139,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'art_adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name, __name__), name)
+    value = getattr(_importlib.import_module(module_name, __name__), name)
     globals()[name] = value
     return value
 

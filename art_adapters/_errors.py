@@ -3,19 +3,28 @@
 ::
 
     ArtAdaptersError
-    ├── ConfigError            a setting or argument is wrong; fix the call
-    ├── RolloutError           the user's rollout (graph run, tool call) failed
-    │   ├── ToolServerError    an MCP server crashed, hung or refused a call
-    │   └── RolloutBudgetError too many rollouts failed (run_groups' exception budget)
-    ├── JudgeError             the RULER judge could not produce valid scores
-    └── BackendError           the backend service failed or refused a request
-        ├── BackendUnavailableError   it could not be reached / did not start
-        └── BackendRequestError       it answered with an error (status + message)
+    ├── ConfigError                 a setting or argument is wrong; fix the call
+    │   └── ScenarioFileError       (mcp_tools) a scenarios file is missing or holds an invalid line
+    ├── RolloutError                the user's rollout (graph run, tool call) failed
+    │   ├── ToolServerError         an MCP server crashed, hung or refused a call
+    │   └── RolloutBudgetError      more rollouts failed than RunConfig's max_failures /
+    │                               max_failure_rate allow
+    ├── JudgeError                  the RULER judge could not produce valid scores
+    ├── ScenarioGenerationError     (mcp_tools) the generator wrote too few valid scenarios
+    └── BackendError                the backend service failed or refused a request
+        ├── BackendUnavailableError it could not be reached / did not start
+        └── BackendRequestError     it answered with an error (status + message)
 
-Every message says what happened and what to do about it.
+The mcp_tools errors are defined (and exported) there, on these bases. Every message says what
+happened and what to do about it.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._trajectory import RolloutFailure
 
 __all__ = [
     "ArtAdaptersError",
@@ -24,6 +33,7 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "JudgeError",
+    "RolloutBudgetError",
     "RolloutError",
     "ToolServerError",
 ]
@@ -43,6 +53,35 @@ class RolloutError(ArtAdaptersError):
 
 class ToolServerError(RolloutError):
     """An MCP tool server crashed, hung past its timeout, or could not be started."""
+
+
+class RolloutBudgetError(RolloutError):
+    """More rollouts failed than the run's budget allows; the remaining ones were cancelled.
+
+    The budget is the stricter of :class:`~art_adapters.RunConfig`'s ``max_failures`` (a count)
+    and ``max_failure_rate`` (a fraction of all rollouts); the message names the one exceeded.
+
+    Attributes:
+        exceptions: every failure recorded before the run stopped, oldest first.
+        budget: the number of failures the run tolerated.
+        total: the number of rollouts the run was asked for.
+        setting: the setting that was exceeded (``"max_failures"`` or ``"max_failure_rate"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exceptions: list[RolloutFailure],
+        budget: int,
+        total: int,
+        setting: str = "max_failures",
+    ) -> None:
+        super().__init__(message)
+        self.exceptions = exceptions
+        self.budget = budget
+        self.total = total
+        self.setting = setting
 
 
 class JudgeError(ArtAdaptersError):

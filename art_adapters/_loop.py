@@ -30,15 +30,18 @@ import random
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._batch_store import BatchStore
+from ._config import resolve_config
 from ._errors import ConfigError
 from ._train_config import TrainConfig
-from ._runner import RolloutFn
+from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
 from ._trajectory import Trajectory, TrajectoryGroup
+from .observe._metrics import MetricsHistory, group_metrics
+from .ruler import RulerConfig, combine_rewards, ruler_score_groups
 
 if TYPE_CHECKING:
     from ._model import TrainableModel
@@ -59,8 +62,19 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``async def score(groups, scenarios) -> groups``: sets ``reward`` on every trajectory it can.
-Scorer = Callable[[list[TrajectoryGroup], list[Any]], Awaitable[list[TrajectoryGroup]]]
+class Scorer(Protocol):
+    """``async def score(groups, scenarios) -> groups``: sets ``reward`` on every trajectory it can.
+
+    It returns every group, in order (scored copies or the groups themselves); a group it cannot
+    score keeps ``reward=None`` (or says why in ``metadata``) and is reported, not trained on.
+    :func:`verifiable_scorer`, :func:`ruler_scorer` and :func:`combined_scorer` make one.
+    """
+
+    def __call__(
+        self, groups: list[TrajectoryGroup], scenarios: list[Any], /
+    ) -> Awaitable[list[TrajectoryGroup]]:
+        """Score ``groups``; ``scenarios[i]`` is the scenario of ``groups[i]``."""
+        ...
 
 
 class LoopConfig(BaseModel):
@@ -75,10 +89,10 @@ class LoopConfig(BaseModel):
             the first step and after the last); ``0`` evaluates only before and after.
         eval_rollouts: rollouts per held-out scenario (1 for a greedy agent). Default 1.
         eval_at_start: evaluate before training when the loop starts. Default True.
-        max_concurrency: rollouts running at once. Default 8.
-        rollout_timeout_s: seconds one rollout may take; ``None``: no limit. Default 600.
-        max_exceptions: failed rollouts tolerated per ``run_groups`` call (count, or a
-            fraction in [0, 1]); see :func:`~art_adapters.run_groups`. Default 0.25.
+        run: how each ``run_groups`` call (a step's rollouts, an evaluation) runs: concurrency,
+            timeout, retries, failure budget (:class:`~art_adapters.RunConfig`). Default
+            ``RunConfig(timeout_s=600, max_failure_rate=0.25)``: 8 at once, 10 minutes per
+            rollout, a quarter of a call's rollouts may fail.
         max_untrained: consecutive iterations that may train nothing (e.g. every group had
             equal rewards) before the loop gives up and returns with ``stopped`` set; such an
             iteration moves on to the next scenarios. Default 3.
@@ -99,14 +113,31 @@ class LoopConfig(BaseModel):
     eval_every: NonNegativeInt = 2
     eval_rollouts: PositiveInt = 1
     eval_at_start: bool = True
-    max_concurrency: PositiveInt = 8
-    rollout_timeout_s: float | None = Field(default=600.0, gt=0.0)
-    max_exceptions: float = Field(default=0.25, ge=0.0)
+    run: RunConfig = Field(default_factory=lambda: RunConfig(timeout_s=600.0, max_failure_rate=0.25))
     max_untrained: PositiveInt = 3
     seed: int = 0
     run_dir: Path | None = None
     progress: bool = True
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_run(cls, data: Any) -> Any:
+        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
+        if moved:
+            hints = (f"{name} moved into LoopConfig.run (a RunConfig): pass {_MOVED[name]}" for name in moved)
+            raise ValueError("; ".join(hints))
+        return data
+
+
+#: LoopConfig settings that moved into ``LoopConfig.run``, and how to pass them now.
+_MOVED = {
+    "max_concurrency": "run=RunConfig(max_concurrency=...)",
+    "rollout_timeout_s": "run=RunConfig(timeout_s=...)",
+    "max_exceptions": (
+        "run=RunConfig(max_failures=...) for a count or run=RunConfig(max_failure_rate=...) for a fraction"
+    ),
+}
 
 
 class EvalReport(BaseModel):
@@ -200,29 +231,40 @@ def verifiable_scorer(reward: Callable[[Trajectory, Any], float]) -> Scorer:
     return score
 
 
-def ruler_scorer(judge: Any, **options: Any) -> Scorer:
-    """A scorer that asks RULER's ``judge`` (``ruler_score_groups`` with ``swallow_exceptions=True``)."""
+def ruler_scorer(judge: Any, config: RulerConfig | None = None, **options: Any) -> Scorer:
+    """A scorer that asks RULER's ``judge`` (:func:`~art_adapters.ruler_score_groups`).
+
+    ``config`` and the keyword ``options`` are :class:`~art_adapters.RulerConfig` settings (checked
+    now); ``swallow_exceptions`` defaults to True here, so a group the judge cannot score is reported
+    as unscored instead of stopping the loop.
+    """
+    if "swallow_exceptions" not in options and (config is None or "swallow_exceptions" not in
+                                                config.model_fields_set):  # fmt: skip
+        options = {**options, "swallow_exceptions": True}
+    settings = resolve_config(RulerConfig, config, options)
 
     async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
-        from .ruler import ruler_score_groups
-
-        options.setdefault("swallow_exceptions", True)
-        return list(await ruler_score_groups(groups, judge=judge, **options))
+        return list(await ruler_score_groups(groups, judge=judge, config=settings))
 
     return score
 
 
 def combined_scorer(
-    judge: Any, reward: Callable[[Trajectory, Any], float], weight: float = 0.5, **options: Any
+    judge: Any,
+    reward: Callable[[Trajectory, Any], float],
+    weight: float = 0.5,
+    config: RulerConfig | None = None,
+    **options: Any,
 ) -> Scorer:
-    """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``."""
+    """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``.
+
+    ``config`` and ``options`` are the RULER settings, as for :func:`ruler_scorer`.
+    """
     if not 0.0 <= weight <= 1.0:
         raise ConfigError(f"weight must be in [0, 1], got {weight}")
-    verifiable, ruler = verifiable_scorer(reward), ruler_scorer(judge, **options)
+    verifiable, ruler = verifiable_scorer(reward), ruler_scorer(judge, config, **options)
 
     async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
-        from .ruler import combine_rewards
-
         scored = await ruler(await verifiable(groups, scenarios), scenarios)
         weights = {"ruler_score": weight, "independent_reward": 1 - weight}
         return [g if unscored_reason(g) else combine_rewards(g, weights) for g in scored]
@@ -260,12 +302,9 @@ async def evaluate(
 
     ``progress`` receives ``run_groups``' :class:`~art_adapters._runner.RunProgress` after each rollout.
     """
-    from ._runner import run_groups
-
     step = await model.get_step()
     groups = await run_groups(
-        rollout, list(scenarios), n=config.eval_rollouts, max_concurrency=config.max_concurrency,
-        timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+        rollout, list(scenarios), n=config.eval_rollouts, config=config.run,
         progress=progress or config.progress,
     )  # fmt: skip
     scored = await score(groups, list(scenarios))
@@ -285,8 +324,6 @@ async def evaluate(
 def _log(
     config: LoopConfig, step: int, groups: Sequence[TrajectoryGroup], extra: Mapping[str, Any], *, split: str
 ) -> dict[str, Any]:
-    from .observe._metrics import MetricsHistory, group_metrics
-
     row: dict[str, Any] = {**group_metrics(groups), **extra}
     if config.run_dir is not None:
         MetricsHistory(config.run_dir).append(step, row, split=split)
@@ -298,8 +335,6 @@ def _next_batch(config: LoopConfig, start: int) -> int:
     history (iterations that trained nothing used batches too), else at the model's step."""
     if config.run_dir is None:
         return start
-    from .observe._metrics import MetricsHistory
-
     rows = MetricsHistory(config.run_dir).rows("train")
     logged = [r["batch"] for r in rows if isinstance(r.get("batch"), int)]
     return max(start, max(logged) + 1) if logged else start
@@ -338,8 +373,6 @@ async def train_loop(
         ConfigError: no training scenarios.
         RolloutBudgetError: too many rollouts failed in one step.
     """
-    from ._runner import run_groups, scenario_id
-
     if config.steps > 0 and not train_scenarios:
         raise ConfigError("train_scenarios is empty: the loop needs at least one training scenario")
     eval_rollout, eval_score = eval_rollout or rollout, eval_score or score
@@ -379,10 +412,9 @@ async def train_loop(
                 groups = stored.groups
             else:
                 groups = await run_groups(
-                    rollout, scenarios, n=config.rollouts_per_group, max_concurrency=config.max_concurrency,
-                    timeout_s=config.rollout_timeout_s, max_exceptions=config.max_exceptions,
+                    rollout, scenarios, n=config.rollouts_per_group, config=config.run,
                     progress=progress or config.progress,
-                )  # fmt: skip
+                )
                 if store is not None:
                     store.save(batch, step, groups, scored=False)
             scored = list(await score(groups, scenarios))

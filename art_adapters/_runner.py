@@ -8,18 +8,15 @@
         return handler.trajectory
 
     groups = await aa.run_groups(rollout, scenarios, n=4, max_concurrency=8, timeout_s=120)
+    tolerant = aa.RunConfig(max_failures=2, max_failure_rate=None, retries=1)  # a count, not a fraction
+    groups = await aa.run_groups(rollout, scenarios, config=tolerant)
 
 Every rollout runs under a concurrency limit and its own timeout; a rollout that raises
-(or times out) is retried up to ``retries`` times and, if it still fails, is kept on its
-group as a :class:`~art_adapters._trajectory.RolloutFailure` (type, message, traceback,
-scenario id, rollout index). Failures count against one budget, ``max_exceptions``: past
-it the rest is cancelled and :class:`RolloutBudgetError` is raised. Cancellation of the
-caller (Ctrl-C, ``task.cancel()``) cancels every rollout and propagates: nothing here
-catches ``BaseException``.
-
-:func:`run_groups` is a coroutine, so in a notebook just ``await`` it;
-:func:`run_groups_sync` is the blocking shell for scripts and for synchronous code that
-happens to run under an event loop (it then runs the work on a worker thread's own loop).
+(or times out) is retried and, if it still fails, is kept on its group as a
+:class:`~art_adapters._trajectory.RolloutFailure`. Failures count against one budget
+(:class:`RunConfig`): past it the rest is cancelled and :class:`RolloutBudgetError` is raised.
+Cancellation of the caller cancels every rollout and propagates: nothing here catches
+``BaseException``. :func:`run_groups_sync` is the blocking shell for scripts.
 """
 
 from __future__ import annotations
@@ -35,16 +32,18 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from ._errors import ConfigError, RolloutError
+from ._config import Count, PositiveCount, resolve_config
+from ._errors import ConfigError, RolloutBudgetError, RolloutError
 from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup
 
 __all__ = [
-    "RolloutBudgetError",
+    "RolloutFn",
+    "RunConfig",
     "RunProgress",
     "run_groups",
     "run_groups_sync",
@@ -53,24 +52,68 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``async def rollout(scenario) -> Trajectory``: one rollout of a scenario, as run_groups and train_loop call it.
-RolloutFn = Callable[[Any], Awaitable[Trajectory]]
+class RolloutFn(Protocol):
+    """``async def rollout(scenario) -> Trajectory``: one rollout of a scenario.
 
-
-class RolloutBudgetError(RolloutError):
-    """More rollouts failed than ``max_exceptions`` allows; the remaining ones were cancelled.
-
-    Attributes:
-        exceptions: every failure recorded before the run stopped, oldest first.
-        budget: the number of failures the run tolerated.
-        total: the number of rollouts the run was asked for.
+    What :func:`run_groups` and :func:`~art_adapters.train_loop` call, once per rollout; any
+    async function taking one scenario (of whatever type your scenarios are) fits.
     """
 
-    def __init__(self, message: str, *, exceptions: list[RolloutFailure], budget: int, total: int) -> None:
-        super().__init__(message)
-        self.exceptions = exceptions
-        self.budget = budget
-        self.total = total
+    def __call__(self, scenario: Any, /) -> Awaitable[Trajectory]:
+        """Run the agent once on ``scenario`` and return what it did."""
+        ...
+
+
+class RunConfig(BaseModel):
+    """Settings of :func:`run_groups`: concurrency, timeouts, retries and the failure budget.
+
+    Attributes:
+        max_concurrency: rollouts running at the same time, >= 1. Default 8.
+        timeout_s: seconds one attempt may take before it is cancelled and counted as a
+            ``TimeoutError`` (> 0); ``None`` (the default) for no limit.
+        retries: extra attempts for a rollout that raised or timed out, >= 0. Default 0.
+        max_failures: failed rollouts (after their retries) the run tolerates, as a count;
+            ``None`` (the default): no count limit. ``0`` stops on the first failure.
+        max_failure_rate: failed rollouts tolerated as a fraction in [0, 1] of all the run's
+            rollouts (``len(scenarios) * n``, rounded down); ``None``: no fraction limit.
+            Default 0.1.
+
+    The run tolerates the stricter of ``max_failures`` and ``max_failure_rate`` where both are
+    set, so ``RunConfig(max_failures=3)`` still stops past 10%: pass ``max_failure_rate=None``
+    for a count alone. With both ``None`` any number of rollouts may fail. One failure more
+    than tolerated stops the run with :class:`RolloutBudgetError`, which names the setting.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrency: PositiveCount = 8
+    timeout_s: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    retries: Count = 0
+    max_failures: Count | None = None
+    max_failure_rate: float | None = Field(default=0.1, ge=0.0, le=1.0, allow_inf_nan=False)
+
+    def budget(self, total: int) -> tuple[int | None, str | None]:
+        """How many of ``total`` rollouts may fail, and the setting that decides it.
+
+        ``(None, None)`` when neither limit is set (any number may fail).
+        """
+        limits: list[tuple[int, str]] = []
+        if self.max_failures is not None:
+            limits.append((self.max_failures, "max_failures"))
+        if self.max_failure_rate is not None:
+            limits.append((math.floor(self.max_failure_rate * total + 1e-9), "max_failure_rate"))
+        if not limits:
+            return None, None
+        return min(limits, key=lambda limit: limit[0])
+
+
+#: Keyword arguments run_groups no longer takes, and what replaced them.
+_RETIRED = {
+    "max_exceptions": (
+        "set max_failures (a count) and/or max_failure_rate (a fraction in [0, 1]) instead; "
+        "the run tolerates the stricter of the two"
+    ),
+}
 
 
 class RunProgress(BaseModel):
@@ -115,25 +158,6 @@ def _jsonable(scenario: Any) -> Any:
     if dataclasses.is_dataclass(scenario) and not isinstance(scenario, type):
         return dataclasses.asdict(scenario)
     return scenario
-
-
-def _resolve_budget(max_exceptions: float, total: int) -> int:
-    """``max_exceptions`` as a count: an int is a count, a float in [0, 1] a fraction of ``total``."""
-    if isinstance(max_exceptions, bool) or not isinstance(max_exceptions, int | float):
-        raise ConfigError(
-            f"max_exceptions must be an int (a count) or a float in [0, 1] (a fraction), "
-            f"got {max_exceptions!r}"
-        )
-    if isinstance(max_exceptions, int):
-        if max_exceptions < 0:
-            raise ConfigError(f"max_exceptions must be >= 0, got {max_exceptions}")
-        return max_exceptions
-    if not 0.0 <= max_exceptions <= 1.0 or math.isnan(max_exceptions):
-        raise ConfigError(
-            f"max_exceptions={max_exceptions} is a float, read as a fraction of all rollouts, so it "
-            "must lie in [0, 1]; pass an int for a count"
-        )
-    return math.floor(max_exceptions * total + 1e-9)
 
 
 def _interactive() -> bool:
@@ -307,11 +331,9 @@ async def run_groups(
     scenarios: Sequence[Any],
     n: int = 4,
     *,
-    max_concurrency: int = 8,
-    timeout_s: float | None = None,
-    max_exceptions: float = 0.1,
-    retries: int = 0,
+    config: RunConfig | None = None,
     progress: bool | Callable[[RunProgress], None] = True,
+    **settings: Any,
 ) -> list[TrajectoryGroup]:
     """Run ``rollout`` ``n`` times on every scenario and return one group per scenario.
 
@@ -319,17 +341,13 @@ async def run_groups(
         rollout: ``async def rollout(scenario) -> Trajectory``, called once per rollout.
         scenarios: the scenarios, in order; groups come back in the same order.
         n: rollouts per scenario (the group size), >= 1.
-        max_concurrency: rollouts running at the same time, >= 1.
-        timeout_s: seconds one attempt may take before it is cancelled and counted as a
-            ``TimeoutError``; ``None`` for no limit.
-        max_exceptions: how many failed rollouts (after retries) the run tolerates: an
-            ``int`` is a count, a ``float`` in [0, 1] a fraction of ``len(scenarios) * n``
-            (rounded down). One more and the run stops with :class:`RolloutBudgetError`.
-            ``0`` stops on the first failure.
-        retries: extra attempts for a rollout that raised or timed out (0 = none).
+        config: concurrency, timeout, retries and failure budget (:class:`RunConfig`);
+            ``None``: its defaults.
         progress: ``True`` shows a progress bar (done/total, mean reward, exceptions) when
             stderr is a terminal or in a notebook; ``False`` shows nothing; a callable receives a
             :class:`RunProgress` after every finished rollout instead.
+        **settings: :class:`RunConfig` fields (``max_concurrency=2``, ``timeout_s=120``, ...),
+            laid over ``config``.
 
     Returns:
         One :class:`TrajectoryGroup` per scenario: its successful trajectories in rollout
@@ -338,21 +356,17 @@ async def run_groups(
         ``rollout_index``, ``attempts`` and ``duration_s``.
 
     Raises:
-        ConfigError: an argument is invalid, or ``rollout`` is not an async function.
-        RolloutBudgetError: more than ``max_exceptions`` rollouts failed.
+        ConfigError: an argument or setting is invalid, or ``rollout`` is not an async function.
+        RolloutBudgetError: more rollouts failed than the budget allows (see :class:`RunConfig`).
     """
+    run = resolve_config(RunConfig, config, settings, hints=_RETIRED)
     scenarios = list(scenarios)
-    for name, value in (("n", n), ("max_concurrency", max_concurrency)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
-    if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
-        raise ConfigError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"n must be an int >= 1, got {n!r}")
     if not callable(rollout):
         raise ConfigError(f"rollout must be an async function, got {type(rollout).__name__}")
     total = len(scenarios) * n
-    budget = _resolve_budget(max_exceptions, total)
+    budget, setting = run.budget(total)
 
     ids = [scenario_id(s) for s in scenarios]
     if len(set(ids)) < len(ids):
@@ -363,7 +377,7 @@ async def run_groups(
     slots = [
         _Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)
     ]
-    semaphore = asyncio.Semaphore(max_concurrency)
+    semaphore = asyncio.Semaphore(run.max_concurrency)
     display = _Display(progress, total)
     seen_ids: set[str] = set()
     tasks = [
@@ -372,8 +386,8 @@ async def run_groups(
                 rollout,
                 slot,
                 semaphore=semaphore,
-                timeout_s=timeout_s,
-                retries=retries,
+                timeout_s=run.timeout_s,
+                retries=run.retries,
                 display=display,
                 seen_ids=seen_ids,
             ),
@@ -389,12 +403,13 @@ async def run_groups(
             for task in done:
                 task.result()  # re-raises a ConfigError from a rollout; cancellation propagates
             failures = [s.exception for s in slots if s.exception is not None]
-            if len(failures) > budget:
+            if budget is not None and setting is not None and len(failures) > budget:
                 raise RolloutBudgetError(
-                    _budget_message(failures, budget, total, max_exceptions),
+                    _budget_message(failures, budget, total, setting, getattr(run, setting)),
                     exceptions=failures,
                     budget=budget,
                     total=total,
+                    setting=setting,
                 )
     finally:
         for task in tasks:
@@ -422,18 +437,20 @@ async def run_groups(
     return groups
 
 
-def _budget_message(failures: list[RolloutFailure], budget: int, total: int, setting: float) -> str:
+def _budget_message(
+    failures: list[RolloutFailure], budget: int, total: int, setting: str, value: float
+) -> str:
     lines = [
         (
-            f"{len(failures)} of {total} rollouts failed, more than max_exceptions={setting!r} allows "
-            f"({budget}); the remaining rollouts were cancelled. Fix the rollout or raise max_exceptions. "
+            f"{len(failures)} of {total} rollouts failed, more than {setting}={value!r} allows "
+            f"({budget}); the remaining rollouts were cancelled. Fix the rollout or raise {setting} "
+            "(RunConfig: the run tolerates the stricter of max_failures and max_failure_rate). "
             "First failures:"
         )
     ]
     for failure in failures[:3]:
-        lines.append(
-            f"  scenario {failure.scenario_id} rollout {failure.rollout_index}: {failure.type}: {failure.message}"
-        )
+        where = f"scenario {failure.scenario_id} rollout {failure.rollout_index}"
+        lines.append(f"  {where}: {failure.type}: {failure.message}")
     return "\n".join(lines)
 
 
@@ -441,6 +458,9 @@ def run_groups_sync(
     rollout: RolloutFn, scenarios: Sequence[Any], n: int = 4, **kwargs: Any
 ) -> list[TrajectoryGroup]:
     """Blocking :func:`run_groups`, for scripts and for sync code under a running event loop.
+
+    Takes :func:`run_groups`' keyword arguments (``config=RunConfig(...)``, ``progress``, and
+    :class:`RunConfig` fields as settings).
 
     Without a running loop it is ``asyncio.run(run_groups(...))``. Under one (a notebook
     cell, a sync callback inside async code) it runs the work on a worker thread with its

@@ -145,6 +145,7 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
 
     from art_adapters._backends import LocalBackend
     from ._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios
+    from art_adapters import RunConfig
     from art_adapters._loop import LoopConfig, evaluate, ruler_scorer, train_loop, verifiable_scorer
     from art_adapters._model import TrainableModel
     from art_adapters._train_config import RetentionPolicy, TrainConfig
@@ -184,7 +185,8 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                 eval_every=0,
                 eval_rollouts=config.eval_samples,
                 eval_at_start=False,
-                max_concurrency=16,  # the backend decodes concurrent requests as one batch: more is faster
+                # the backend decodes concurrent requests as one batch: more is faster
+                run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
                 seed=config.seed,
                 run_dir=config.run_dir,
                 train=TrainConfig(

@@ -597,6 +597,7 @@ async def _train(
     tally: ToolTally | None = None,
 ) -> LoopResult:
     """Hand over to the training loop: RULER scores, held-out evaluation, metrics in ``run_dir``."""
+    from art_adapters import RunConfig
     from art_adapters._loop import LoopConfig, ruler_scorer, train_loop
     from art_adapters._train_config import TrainConfig
 
@@ -605,7 +606,7 @@ async def _train(
         groups_per_step=config.groups_per_step,
         rollouts_per_group=config.rollouts_per_group,
         eval_every=config.eval_every,
-        rollout_timeout_s=config.rollout_timeout_s,
+        run=RunConfig(timeout_s=config.rollout_timeout_s, max_failure_rate=0.25),
         seed=config.seed,
         run_dir=config.run_dir,
         train=TrainConfig(learning_rate=config.learning_rate),

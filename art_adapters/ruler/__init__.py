@@ -1,16 +1,16 @@
 """RULER: an LLM judge scores a group's trajectories relative to each other.
 
-* :mod:`.prompt`: the judge's prompt (shared prefix once, identical trajectories once).
-* :mod:`.judges`: LangChain chat model or litellm string, behind one call.
-* :mod:`.answer`: parse and validate the answer (ids, range, duplicates).
-* :mod:`.cache`: answers on disk, keyed by a content hash.
-* :mod:`.score`: :func:`ruler_score_group`, :func:`ruler_score_groups`, :func:`combine_rewards`.
+* ``_prompt``: the judge's prompt (shared prefix once, identical trajectories once).
+* ``_judges``: LangChain chat model or litellm string, behind one call.
+* ``_answer``: parse and validate the answer (ids, range, duplicates).
+* ``_cache``: answers on disk, keyed by a content hash.
+* ``_config``: :class:`RulerConfig`, every setting of the scorer.
+* ``_score``: :func:`ruler_score_group`, :func:`ruler_score_groups`, :func:`combine_rewards`.
 """
-
-from __future__ import annotations
 
 from ._answer import JudgeScore
 from ._cache import RulerCache
+from ._config import RulerConfig
 from ._judges import LangChainJudge, LiteLLMJudge
 from ._prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
 from ._score import combine_rewards, ruler_score_group, ruler_score_groups
@@ -22,6 +22,7 @@ __all__ = [
     "LangChainJudge",
     "LiteLLMJudge",
     "RulerCache",
+    "RulerConfig",
     "build_request",
     "combine_rewards",
     "ruler_score_group",

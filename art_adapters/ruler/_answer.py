@@ -14,13 +14,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .._errors import JudgeError
+
 __all__ = ["InvalidAnswer", "JudgeScore", "parse_answer"]
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
-class InvalidAnswer(ValueError):
-    """The judge's answer was not valid JSON of the expected shape."""
+class InvalidAnswer(JudgeError, ValueError):
+    """The judge's answer was not valid JSON of the expected shape (one attempt; the scorer retries)."""
 
 
 class JudgeScore(BaseModel):

@@ -20,16 +20,17 @@ import asyncio
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from .._config import resolve_config
 from .._errors import ConfigError, JudgeError
 from .._redact import redact_text
 from .._trajectory import TrajectoryGroup
 from ._answer import InvalidAnswer, JudgeScore, parse_answer
 from ._cache import RulerCache
-from ._judges import Judge, StructuredMode, resolve_judge
-from ._prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
+from ._config import RulerConfig
+from ._judges import Judge, resolve_judge
+from ._prompt import JudgeRequest, build_request
 
 __all__ = ["combine_rewards", "ruler_score_group", "ruler_score_groups"]
 
@@ -39,18 +40,6 @@ _FEEDBACK = (
     "That answer was invalid: {reason}. Reply again with only the JSON object, one entry for "
     "each of the trajectory ids {ids}, every score a number from 0 to 1."
 )
-
-
-def _resolve_cache(cache: bool | str | Path | RulerCache | None) -> RulerCache | None:
-    if cache is None or cache is False:
-        return None
-    if cache is True:
-        return RulerCache()
-    if isinstance(cache, RulerCache):
-        return cache
-    if isinstance(cache, str | Path):
-        return RulerCache(cache)
-    raise ConfigError(f"cache must be True, False, a directory or a RulerCache, got {type(cache).__name__}")
 
 
 def _describe(group: TrajectoryGroup) -> str:
@@ -115,15 +104,10 @@ def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, Judg
 async def ruler_score_group(
     group: TrajectoryGroup,
     judge: Any = None,
-    rubric: str = DEFAULT_RUBRIC,
+    rubric: str | None = None,
     *,
-    judge_timeout_s: float | None = 120.0,
-    max_retries: int = 2,
-    cache: bool | str | Path | RulerCache | None = True,
-    structured: StructuredMode = "auto",
-    swallow_exceptions: bool = False,
-    reward_weights: Mapping[str, float] | None = None,
-    max_explanation_chars: int | None = 400,
+    config: RulerConfig | None = None,
+    **settings: Any,
 ) -> TrajectoryGroup:
     """Score the trajectories of ``group`` relative to each other with an LLM judge (RULER).
 
@@ -137,35 +121,31 @@ async def ruler_score_group(
         judge: a LangChain chat model (e.g. ``ChatOpenAI`` on any OpenAI-compatible
             endpoint, or ``model.chat_model()`` of our backend), or a litellm model string
             (needs ``pip install 'art-adapters[litellm]'``).
-        rubric: how to score; :data:`DEFAULT_RUBRIC` when not given.
-        judge_timeout_s: seconds one judge call may take (then retried); ``None``: no limit.
-        max_retries: further attempts after a malformed answer, out-of-range score,
-            missing/duplicate/unknown id, timeout or endpoint error.
-        cache: ``True`` caches answers under :func:`~art_adapters.ruler._cache.default_cache_dir`,
-            a path caches there, ``False`` disables it.
-        structured: ``auto`` (json_schema when the model supports it), ``json_schema``, ``none``.
-        swallow_exceptions: on failure return the group unscored (``metadata["ruler"]``
-            has ``status="unscored"`` and the reason) instead of raising.
-        reward_weights: if given, the final reward is :func:`combine_rewards` of these metrics.
-        max_explanation_chars: longest explanation the answer schema allows (``maxLength``);
-            ``None`` for no bound.
+        rubric: how to score; overrides ``config.rubric`` (:data:`DEFAULT_RUBRIC` by default).
+        config: the judge's settings (:class:`RulerConfig`: timeout, retries, cache, structured
+            output, swallow_exceptions, reward_weights...); ``None``: its defaults.
+        **settings: :class:`RulerConfig` fields (``max_retries=0``, ``cache=False``, ...), laid
+            over ``config``.
 
     Returns:
         The scored copy (see the module docstring for where everything goes).
 
     Raises:
         JudgeError: no valid answer after the retries (unless ``swallow_exceptions``).
-        ConfigError: an invalid argument (always raised).
+        ConfigError: an invalid argument or setting (always raised).
     """
-    adapter = resolve_judge(judge, structured=structured)
-    if not isinstance(rubric, str) or not rubric.strip():
-        raise ConfigError("rubric must be a non-empty string (or leave it out for the default rubric)")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ConfigError(f"max_retries must be an int >= 0, got {max_retries!r}")
-    if judge_timeout_s is not None and not (judge_timeout_s > 0 and math.isfinite(judge_timeout_s)):
-        raise ConfigError(f"judge_timeout_s must be a positive number or None, got {judge_timeout_s!r}")
-    store = _resolve_cache(cache)
+    return await _score(group, judge, _settings(config, rubric, settings))
 
+
+def _settings(config: RulerConfig | None, rubric: str | None, settings: dict[str, Any]) -> RulerConfig:
+    """``config`` with the rubric argument and the keyword settings laid over it."""
+    return resolve_config(RulerConfig, config, settings if rubric is None else {**settings, "rubric": rubric})
+
+
+async def _score(group: TrajectoryGroup, judge: Any, ruler: RulerConfig) -> TrajectoryGroup:
+    """Score one group with validated settings (the judge adapter is made per group, as before)."""
+    adapter = resolve_judge(judge, structured=ruler.structured)
+    store = ruler.cache_store()
     scored = group.model_copy(deep=True)
     if not scored.trajectories:
         reason = f"no trajectories to score ({len(scored.exceptions)} rollout(s) failed)"
@@ -173,13 +153,7 @@ async def ruler_score_group(
         logger.warning("RULER: %s has %s", _describe(group), reason)
         return scored
 
-    if max_explanation_chars is not None and (
-        isinstance(max_explanation_chars, bool)
-        or not isinstance(max_explanation_chars, int)
-        or max_explanation_chars < 1
-    ):
-        raise ConfigError(f"max_explanation_chars must be an int >= 1 or None, got {max_explanation_chars!r}")
-    request = build_request(scored, rubric, max_explanation_chars=max_explanation_chars)
+    request = build_request(scored, ruler.rubric, max_explanation_chars=ruler.max_explanation_chars)
     key = RulerCache.key(getattr(adapter, "cache_id", adapter.model_id), request)
     try:
         cached = store.get(key, request.labels) if store is not None else None
@@ -187,12 +161,12 @@ async def ruler_score_group(
             scores, attempts = cached, 0
         else:
             scores, attempts = await _ask(
-                adapter, request, group, timeout_s=judge_timeout_s, max_retries=max_retries
+                adapter, request, group, timeout_s=ruler.judge_timeout_s, max_retries=ruler.max_retries
             )
             if store is not None:
                 store.put(key, adapter.model_id, scores)
     except JudgeError as exc:
-        if not swallow_exceptions:
+        if not ruler.swallow_exceptions:
             raise
         scored.metadata["ruler"] = {"status": "unscored", "reason": str(exc), "judge": adapter.model_id}
         return scored
@@ -206,34 +180,33 @@ async def ruler_score_group(
         "distinct_trajectories": len(request.labels),
         "shared_prefix_messages": request.prefix_messages,
     }
-    if reward_weights is not None:
-        scored = combine_rewards(scored, reward_weights)
+    if ruler.reward_weights is not None:
+        scored = combine_rewards(scored, ruler.reward_weights)
     return scored
 
 
 async def ruler_score_groups(
     groups: Sequence[TrajectoryGroup],
     judge: Any = None,
-    rubric: str = DEFAULT_RUBRIC,
+    rubric: str | None = None,
     *,
-    max_concurrency: int = 4,
-    **kwargs: Any,
+    config: RulerConfig | None = None,
+    **settings: Any,
 ) -> list[TrajectoryGroup]:
     """Score many groups concurrently (at most ``max_concurrency`` judge calls at once).
 
-    Takes the keyword arguments of :func:`ruler_score_group`; returns the scored copies in
-    the input's order. Without ``swallow_exceptions`` the first :class:`JudgeError`
-    cancels the other calls and is raised; with it, failed groups come back marked
-    unscored, never dropped.
+    Takes the arguments of :func:`ruler_score_group` (``config`` and keyword settings, of which
+    ``max_concurrency`` applies here); returns the scored copies in the input's order. Without
+    ``swallow_exceptions`` the first :class:`JudgeError` cancels the other calls and is raised;
+    with it, failed groups come back marked unscored, never dropped.
     """
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ConfigError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-    resolve_judge(judge, structured=kwargs.get("structured", "auto"))  # fail fast on a bad judge
-    semaphore = asyncio.Semaphore(max_concurrency)
+    ruler = _settings(config, rubric, settings)
+    resolve_judge(judge, structured=ruler.structured)  # fail fast on a bad judge
+    semaphore = asyncio.Semaphore(ruler.max_concurrency)
 
     async def one(group: TrajectoryGroup) -> TrajectoryGroup:
         async with semaphore:
-            return await ruler_score_group(group, judge, rubric, **kwargs)
+            return await _score(group, judge, ruler)
 
     tasks = [asyncio.create_task(one(group)) for group in groups]
     try:

@@ -66,3 +66,31 @@ async def test_combined_scorer_reports_a_judge_failure_as_unscored() -> None:
     assert (unscored_reason(unscored) or "").startswith("judge:")
     with pytest.raises(ConfigError, match="weight"):
         combined_scorer(judge, lambda t, s: 1.0, weight=1.5)
+
+
+async def test_a_loop_config_with_a_count_budget_runs() -> None:
+    # The bug this replaced: LoopConfig(max_exceptions=3) validated, then run_groups rejected 3.0
+    # as a float read as a fraction. A count is now max_failures, an int, and the loop honours it.
+    import art_adapters as aa
+
+    config = aa.LoopConfig(steps=1, run=aa.RunConfig(max_failures=3, max_failure_rate=None))
+
+    async def rollout(scenario: dict[str, int]) -> Trajectory:
+        if scenario["i"] < 3:
+            raise RuntimeError("this one fails")
+        return Trajectory(reward=1.0)
+
+    scenarios = [{"i": i} for i in range(8)]
+    groups = await aa.run_groups(rollout, scenarios, n=1, config=config.run, progress=False)
+    assert sum(len(g.exceptions) for g in groups) == 3  # over the loop's default 25% of 8, within 3
+    with pytest.raises(aa.RolloutBudgetError, match="max_failure_rate=0.25"):
+        await aa.run_groups(rollout, scenarios, n=1, config=aa.LoopConfig(steps=1).run, progress=False)
+
+
+def test_the_moved_loop_settings_point_to_run() -> None:
+    with pytest.raises(ValidationError, match=r"max_exceptions moved into LoopConfig.run .*max_failures"):
+        LoopConfig(steps=1, max_exceptions=3)
+    with pytest.raises(ValidationError, match=r"run=RunConfig\(timeout_s=\.\.\.\)"):
+        LoopConfig(steps=1, rollout_timeout_s=30)
+    config = LoopConfig(steps=1)
+    assert (config.run.timeout_s, config.run.max_failure_rate, config.run.max_failures) == (600.0, 0.25, None)

@@ -220,7 +220,7 @@ async def test_train_mcp_state_option_isolates_its_rollouts(memory_file: Path) -
     tools = await mcp_tools.load_tools(_server(config), name="memory")
     agent = build_agent(PolicyChatModel(policy=memory_policy), tools, max_turns=3)
     scenarios = [mcp_tools.Scenario(task=f"Remember {who}", difficulty=1) for who in ("Grace", "Linus")]
-    groups = await aa.run_groups(make_rollout(agent), scenarios, n=2, max_exceptions=0, progress=False)
+    groups = await aa.run_groups(make_rollout(agent), scenarios, n=2, max_failures=0, progress=False)
     for group, who in zip(groups, ("Grace", "Linus"), strict=True):
         for trajectory in group.trajectories:
             graph = json.loads(trajectory.tool_records[1].result)

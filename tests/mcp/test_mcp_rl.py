@@ -56,7 +56,7 @@ SCENARIOS = [Scenario(task=f"Please write down note {t}", difficulty=1) for t in
 async def _check_isolation(server: object) -> None:
     tools = await mcp_tools.load_tools(server, name="notes")
     agent = build_agent(PolicyChatModel(policy=notes_policy), tools, max_turns=4)
-    groups = await aa.run_groups(make_rollout(agent), SCENARIOS, n=3, max_exceptions=0, progress=False)
+    groups = await aa.run_groups(make_rollout(agent), SCENARIOS, n=3, max_failures=0, progress=False)
     sessions: set[str] = set()
     for group, scenario in zip(groups, SCENARIOS, strict=True):
         title = scenario.task.split()[-1]
@@ -154,7 +154,7 @@ async def test_a_forced_first_turn_makes_the_real_model_call_a_tool(local_backen
     scenario = {"task": "What is 17 + 25?", "difficulty": 1}
     for choice, expected in (("required", {t.name for t in tools}), ("multiply", {"multiply"})):
         agent = build_agent(chat, tools, max_turns=2, first_tool_choice=choice)
-        groups = await aa.run_groups(make_rollout(agent), [scenario], n=3, max_exceptions=0, progress=False)
+        groups = await aa.run_groups(make_rollout(agent), [scenario], n=3, max_failures=0, progress=False)
         for trajectory in groups[0].trajectories:
             first = next(m for m in trajectory.messages if m.role == "assistant")
             assert first.tool_calls and {c.function.name for c in first.tool_calls} <= expected, first
@@ -220,7 +220,7 @@ async def test_a_tool_that_only_ever_fails_is_flagged_once() -> None:
     tools = await mcp_tools.load_tools(server_command("calculator"))
     tally = ToolTally(min_calls=4)
     rollout = tally.counting(make_rollout(build_agent(PolicyChatModel(policy=policy), tools, max_turns=2)))
-    await aa.run_groups(rollout, SCENARIOS[:1], n=3, max_exceptions=0, progress=False)
+    await aa.run_groups(rollout, SCENARIOS[:1], n=3, max_failures=0, progress=False)
     assert tally.calls == {"divide": 3, "add": 3} and tally.errors["divide"] == 3 and tally.errors["add"] == 0
     assert tally.newly_failing() == []  # 3 calls: not yet enough to say
     await rollout(SCENARIOS[1])

@@ -68,7 +68,7 @@ async def _forced_rollouts(
         model.chat_model(temperature=0.7, max_tokens=48), tools, max_turns=2, first_tool_choice=choice
     )
     groups = await aa.run_groups(
-        make_rollout(agent), [{"task": task, "difficulty": 1}], n=2, max_exceptions=0, progress=False
+        make_rollout(agent), [{"task": task, "difficulty": 1}], n=2, max_failures=0, progress=False
     )
     return groups[0].trajectories
 

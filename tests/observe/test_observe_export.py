@@ -424,7 +424,7 @@ async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
         return outcome
 
     groups = await aa.run_groups(
-        rollout, [{"id": "mixed"}], n=3, max_concurrency=1, max_exceptions=2, progress=False
+        rollout, [{"id": "mixed"}], n=3, max_concurrency=1, max_failures=2, max_failure_rate=None, progress=False
     )
     assert len(groups[0].trajectories) == 1 and len(groups[0].exceptions) == 2
     exporter = InMemorySpanExporter()

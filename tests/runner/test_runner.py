@@ -15,6 +15,11 @@ from art_adapters._errors import ConfigError
 from art_adapters._runner import RunProgress, scenario_id
 
 
+def tolerate(count: int) -> aa.RunConfig:
+    """A budget of ``count`` failed rollouts, whatever their share."""
+    return aa.RunConfig(max_failures=count, max_failure_rate=None)
+
+
 def _trajectory(scenario: dict[str, Any], reward: float | None = 1.0) -> aa.Trajectory:
     return aa.Trajectory(messages=[aa.Message(role="user", content=str(scenario.get("q")))], reward=reward)
 
@@ -95,7 +100,7 @@ async def test_slow_rollouts_run_concurrently_up_to_the_limit() -> None:
 
 async def test_failed_rollouts_are_kept_with_tracebacks() -> None:
     scenarios = [{"q": "ok"}, {"q": "bad", "fail": True}]
-    groups = await aa.run_groups(Recorder(), scenarios, n=2, max_exceptions=2, progress=False)
+    groups = await aa.run_groups(Recorder(), scenarios, n=2, config=tolerate(2), progress=False)
     good, bad = groups
     assert len(good) == 2 and good.exceptions == []
     assert len(bad) == 0 and len(bad.exceptions) == 2
@@ -119,7 +124,7 @@ async def test_hanging_rollout_times_out_and_is_cancelled() -> None:
         [{"q": "hang", "sleep": 3600}, {"q": "fast"}],
         n=2,
         timeout_s=0.3,
-        max_exceptions=0.5,
+        max_failure_rate=0.5,
         progress=False,
     )
     assert time.monotonic() - start < 2
@@ -135,33 +140,84 @@ async def test_budget_exceeded_raises_and_cancels_the_rest() -> None:
     scenarios = [{"q": "bad", "fail": True}] + [{"q": f"slow{i}", "sleep": 3600} for i in range(3)]
     start = time.monotonic()
     with pytest.raises(aa.RolloutBudgetError) as info:
-        await aa.run_groups(recorder, scenarios, n=2, max_exceptions=1, progress=False)
+        await aa.run_groups(recorder, scenarios, n=2, config=tolerate(1), progress=False)
     assert time.monotonic() - start < 2
     error = info.value
     assert isinstance(error, aa.RolloutError)
     assert error.budget == 1 and error.total == 8 and len(error.exceptions) == 2
-    assert "2 of 8 rollouts failed" in str(error) and "max_exceptions=1" in str(error)
+    assert "2 of 8 rollouts failed" in str(error) and "max_failures=1" in str(error)
     assert "scenario bad is broken" in str(error)
     assert recorder.cancelled == 6 and recorder.running == 0
 
 
 @pytest.mark.parametrize(
-    ("setting", "failures", "raises"), [(0, 1, True), (0.25, 2, False), (0.25, 3, True), (3, 3, False)]
+    ("settings", "failures", "raises"),
+    [
+        ({"max_failures": 0}, 1, True),
+        ({"max_failure_rate": 0.25}, 2, False),
+        ({"max_failure_rate": 0.25}, 3, True),
+        ({"max_failures": 3, "max_failure_rate": None}, 3, False),
+        ({"max_failures": 3, "max_failure_rate": None}, 4, True),
+        ({"max_failures": None, "max_failure_rate": None}, 8, False),  # neither set: unlimited
+        ({}, 1, True),  # the default: 10% of 8 rollouts tolerates 0
+    ],
 )
-async def test_budget_counts_and_fractions(setting: float, failures: int, raises: bool) -> None:
+async def test_budget_counts_and_fractions(settings: dict[str, Any], failures: int, raises: bool) -> None:
     scenarios = [{"q": f"s{i}", "fail": i < failures} for i in range(8)]
     if raises:
         with pytest.raises(aa.RolloutBudgetError):
-            await aa.run_groups(Recorder(), scenarios, n=1, max_exceptions=setting, progress=False)
+            await aa.run_groups(Recorder(), scenarios, n=1, progress=False, **settings)
     else:
-        groups = await aa.run_groups(Recorder(), scenarios, n=1, max_exceptions=setting, progress=False)
+        groups = await aa.run_groups(Recorder(), scenarios, n=1, progress=False, **settings)
         assert sum(len(g.exceptions) for g in groups) == failures
+
+
+@pytest.mark.parametrize(
+    ("settings", "budget", "exceeded"),
+    [
+        ({"max_failures": 3, "max_failure_rate": 0.25}, 2, "max_failure_rate"),  # 25% of 8 = 2 < 3
+        ({"max_failures": 1, "max_failure_rate": 0.5}, 1, "max_failures"),  # 1 < 50% of 8
+    ],
+)
+async def test_the_stricter_budget_applies_and_is_named(
+    settings: dict[str, Any], budget: int, exceeded: str
+) -> None:
+    scenarios = [{"q": f"s{i}", "fail": i < 3} for i in range(8)]
+    with pytest.raises(aa.RolloutBudgetError) as info:
+        await aa.run_groups(Recorder(), scenarios, n=1, max_concurrency=1, progress=False, **settings)
+    assert info.value.budget == budget and info.value.setting == exceeded
+    assert f"{exceeded}={settings[exceeded]!r}" in str(info.value)
+
+
+async def test_settings_override_the_config_object() -> None:
+    config = aa.RunConfig(max_concurrency=1, max_failures=0)
+    recorder = Recorder()
+    scenarios = [{"q": i, "sleep": 0.05} for i in range(4)]
+    await aa.run_groups(recorder, scenarios, n=1, config=config, progress=False)
+    assert recorder.max_running == 1
+    recorder = Recorder()
+    await aa.run_groups(recorder, scenarios, n=1, config=config, max_concurrency=4, progress=False)
+    assert recorder.max_running == 4
+    bad = [{"q": "bad", "fail": True}, {"q": "ok"}]
+    with pytest.raises(aa.RolloutBudgetError, match="max_failures=0"):
+        await aa.run_groups(Recorder(), bad, n=1, config=config, progress=False)
+    groups = await aa.run_groups(
+        Recorder(), bad, n=1, config=config, max_failures=1, max_failure_rate=None, progress=False
+    )
+    assert [len(g.exceptions) for g in groups] == [1, 0]
+    assert config.max_failures == 0  # the caller's config is unchanged
+
+
+async def test_max_exceptions_is_gone_with_a_pointer_to_its_replacements() -> None:
+    with pytest.raises(ConfigError, match="max_exceptions") as info:
+        await aa.run_groups(Recorder(), [{"q": 1}], n=1, max_exceptions=3, progress=False)
+    assert "max_failures" in str(info.value) and "max_failure_rate" in str(info.value)
 
 
 async def test_retries_recover_flaky_rollouts() -> None:
     recorder = Recorder()
     groups = await aa.run_groups(
-        recorder, [{"q": "f", "flaky": True}], n=1, retries=1, max_exceptions=0, progress=False
+        recorder, [{"q": "f", "flaky": True}], n=1, retries=1, max_failures=0, progress=False
     )
     (trajectory,) = groups[0].trajectories
     assert trajectory.metadata["attempts"] == 2 and recorder.calls["f"] == 2
@@ -169,11 +225,11 @@ async def test_retries_recover_flaky_rollouts() -> None:
 
     with pytest.raises(aa.RolloutBudgetError, match="flaky tool server"):
         await aa.run_groups(
-            Recorder(), [{"q": "f", "flaky": True}], n=1, retries=0, max_exceptions=0, progress=False
+            Recorder(), [{"q": "f", "flaky": True}], n=1, retries=0, max_failures=0, progress=False
         )
 
     groups = await aa.run_groups(
-        Recorder(), [{"q": "b", "fail": True}], n=1, retries=2, max_exceptions=1, progress=False
+        Recorder(), [{"q": "b", "fail": True}], n=1, retries=2, config=tolerate(1), progress=False
     )
     (failure,) = groups[0].exceptions
     assert failure.model_extra["attempts"] == 3 and len(failure.model_extra["previous_failures"]) == 2
@@ -197,7 +253,9 @@ async def test_progress_callback_sees_done_total_reward_and_exceptions(
 ) -> None:
     seen: list[RunProgress] = []
     scenarios = [{"q": "a", "reward": 0.2}, {"q": "b", "reward": 0.6}, {"q": "c", "fail": True}]
-    await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, max_exceptions=2, progress=seen.append)
+    await aa.run_groups(
+        Recorder(), scenarios, n=2, max_concurrency=1, config=tolerate(2), progress=seen.append
+    )
     assert [p.done for p in seen] == [1, 2, 3, 4, 5, 6]
     final = seen[-1]
     assert (final.total, final.succeeded, final.exceptions) == (6, 4, 2)
@@ -211,7 +269,7 @@ async def test_wrong_return_type_is_a_recorded_failure() -> None:
     async def returns_dict(scenario: Any) -> Any:
         return {"messages": []}
 
-    groups = await aa.run_groups(returns_dict, [{"q": 1}], n=2, max_exceptions=2, progress=False)
+    groups = await aa.run_groups(returns_dict, [{"q": 1}], n=2, config=tolerate(2), progress=False)
     assert [e.type for e in groups[0].exceptions] == ["builtins.TypeError"] * 2
     assert "must return an art_adapters.Trajectory" in groups[0].exceptions[0].message
 
@@ -225,7 +283,7 @@ async def test_partial_trajectory_on_the_exception_is_kept() -> None:
     async def rollout(scenario: Any) -> aa.Trajectory:
         raise GraphFailed(_trajectory({"q": "partial"}, reward=None))
 
-    groups = await aa.run_groups(rollout, [{"q": 1}], n=1, max_exceptions=1, progress=False)
+    groups = await aa.run_groups(rollout, [{"q": 1}], n=1, config=tolerate(1), progress=False)
     (failure,) = groups[0].exceptions
     assert failure.trajectory is not None and failure.trajectory.messages[0].content == "partial"
 
@@ -235,11 +293,17 @@ async def test_partial_trajectory_on_the_exception_is_kept() -> None:
     [
         ({"n": 0}, "n must be"),
         ({"max_concurrency": 0}, "max_concurrency"),
-        ({"max_exceptions": 1.5}, "fraction"),
-        ({"max_exceptions": -1}, "max_exceptions"),
-        ({"max_exceptions": True}, "max_exceptions"),
+        ({"max_concurrency": 2.5}, "max_concurrency"),
+        ({"max_failure_rate": 1.5}, "max_failure_rate"),
+        ({"max_failure_rate": float("nan")}, "max_failure_rate"),
+        ({"max_failures": -1}, "max_failures"),
+        ({"max_failures": True}, "max_failures"),
+        ({"max_failures": 1.5}, "max_failures"),
         ({"retries": -1}, "retries"),
         ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"max_concurrenc": 2}, "max_concurrenc"),  # a misspelt setting
+        ({"config": {"max_concurrency": 2}}, "RunConfig"),
     ],
 )
 async def test_bad_arguments_are_config_errors(kwargs: dict[str, Any], match: str) -> None:
@@ -278,7 +342,7 @@ async def test_progress_bar_on_a_terminal_shows_done_total_reward_exceptions(
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     scenarios = [{"q": "a", "reward": 0.2}, {"q": "b", "reward": 0.6}, {"q": "c", "fail": True}]
-    await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, max_exceptions=2, progress=True)
+    await aa.run_groups(Recorder(), scenarios, n=2, max_concurrency=1, config=tolerate(2), progress=True)
     final = terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert "rollouts" in final and "6/6" in final
     assert "reward=0.400" in final and "exceptions=2" in final
@@ -312,7 +376,8 @@ async def test_a_cancelled_error_from_inside_a_rollout_is_a_failure_not_a_cancel
             await helper
         return _trajectory(scenario)
 
-    groups = await aa.run_groups(rollout, [{"q": "ok"}, {"q": "bad"}], n=2, max_exceptions=2, progress=False)
+    scenarios = [{"q": "ok"}, {"q": "bad"}]
+    groups = await aa.run_groups(rollout, scenarios, n=2, config=tolerate(2), progress=False)
     assert [len(g.trajectories) for g in groups] == [2, 0]
     failure = groups[1].exceptions[0]
     assert failure.type.endswith("RolloutError") and "CancelledError" in failure.message

@@ -1,0 +1,59 @@
+"""How a component's config object meets its keyword settings: one merge, one error type.
+
+``run_groups(..., config=RunConfig(...), max_concurrency=2)`` and
+``ruler_score_group(..., config=RulerConfig(...), max_retries=0)`` both lay the keyword
+settings over the config object and validate the result with pydantic; a bad value is a
+:class:`~art_adapters.ConfigError` carrying pydantic's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, NonNegativeInt, PositiveInt, ValidationError
+
+from ._errors import ConfigError
+
+__all__ = ["Count", "PositiveCount", "resolve_config"]
+
+_Config = TypeVar("_Config", bound=BaseModel)
+
+
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # an int subclass, so pydantic would take True as 1
+        raise ValueError("must be an int, not a bool")
+    return value
+
+
+#: An int >= 0 (``True``/``False`` rejected).
+Count = Annotated[NonNegativeInt, BeforeValidator(_not_a_bool)]
+#: An int >= 1 (``True`` rejected).
+PositiveCount = Annotated[PositiveInt, BeforeValidator(_not_a_bool)]
+
+
+def resolve_config(
+    model: type[_Config],
+    config: _Config | None,
+    settings: Mapping[str, Any],
+    *,
+    hints: Mapping[str, str] | None = None,
+) -> _Config:
+    """``config`` (or the defaults) with the keyword ``settings`` laid over it, validated.
+
+    Raises:
+        ConfigError: ``config`` is not a ``model``, a setting is unknown (``hints`` maps retired
+            names to what replaced them) or invalid; the message is pydantic's.
+    """
+    for name, hint in (hints or {}).items():
+        if name in settings:
+            raise ConfigError(f"{name} is gone: {hint}")
+    if config is not None and not isinstance(config, model):
+        raise ConfigError(f"config must be a {model.__name__}, got {type(config).__name__}")
+    if config is not None and not settings:
+        return config
+    base = dict(config) if config is not None else {}
+    try:
+        return model.model_validate({**base, **settings})
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,77 @@
+"""RULER's settings in one model: what ruler_score_group(s) take besides the group and the judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .._config import Count, PositiveCount
+from ._cache import RulerCache
+from ._judges import StructuredMode
+from ._prompt import DEFAULT_RUBRIC
+
+__all__ = ["RulerConfig"]
+
+
+class RulerConfig(BaseModel):
+    """Settings of :func:`~art_adapters.ruler_score_group` and :func:`~art_adapters.ruler_score_groups`.
+
+    Every field can also be passed to those functions as a keyword setting, which overrides the
+    config object: ``ruler_score_groups(groups, judge, config=RulerConfig(cache=False), max_retries=0)``.
+
+    Attributes:
+        rubric: how to score, in plain words; :data:`DEFAULT_RUBRIC` by default.
+        judge_timeout_s: seconds one judge call may take (then retried), > 0; ``None``: no limit.
+            Default 120.
+        max_retries: further attempts after a malformed answer, an out-of-range score, a
+            missing/duplicate/unknown id, a timeout or an endpoint error. Default 2.
+        cache: ``True`` (default) caches answers under
+            :func:`~art_adapters.ruler._cache.default_cache_dir`, a directory caches there, a
+            :class:`RulerCache` is used as is, ``False``/``None`` disables caching.
+        structured: ``"auto"`` (json_schema when the endpoint supports it, else plain),
+            ``"json_schema"`` or ``"none"``.
+        swallow_exceptions: on failure return the group unscored (``metadata["ruler"]`` has
+            ``status="unscored"`` and the reason) instead of raising :class:`JudgeError`.
+            Default False.
+        reward_weights: if given, each trajectory's final reward is
+            :func:`~art_adapters.combine_rewards` of these metrics (e.g.
+            ``{"ruler_score": 0.8, "independent_reward": 0.2}``).
+        max_explanation_chars: the longest explanation the answer schema allows (``maxLength``),
+            >= 1; ``None``: no bound. Default 400.
+        max_concurrency: judge calls at once in :func:`~art_adapters.ruler_score_groups`, >= 1.
+            Default 4.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    rubric: str = DEFAULT_RUBRIC
+    judge_timeout_s: float | None = Field(default=120.0, gt=0.0, allow_inf_nan=False)
+    max_retries: Count = 2
+    cache: bool | Path | RulerCache | None = True
+    structured: StructuredMode = "auto"
+    swallow_exceptions: bool = False
+    reward_weights: dict[str, float] | None = None
+    max_explanation_chars: PositiveCount | None = 400
+    max_concurrency: PositiveCount = 4
+
+    @field_validator("rubric")
+    @classmethod
+    def _rubric_has_words(cls, rubric: str) -> str:
+        if not rubric.strip():
+            raise ValueError("rubric must be a non-empty string (or leave it out for the default rubric)")
+        return rubric
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _directory(cls, cache: Any) -> Any:
+        return Path(cache) if isinstance(cache, str) else cache  # a str is a directory, never a bool
+
+    def cache_store(self) -> RulerCache | None:
+        """The cache the settings name, or ``None`` when caching is off."""
+        if self.cache is None or self.cache is False:
+            return None
+        if self.cache is True:
+            return RulerCache()
+        return self.cache if isinstance(self.cache, RulerCache) else RulerCache(self.cache)
