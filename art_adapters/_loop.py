@@ -9,18 +9,9 @@
         val_scenarios=held_out, eval_rollout=greedy_rollout, config=config,
     )
 
-Each step (counted from the model's current step, so a restarted loop resumes where the
-backend is and never redoes a finished step; with ``run_dir`` it also continues after the
-last batch of scenarios it logged) takes the next ``groups_per_step`` training scenarios
-(the dataset is reshuffled each epoch from ``seed``), runs
-``rollouts_per_group`` rollouts of each with :func:`~art_adapters.run_groups`, scores them,
-and trains one step with ``model.train``. Groups the scorer could not score are reported
-in the step's :class:`StepReport` (and logged), never dropped silently. Metrics go to the
-run's ``metrics.jsonl`` (:class:`~art_adapters.observe._metrics.MetricsHistory`): one
-``train`` row per step and one ``val`` row per evaluation. With ``run_dir``, each batch's
-groups are also written to ``run_dir/batches/`` before and after scoring
-(:class:`~art_adapters._batch_store.BatchStore`), so a loop that crashes before its train step
-reuses them when restarted instead of running the rollouts again.
+:func:`train_loop` is a short loop over named steps (:func:`next_batch`, :func:`scored_groups`,
+:func:`train_step`, :func:`record_step`, :func:`evaluate`), each a function of its own that a test
+can call without a backend.
 """
 
 from __future__ import annotations
@@ -53,9 +44,18 @@ __all__ = [
     "Scorer",
     "StepReport",
     "combined_scorer",
+    "eval_due",
     "evaluate",
+    "next_batch",
+    "record_step",
+    "resume_batch",
     "ruler_scorer",
+    "score_groups",
+    "scored_groups",
+    "split_unscored",
+    "stop_reason",
     "train_loop",
+    "train_step",
     "unscored_reason",
     "verifiable_scorer",
 ]
@@ -272,8 +272,13 @@ def combined_scorer(
     return score
 
 
-def _batch(scenarios: Sequence[Any], index: int, size: int, seed: int) -> list[Any]:
-    """The ``index``-th batch of ``size`` scenarios; each epoch is a fresh seeded shuffle."""
+def next_batch(scenarios: Sequence[Any], index: int, size: int, seed: int) -> list[Any]:
+    """The ``index``-th batch of ``size`` scenarios; each epoch is a fresh seeded shuffle.
+
+    Batches run through the shuffled dataset in order and wrap into the next epoch (reshuffled
+    with ``seed`` and the epoch number), so every scenario is used once per epoch and batch ``i``
+    is the same in every run with the same seed: a resumed loop picks up at the next one.
+    """
     out: list[Any] = []
     per_epoch = len(scenarios)
     position = index * size
@@ -284,6 +289,142 @@ def _batch(scenarios: Sequence[Any], index: int, size: int, seed: int) -> list[A
         out.append(scenarios[order[offset]])
         position += 1
     return out
+
+
+def resume_batch(config: LoopConfig, start: int) -> int:
+    """Where a (re)started loop continues in the dataset: after the last batch in the metrics
+    history (iterations that trained nothing used batches too), else at the model's step."""
+    if config.run_dir is None:
+        return start
+    rows = MetricsHistory(config.run_dir).rows("train")
+    logged = [r["batch"] for r in rows if isinstance(r.get("batch"), int)]
+    return max(start, max(logged) + 1) if logged else start
+
+
+async def score_groups(
+    score: Scorer, groups: list[TrajectoryGroup], scenarios: list[Any]
+) -> list[TrajectoryGroup]:
+    """``score`` the groups, checking that it returned every one of them.
+
+    Raises:
+        ConfigError: the scorer dropped or added groups.
+    """
+    scored = list(await score(groups, scenarios))
+    if len(scored) != len(groups):
+        raise ConfigError(
+            f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
+            "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
+        )
+    return scored
+
+
+async def scored_groups(
+    rollout: RolloutFn,
+    score: Scorer,
+    scenarios: list[Any],
+    *,
+    batch: int,
+    step: int,
+    config: LoopConfig,
+    progress: Callable[[Any], None] | None = None,
+) -> list[TrajectoryGroup]:
+    """The batch's groups, rolled out and scored: ``rollouts_per_group`` rollouts of each scenario.
+
+    With ``config.run_dir`` the groups are saved to its ``batches/`` folder
+    (:class:`~art_adapters._batch_store.BatchStore`) before and after scoring, and a batch saved
+    at this ``step`` for these scenarios is reused instead of rolled out (or scored) again, so a
+    loop that crashed before its train step loses no rollouts when restarted.
+    """
+    store = BatchStore(config.run_dir) if config.run_dir is not None else None
+    stored = store.load(batch, step, [scenario_id(s) for s in scenarios]) if store is not None else None
+    if stored is not None:
+        kind = "scored" if stored.scored else "unscored"
+        logger.info("step %d: reusing batch %d's %s groups from %s", step + 1, batch, kind, store.folder)
+        if stored.scored:
+            return stored.groups
+    if stored is not None:
+        groups = stored.groups
+    else:
+        groups = await run_groups(
+            rollout, scenarios, n=config.rollouts_per_group, config=config.run,
+            progress=progress or config.progress,
+        )  # fmt: skip
+        if store is not None:
+            store.save(batch, step, groups, scored=False)
+    scored = await score_groups(score, groups, scenarios)
+    if store is not None:
+        store.save(batch, step, scored, scored=True)
+    return scored
+
+
+def split_unscored(
+    groups: Sequence[TrajectoryGroup], step: int
+) -> tuple[list[TrajectoryGroup], list[dict[str, Any]]]:
+    """The groups to train on, and ``{"group", "scenario_id", "reason"}`` for each left out (logged)."""
+    usable: list[TrajectoryGroup] = []
+    unscored: list[dict[str, Any]] = []
+    for group in groups:
+        reason = unscored_reason(group)
+        if reason is None:
+            usable.append(group)
+            continue
+        scenario = group.metadata.get("scenario_id")
+        unscored.append({"group": group.id, "scenario_id": scenario, "reason": reason})
+        logger.warning("step %d: group %s not trained on: %s", step + 1, group.id, reason)
+    return usable, unscored
+
+
+async def train_step(
+    model: TrainableModel,
+    groups: Sequence[TrajectoryGroup],
+    scenarios: Sequence[Any],
+    *,
+    batch: int,
+    step: int,
+    config: LoopConfig,
+) -> StepReport:
+    """One GRPO step on the scored groups (``model.train``); groups that could not be scored are
+    left out and listed in the report. Nothing is trained when no group is left."""
+    usable, unscored = split_unscored(groups, step)
+    ids = [scenario_id(s) for s in scenarios]
+    report = StepReport(step=step, trained=False, batch=batch, scenario_ids=ids, unscored=unscored)
+    if not usable:
+        report.reason = "no group could be scored"
+        return report
+    trained = await model.train(usable, config=config.train)
+    report.step, report.trained, report.reason = trained.step, trained.trained, trained.reason
+    report.metrics = {k: v for k, v in trained.metrics.items() if isinstance(v, int | float | None)}
+    return report
+
+
+def record_step(config: LoopConfig, report: StepReport, groups: Sequence[TrajectoryGroup]) -> StepReport:
+    """Add the rollouts' statistics to ``report`` and write its ``train`` row to ``metrics.jsonl``.
+
+    The report's ``reward_mean`` becomes the row's, so the two never disagree.
+    """
+    extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(report.unscored)}
+    report.metrics = _log(config, report.step, groups, extra, split="train")
+    report.reward_mean = report.metrics.get("reward_mean")
+    return report
+
+
+def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str | None:
+    """Why the loop gives up after ``untrained`` iterations in a row trained nothing, or ``None``."""
+    logger.warning("step %d trained nothing: %s", report.step + 1, report.reason)
+    if untrained < config.max_untrained:
+        return None
+    reason = (
+        f"{untrained} iterations in a row trained nothing (last: {report.reason}); check the scorer and "
+        "the rewards' spread (a group whose rollouts all score the same carries no signal)"
+    )
+    logger.warning("training loop stopped at step %d: %s", report.step, reason)
+    return reason
+
+
+def eval_due(step: int, config: LoopConfig) -> bool:
+    """Whether to evaluate after reaching ``step`` mid-run: every ``eval_every`` steps (the last
+    step is always evaluated, by :func:`train_loop` itself)."""
+    return bool(config.eval_every) and step % config.eval_every == 0 and step < config.steps
 
 
 def _rewards(groups: Sequence[TrajectoryGroup]) -> list[float]:
@@ -300,7 +441,8 @@ async def evaluate(
 ) -> EvalReport:
     """Mean reward of ``rollout`` (typically a greedy agent on the latest step) on ``scenarios``.
 
-    ``progress`` receives ``run_groups``' :class:`~art_adapters._runner.RunProgress` after each rollout.
+    Writes a ``val`` row to ``metrics.jsonl``; ``progress`` receives ``run_groups``'
+    :class:`~art_adapters.RunProgress` after each rollout.
     """
     step = await model.get_step()
     groups = await run_groups(
@@ -330,16 +472,6 @@ def _log(
     return row
 
 
-def _next_batch(config: LoopConfig, start: int) -> int:
-    """Where a (re)started loop continues in the dataset: after the last batch in the metrics
-    history (iterations that trained nothing used batches too), else at the model's step."""
-    if config.run_dir is None:
-        return start
-    rows = MetricsHistory(config.run_dir).rows("train")
-    logged = [r["batch"] for r in rows if isinstance(r.get("batch"), int)]
-    return max(start, max(logged) + 1) if logged else start
-
-
 async def train_loop(
     model: TrainableModel,
     rollout: RolloutFn,
@@ -354,121 +486,73 @@ async def train_loop(
     on_eval: Callable[[EvalReport], None] | None = None,
     progress: Callable[[Any], None] | None = None,
 ) -> LoopResult:
-    """Train ``model`` from its current step up to ``config.steps`` (see the module docstring).
+    """Train ``model`` from its current step up to ``config.steps``, evaluating on the way.
+
+    Each iteration takes the next batch of ``groups_per_step`` training scenarios, rolls each out
+    ``rollouts_per_group`` times and scores the groups, trains one step on the groups that could
+    be scored (the others are reported in the step's :class:`StepReport`, never dropped silently),
+    and records a ``train`` row in the run's ``metrics.jsonl``; every ``eval_every`` steps (and
+    before the first and after the last) it evaluates on the held-out split (a ``val`` row).
+
+    Steps count from the model's current step, so a restarted loop resumes where the backend is
+    and never redoes a finished step; with ``run_dir`` it also continues after the last batch it
+    logged and reuses the rollouts of a batch that crashed before its train step.
 
     Args:
         model: a registered :class:`~art_adapters.TrainableModel`.
         rollout: ``async def rollout(scenario) -> Trajectory`` for training (sampling agent).
         train_scenarios: the training split (any objects ``rollout`` accepts).
-        score: a :data:`Scorer` (:func:`verifiable_scorer`, :func:`ruler_scorer`, ...).
+        score: a :class:`Scorer` (:func:`verifiable_scorer`, :func:`ruler_scorer`, ...).
         config: the loop's settings.
         val_scenarios: the held-out split; empty: no evaluation.
         eval_rollout: the rollout used for evaluation (e.g. a greedy agent); default ``rollout``.
         eval_score: the scorer of evaluations; default ``score``.
         on_step, on_eval: called with each report as it is made (progress display).
-        progress: receives ``run_groups``' :class:`~art_adapters._runner.RunProgress` after every
+        progress: receives ``run_groups``' :class:`~art_adapters.RunProgress` after every
             rollout (training and evaluation) instead of its own progress bar.
 
     Raises:
-        ConfigError: no training scenarios.
+        ConfigError: no training scenarios, or the scorer did not return every group.
         RolloutBudgetError: too many rollouts failed in one step.
     """
     if config.steps > 0 and not train_scenarios:
         raise ConfigError("train_scenarios is empty: the loop needs at least one training scenario")
-    eval_rollout, eval_score = eval_rollout or rollout, eval_score or score
     start = await model.get_step()
-    result = LoopResult(
-        start_step=start,
-        final_step=start,
-        metrics_file=config.run_dir / "metrics.jsonl" if config.run_dir is not None else None,
-    )
+    result = LoopResult(start_step=start, final_step=start, metrics_file=_metrics_file(config))
 
     async def run_eval() -> None:
-        report = await evaluate(model, eval_rollout, val_scenarios, eval_score, config, progress)
+        report = await evaluate(
+            model, eval_rollout or rollout, val_scenarios, eval_score or score, config, progress
+        )
         result.evals.append(report)
         if on_eval is not None:
             on_eval(report)
 
     if val_scenarios and config.eval_at_start:
         await run_eval()
-    step, batch_index, untrained = start, _next_batch(config, start), 0
-    store = BatchStore(config.run_dir) if config.run_dir is not None else None
-    while step < config.steps:
-        scenarios = _batch(train_scenarios, batch_index, config.groups_per_step, config.seed)
-        batch_index += 1
-        batch = batch_index - 1
-        stored = None
-        if store is not None:
-            stored = store.load(batch, step, [scenario_id(s) for s in scenarios])
-            if stored is not None:
-                kind = "scored" if stored.scored else "unscored"
-                logger.info(
-                    "step %d: reusing batch %d's %s groups from %s", step + 1, batch, kind, store.folder
-                )
-        if stored is not None and stored.scored:
-            scored = stored.groups
-        else:
-            if stored is not None:
-                groups = stored.groups
-            else:
-                groups = await run_groups(
-                    rollout, scenarios, n=config.rollouts_per_group, config=config.run,
-                    progress=progress or config.progress,
-                )
-                if store is not None:
-                    store.save(batch, step, groups, scored=False)
-            scored = list(await score(groups, scenarios))
-            if len(scored) != len(groups):
-                raise ConfigError(
-                    f"the scorer returned {len(scored)} groups for {len(groups)}: it must return every group "
-                    "(leave a group's rewards unset to mark it unscored; it is then reported, not trained on)"
-                )
-            if store is not None:
-                store.save(batch, step, scored, scored=True)
-        usable, unscored = [], []
-        for group in scored:
-            reason = unscored_reason(group)
-            if reason is None:
-                usable.append(group)
-            else:
-                scenario = group.metadata.get("scenario_id")
-                unscored.append({"group": group.id, "scenario_id": scenario, "reason": reason})
-                logger.warning("step %d: group %s not trained on: %s", step + 1, group.id, reason)
-        report = StepReport(
-            step=step,
-            trained=False,
-            batch=batch,
-            scenario_ids=[scenario_id(s) for s in scenarios],
-            unscored=unscored,
+    step, batch, untrained = start, resume_batch(config, start), 0
+    while step < config.steps and result.stopped is None:
+        scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
+        groups = await scored_groups(
+            rollout, score, scenarios, batch=batch, step=step, config=config, progress=progress
         )
-        if usable:
-            trained = await model.train(usable, config=config.train)
-            report.step, report.trained, report.reason = trained.step, trained.trained, trained.reason
-            report.metrics = {k: v for k, v in trained.metrics.items() if isinstance(v, int | float | None)}
-        else:
-            report.reason = "no group could be scored"
-        extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(unscored)}
-        report.metrics = _log(config, report.step, scored, extra, split="train")
-        report.reward_mean = report.metrics.get("reward_mean")  # one mean: the metrics file's
-        result.steps.append(report)
+        report = await train_step(model, groups, scenarios, batch=batch, step=step, config=config)
+        result.steps.append(record_step(config, report, groups))
         if on_step is not None:
             on_step(report)
+        batch += 1
         if not report.trained:
             untrained += 1
-            logger.warning("step %d trained nothing: %s", step + 1, report.reason)
-            if untrained >= config.max_untrained:
-                result.stopped = (
-                    f"{untrained} iterations in a row trained nothing (last: {report.reason}); check the "
-                    "scorer and the rewards' spread (a group whose rollouts all score the same carries no "
-                    "signal)"
-                )
-                logger.warning("training loop stopped at step %d: %s", step, result.stopped)
-                break
+            result.stopped = stop_reason(untrained, report, config)
             continue
         untrained, step = 0, report.step
-        if val_scenarios and config.eval_every and step % config.eval_every == 0 and step < config.steps:
+        if val_scenarios and eval_due(step, config):
             await run_eval()
     result.final_step = step
     if val_scenarios and (not result.evals or result.evals[-1].step != step):
         await run_eval()
     return result
+
+
+def _metrics_file(config: LoopConfig) -> Path | None:
+    return config.run_dir / "metrics.jsonl" if config.run_dir is not None else None

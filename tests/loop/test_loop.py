@@ -17,7 +17,7 @@ from langchain_openai import ChatOpenAI
 
 from art_adapters import ConfigError, LocalBackend, TrainableModel, TrainConfig, Trajectory
 from art_adapters._batch_store import BatchStore
-from art_adapters._loop import LoopConfig, _batch, ruler_scorer, train_loop, verifiable_scorer
+from art_adapters._loop import LoopConfig, next_batch, ruler_scorer, train_loop, verifiable_scorer
 from art_adapters.observe._metrics import MetricsHistory
 from art_adapters._trajectory import Message, load_groups
 
@@ -73,7 +73,8 @@ async def test_resume_after_interruption_continues_and_evaluates_every_k(
     model = TrainableModel(name="loop-resume", project="loop-tests")
     await model.register(local_backend)
     train = scenarios("t", 8)
-    train[train.index(_batch(train, 0, 2, seed=0)[0])] = {"id": "bad", "a": 1, "b": 2}  # in the first batch
+    first = next_batch(train, 0, 2, seed=0)[0]
+    train[train.index(first)] = {"id": "bad", "a": 1, "b": 2}  # in the first batch
     val = scenarios("v", 2)
     rollout, score = make_rollout(model), verifiable_scorer(brevity)
     seen: list[Any] = []
@@ -105,7 +106,7 @@ async def test_resume_after_interruption_continues_and_evaluates_every_k(
     trained = [r for r in result.steps if r.trained]
     assert [r.step for r in trained] == [2, 3]
     assert result.steps[0].batch == step1.batch + 1  # the next scenarios, not step 1's again
-    assert result.steps[0].scenario_ids == [s["id"] for s in _batch(train, step1.batch + 1, 2, seed=0)]
+    assert result.steps[0].scenario_ids == [s["id"] for s in next_batch(train, step1.batch + 1, 2, seed=0)]
     # eval_every=2: after step 2, and once at the end (step 3); run 1 evaluated step 0.
     assert [e.step for e in result.evals] == [2, 3]
     history = MetricsHistory(tmp_path)
@@ -187,7 +188,7 @@ async def test_rollouts_survive_a_scoring_crash_and_are_reused_not_rerun(
     assert calls == 6 and await model.get_step() == 0
     store = BatchStore(tmp_path)
     saved = load_groups(store.path(0, scored=False))
-    assert [g.metadata["scenario_id"] for g in saved] == [s["id"] for s in _batch(train, 0, 2, seed=0)]
+    assert [g.metadata["scenario_id"] for g in saved] == [s["id"] for s in next_batch(train, 0, 2, seed=0)]
     assert not store.path(0, scored=True).exists()
 
     # Restarted with a working scorer: the saved rollouts are scored and trained on, none is run again.

@@ -6,17 +6,18 @@ import pytest
 from pydantic import ValidationError
 
 from art_adapters import ConfigError, Trajectory, TrajectoryGroup
-from art_adapters._loop import LoopConfig, _batch, unscored_reason
+from art_adapters._loop import LoopConfig, next_batch, unscored_reason
 
 
 def test_batches_cover_every_scenario_once_per_epoch_and_are_reproducible() -> None:
     scenarios = list(range(10))
-    first_epoch = [s for i in range(5) for s in _batch(scenarios, i, 2, seed=7)]
+    first_epoch = [s for i in range(5) for s in next_batch(scenarios, i, 2, seed=7)]
     assert sorted(first_epoch) == scenarios
     assert first_epoch != scenarios  # shuffled
-    assert _batch(scenarios, 3, 2, seed=7) == _batch(scenarios, 3, 2, seed=7)
-    assert [s for i in range(5, 10) for s in _batch(scenarios, i, 2, seed=7)] != first_epoch  # reshuffled
-    assert len(_batch([1, 2, 3], 0, 5, seed=0)) == 5  # wraps into the next epoch
+    assert next_batch(scenarios, 3, 2, seed=7) == next_batch(scenarios, 3, 2, seed=7)
+    second_epoch = [s for i in range(5, 10) for s in next_batch(scenarios, i, 2, seed=7)]
+    assert second_epoch != first_epoch  # reshuffled
+    assert len(next_batch([1, 2, 3], 0, 5, seed=0)) == 5  # wraps into the next epoch
 
 
 def test_unscored_reason_names_each_case() -> None:
