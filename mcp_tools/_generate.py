@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from art_adapters import ArtAdaptersError, ConfigError
+from art_adapters.ruler import judge_from_env
 from art_adapters.structured_output import (
     NO_JSON_SCHEMA_MODE,
     answer_text,
@@ -73,11 +73,6 @@ __all__ = [
     "generate_scenarios",
 ]
 
-#: Environment variables naming the configured judge (also the default scenario generator).
-JUDGE_MODEL_ENV = "ART_ADAPTERS_JUDGE_MODEL"
-JUDGE_BASE_URL_ENV = "ART_ADAPTERS_JUDGE_BASE_URL"
-JUDGE_API_KEY_ENV = "ART_ADAPTERS_JUDGE_API_KEY"
-
 _SCHEMA_NAME = "scenarios"
 
 #: A ``task_pattern`` for small generators: one line of 3-30 plain words starting with a capital.
@@ -112,26 +107,19 @@ class ScenarioGenerationError(ArtAdaptersError):
 
 
 def default_generator() -> BaseChatModel:
-    """The configured judge as a chat model: ``$ART_ADAPTERS_JUDGE_MODEL`` on ``$ART_ADAPTERS_JUDGE_BASE_URL``.
-
-    ``$ART_ADAPTERS_JUDGE_API_KEY`` (or ``$OPENAI_API_KEY``) is the key; without a base
-    URL the OpenAI API is used.
+    """The configured judge (:func:`art_adapters.ruler.judge_from_env`) as the writer, at temperature 1.
 
     Raises:
-        ConfigError: ``$ART_ADAPTERS_JUDGE_MODEL`` is not set.
+        ConfigError: no judge is configured, or its settings are invalid.
     """
-    model = os.environ.get(JUDGE_MODEL_ENV, "").strip()
-    if not model:
+    found = judge_from_env(temperature=1.0)
+    if found is None:
         raise ConfigError(
-            f"no generator model: pass model= (any LangChain chat model, e.g. ChatOpenAI(...) or "
-            f"model.chat_model()) or set ${JUDGE_MODEL_ENV} (and ${JUDGE_BASE_URL_ENV}, "
-            f"${JUDGE_API_KEY_ENV}) to configure the judge"
+            "no generator model: pass model= (any LangChain chat model, e.g. ChatOpenAI(...) or "
+            "model.chat_model()) or set $ART_ADAPTERS_JUDGE_MODEL (and $ART_ADAPTERS_JUDGE_BASE_URL, "
+            "$ART_ADAPTERS_JUDGE_API_KEY; or $OPENAI_API_KEY alone for gpt-4o-mini) to configure the judge"
         )
-    from langchain_openai import ChatOpenAI
-
-    base_url = os.environ.get(JUDGE_BASE_URL_ENV) or None
-    api_key = os.environ.get(JUDGE_API_KEY_ENV) or os.environ.get("OPENAI_API_KEY") or "not-needed"
-    return ChatOpenAI(model=model, base_url=base_url, api_key=api_key, temperature=1.0)
+    return found[0]
 
 
 def _tool_spec(tool: Any) -> dict[str, Any]:

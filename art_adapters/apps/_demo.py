@@ -1,20 +1,7 @@
 """``art-adapters demo``: train a LangGraph ReAct agent on the bundled calculator MCP server, on CPU.
 
-What :func:`run_demo` does, in order:
-
-1. starts the embedded backend (``run_dir/backend``) and registers ``demo-agent``;
-2. loads the calculator server's tools with ``mcp_tools.load_tools`` (one stdio session
-   for the whole demo: the server is stateless) and builds the agent
-   (:mod:`art_adapters.apps._demo_agent`): addition questions, one worked example as real
-   conversation turns, the first turn must call a tool (``add`` or ``subtract``), later
-   turns are free;
-3. evaluates the current step on held-out questions (sampled at ``eval_temperature``,
-   ``eval_samples`` per question; reward: the verifiable check);
-4. trains ``steps`` GRPO steps with :func:`art_adapters._loop.train_loop`, groups scored by
-   RULER when a judge endpoint is configured (``ART_ADAPTERS_JUDGE_MODEL`` [+ ``_BASE_URL``,
-   ``_API_KEY``], or ``OPENAI_API_KEY`` for ``gpt-4o-mini``), else by the verifiable check;
-5. evaluates again, prints the before/after table, writes ``run_dir/plots/reward.png``;
-6. answers one question through ``model.chat_model()`` in the same graph.
+:func:`run_demo` evaluates the model on held-out addition questions, trains a few GRPO steps,
+evaluates again and prints the before/after table: the whole library on one small task.
 """
 
 from __future__ import annotations
@@ -23,68 +10,86 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from art_adapters._loop import EvalReport
-from art_adapters._redact import redact_url
+import mcp_tools
+from art_adapters import (
+    ConfigError,
+    EvalReport,
+    LocalBackend,
+    LoopConfig,
+    RetentionPolicy,
+    RunConfig,
+    Scorer,
+    StepReport,
+    TrainableModel,
+    TrainConfig,
+    ruler_scorer,
+    train_loop,
+    verifiable_scorer,
+)
+from art_adapters.observe import plot_run
+from art_adapters.ruler import judge_from_env
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from art_adapters._loop import Scorer
+from ._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios
 
 __all__ = ["DemoConfig", "DemoResult", "resolve_judge", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
-#: The judge used with ``OPENAI_API_KEY`` alone.
-OPENAI_JUDGE_MODEL = "gpt-4o-mini"
-
 
 class DemoConfig(BaseModel):
-    """Settings of the demo; each is a ``demo`` flag of the same name.
+    """Settings of the demo; each is a ``demo`` flag of the same name (its help is the description).
 
-    Attributes:
-        run_dir: backend data, metrics and plots. Default ``.art/demo``. A second run in the
-            same directory continues training the same model from its latest step.
-        steps: GRPO steps to train in this run (default 4).
-        groups: training questions per step (default 3).
-        rollouts: rollouts per question, the GRPO group size, >= 2 (default 4).
-        eval_size: held-out questions (default 12), never trained on.
-        eval_samples: samples per held-out question (default 2).
-        train_size: training questions, cycled through (default 32).
-        temperature: sampling temperature of training rollouts (default 1.0).
-        eval_temperature: sampling temperature of the evaluation (default 1.0: the policy
-            being trained; the greedy base model is already right ~90% of the time).
-        learning_rate: LoRA learning rate (default 5e-4), lora_rank: LoRA rank (default 8).
-        max_tokens: most tokens per model turn (default 48).
-        seed: questions, split and training seeds.
-        threads: torch threads of the embedded backend (sets ``ART_ADAPTERS_TORCH_THREADS``);
-            ``None`` keeps the environment's (or torch's default).
-        question: asked at the end through ``model.chat_model()``.
-        no_judge: score with the verifiable check even when a judge endpoint is configured.
+    A second run in the same ``run_dir`` continues training the same model from its latest step.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    run_dir: Path = Path(".art/demo")
-    steps: NonNegativeInt = 8
-    groups: PositiveInt = 3
-    rollouts: int = Field(default=4, ge=2)
-    eval_size: PositiveInt = 12
-    eval_samples: PositiveInt = 4
-    train_size: PositiveInt = 32
-    temperature: float = Field(default=1.0, gt=0.0, le=2.0)
-    eval_temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    learning_rate: float = Field(default=5e-4, gt=0.0)
-    lora_rank: PositiveInt = 8
-    max_tokens: PositiveInt = 48
-    seed: int = 0
-    threads: PositiveInt | None = None
-    question: str = "What is 345 + 278?"
-    no_judge: bool = False
+    run_dir: Path = Field(
+        default=Path(".art/demo"),
+        description="Backend data, metrics.jsonl and plots/; a rerun continues training.",
+    )
+    steps: NonNegativeInt = Field(
+        default=8, description="GRPO steps to train (0: evaluate only). About 1 min each on 2 cores."
+    )
+    groups: PositiveInt = Field(default=3, description="Training questions per step.")
+    rollouts: int = Field(default=4, ge=2, description="Rollouts per question (the GRPO group size, >= 2).")
+    eval_size: PositiveInt = Field(
+        default=12, description="Held-out questions evaluated before and after training (never trained on)."
+    )
+    eval_samples: PositiveInt = Field(default=4, description="Samples per held-out question.")
+    train_size: PositiveInt = Field(default=32, description="Training questions (cycled through).")
+    temperature: float = Field(
+        default=1.0, gt=0.0, le=2.0, description="Sampling temperature of training rollouts."
+    )
+    eval_temperature: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature of the evaluation (0: greedy; the greedy base model is already "
+        "right ~90% of the time, so the default evaluates the policy being trained).",
+    )
+    learning_rate: float = Field(default=5e-4, gt=0.0, description="LoRA learning rate.")
+    lora_rank: PositiveInt = Field(default=8, description="LoRA rank (alpha is twice the rank).")
+    max_tokens: PositiveInt = Field(default=48, description="Most tokens per model turn.")
+    seed: int = Field(default=0, description="Seed of the questions, the split and training.")
+    threads: PositiveInt | None = Field(
+        default=None,
+        description="Torch threads of the embedded backend (sets $ART_ADAPTERS_TORCH_THREADS; "
+        "default: the environment's, else all cores).",
+    )
+    no_judge: bool = Field(
+        default=False, description="Score with the verifiable check even if a judge is configured."
+    )
+    question: str = Field(
+        default="What is 345 + 278?", description="Asked at the end through the trained model."
+    )
 
 
 class DemoResult(BaseModel):
@@ -102,27 +107,19 @@ class DemoResult(BaseModel):
 
 
 def resolve_judge(no_judge: bool = False) -> tuple[Any | None, str]:
-    """The RULER judge from the environment (or ``None``) and a line saying what scores the rollouts."""
-    from mcp_tools._generate import JUDGE_API_KEY_ENV, JUDGE_BASE_URL_ENV, JUDGE_MODEL_ENV
+    """The RULER judge (:func:`~art_adapters.ruler.judge_from_env`) or ``None``, and a line saying so.
 
-    model = os.environ.get(JUDGE_MODEL_ENV, "").strip()
-    openai_key = os.environ.get("OPENAI_API_KEY", "").strip()
-    if no_judge or not (model or openai_key):
-        why = "--no-judge" if no_judge else f"no ${JUDGE_MODEL_ENV} or $OPENAI_API_KEY set"
+    Without a configured judge (or with *no_judge*) the rollouts are scored by the verifiable check.
+    """
+    found = None if no_judge else judge_from_env()
+    if found is None:
+        why = "--no-judge" if no_judge else "no $ART_ADAPTERS_JUDGE_MODEL or $OPENAI_API_KEY set"
         return None, f"rewards: the verifiable check (correct add call + correct answer); {why}"
-    from langchain_openai import ChatOpenAI
-
-    base_url = os.environ.get(JUDGE_BASE_URL_ENV) or None
-    key = os.environ.get(JUDGE_API_KEY_ENV) or openai_key or "not-needed"
-    name = model or OPENAI_JUDGE_MODEL
-    judge = ChatOpenAI(model=name, base_url=base_url, api_key=key, temperature=0.0)
-    where = redact_url(base_url) if base_url else "the OpenAI API"  # no user:password@ on the console
-    return judge, f"rewards: RULER, judge {name} at {where}"
+    judge, where = found
+    return judge, f"rewards: RULER, judge {where}"
 
 
 def _table(before: EvalReport, after: EvalReport, console: Console) -> None:
-    from rich.table import Table
-
     table = Table(title="held-out questions (never trained on)")
     table.add_column("")
     table.add_column(f"step {before.step}", justify="right")
@@ -139,17 +136,42 @@ def _table(before: EvalReport, after: EvalReport, console: Console) -> None:
     console.print(table)
 
 
+def _loop_config(config: DemoConfig, start: int) -> LoopConfig:
+    """The training loop's settings: evaluate before and after (never in between), 16 rollouts at once."""
+    return LoopConfig(
+        steps=start + config.steps,
+        groups_per_step=config.groups,
+        rollouts_per_group=config.rollouts,
+        eval_every=0,
+        eval_rollouts=config.eval_samples,
+        # the backend decodes concurrent requests as one batch: more is faster
+        run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
+        seed=config.seed,
+        run_dir=config.run_dir,
+        train=TrainConfig(
+            learning_rate=config.learning_rate,
+            lora_rank=config.lora_rank,
+            lora_alpha=2.0 * config.lora_rank,
+            micro_batch_size=8,
+            seed=config.seed,
+            retention=RetentionPolicy(keep_latest=1),
+        ),
+    )
+
+
 async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
-    """Run the demo (see the module docstring) and return its numbers."""
-    import mcp_tools
+    """Run the demo and return its numbers.
 
-    from art_adapters._backends import LocalBackend
-    from ._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios
-    from art_adapters import RunConfig
-    from art_adapters._loop import LoopConfig, evaluate, ruler_scorer, train_loop, verifiable_scorer
-    from art_adapters._model import TrainableModel
-    from art_adapters._train_config import RetentionPolicy, TrainConfig
-
+    1. Start the embedded backend (``run_dir/backend``) and register ``demo-agent``.
+    2. Load the calculator server's tools (one stdio session for the whole demo: the server is
+       stateless) and build the agent (:mod:`art_adapters.apps._demo_agent`).
+    3. Train with ``train_loop``: it evaluates the current step on the held-out questions
+       (``eval_samples`` each at ``eval_temperature``, scored by the verifiable check), trains
+       ``steps`` GRPO steps (groups scored by RULER when a judge is configured, see
+       :func:`resolve_judge`, else by the verifiable check) and evaluates again.
+    4. Print the before/after table, write ``run_dir/plots/reward.png`` and answer ``question``
+       through ``model.chat_model()`` in the same graph.
+    """
     started = time.monotonic()
     if config.threads is not None:
         os.environ["ART_ADAPTERS_TORCH_THREADS"] = str(config.threads)
@@ -157,7 +179,6 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
     train, held_out = questions[: config.train_size], questions[config.train_size :]
     judge, judge_line = resolve_judge(config.no_judge)
     check_scorer: Scorer = verifiable_scorer(check)
-    scorer = check_scorer if judge is None else ruler_scorer(judge)
     console.print(judge_line)
     with console.status("starting the embedded backend (the first start converts the bundled model)"):
         backend = await LocalBackend(run_dir=config.run_dir / "backend").start()
@@ -178,52 +199,19 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
             evaluator = build_agent(
                 model.chat_model(temperature=config.eval_temperature, max_tokens=config.max_tokens), tools
             )
-            loop_config = LoopConfig(
-                steps=start + config.steps,
-                groups_per_step=config.groups,
-                rollouts_per_group=config.rollouts,
-                eval_every=0,
-                eval_rollouts=config.eval_samples,
-                eval_at_start=False,
-                # the backend decodes concurrent requests as one batch: more is faster
-                run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
-                seed=config.seed,
-                run_dir=config.run_dir,
-                train=TrainConfig(
-                    learning_rate=config.learning_rate,
-                    lora_rank=config.lora_rank,
-                    lora_alpha=2.0 * config.lora_rank,
-                    micro_batch_size=8,
-                    seed=config.seed,
-                    retention=RetentionPolicy(keep_latest=1),
-                ),
-            )
+            loop_config = _loop_config(config, start)
             with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
-                before = await evaluate(
-                    model, make_rollout(evaluator), held_out, check_scorer, loop_config, progress=bar.update
-                )
-            console.print(f"step {before.step}: held-out correct {before.metrics.get('correct_mean', 0):.0%}")
-
-            def on_step(report: Any) -> None:
-                reward = f"{report.reward_mean:.2f}" if report.reward_mean is not None else "-"
-                loss = report.metrics.get("loss")
-                state = "trained" if report.trained else f"not trained ({report.reason})"
-                console.print(
-                    f"step {report.step}: {state}; train reward {reward}"
-                    + (f", loss {loss:.4f}" if isinstance(loss, float) else "")
-                    + (f"; [yellow]unscored groups: {len(report.unscored)}[/yellow]" * bool(report.unscored))
-                )
-
-            with _Bar(console, f"training: rollouts of step {start + 1}") as bar:
                 result = await train_loop(
-                    model, make_rollout(sampler), train, score=scorer, config=loop_config,
+                    model, make_rollout(sampler), train,
+                    score=check_scorer if judge is None else ruler_scorer(judge), config=loop_config,
                     val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
-                    on_step=lambda report: (on_step(report), bar.next_step(report, loop_config.steps)),
+                    on_step=lambda step: (_print_step(step, console), bar.next_step(step, loop_config.steps)),
+                    on_eval=lambda report: bar.evaluated(report, start),
                     progress=bar.update,
                 )  # fmt: skip
             if result.stopped:
                 console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
-            after = result.evals[-1] if result.evals else before
+            before, after = result.evals[0], result.evals[-1]
             _table(before, after, console)
             plot = _plot(config.run_dir, console)
             final_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
@@ -236,18 +224,29 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
         await backend.close()
 
 
+def _print_step(report: StepReport, console: Console) -> None:
+    reward = f"{report.reward_mean:.2f}" if report.reward_mean is not None else "-"
+    loss = report.metrics.get("loss")
+    state = "trained" if report.trained else f"not trained ({report.reason})"
+    console.print(
+        f"step {report.step}: {state}; train reward {reward}"
+        + (f", loss {loss:.4f}" if isinstance(loss, float) else "")
+        + (f"; [yellow]unscored groups: {len(report.unscored)}[/yellow]" * bool(report.unscored))
+    )
+
+
 class _Bar:
     """A rich progress bar of the current batch of rollouts, fed by ``run_groups``' progress callback."""
 
     def __init__(self, console: Console, description: str) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+        self._console = console
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=True,
         )  # fmt: skip
         self._task = self._progress.add_task(description, total=None, note="")
         self._label = description
+        self._evaluations = 0
 
     def __enter__(self) -> Self:
         self._progress.start()
@@ -266,17 +265,25 @@ class _Bar:
             self._task, total=state.total, completed=state.done, note=note, description=label
         )
 
-    def next_step(self, report: Any, last: int) -> None:
+    def evaluated(self, report: EvalReport, start: int) -> None:
+        """After the first evaluation: say how the start step did, and label the first training batch."""
+        self._evaluations += 1
+        if self._evaluations == 1:
+            correct = report.metrics.get("correct_mean", 0)
+            self._console.print(f"step {report.step}: held-out correct {correct:.0%}")
+            self._relabel(f"training: rollouts of step {start + 1}")
+
+    def next_step(self, report: StepReport, last: int) -> None:
         """After a step: label the next batch (or the final evaluation)."""
         more = report.step < last
-        self._label = f"training: rollouts of step {report.step + 1}" if more else "evaluating held-out"
-        self._progress.update(self._task, completed=0, description=self._label, note="")
+        self._relabel(f"training: rollouts of step {report.step + 1}" if more else "evaluating held-out")
+
+    def _relabel(self, label: str) -> None:
+        self._label = label
+        self._progress.update(self._task, completed=0, description=label, note="")
 
 
 def _plot(run_dir: Path, console: Console) -> Path | None:
-    from art_adapters._errors import ConfigError
-    from art_adapters.observe._plot import plot_run
-
     try:
         paths = plot_run(run_dir)
     except ConfigError as exc:

@@ -19,16 +19,17 @@ import random
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
-    from langchain_core.tools import BaseTool
-    from langgraph.graph.state import CompiledStateGraph
-
-    from art_adapters._trajectory import Trajectory
+from art_adapters import Trajectory, TrajectoryCallbackHandler
 
 __all__ = [
     "CALCULATOR_SERVER",
@@ -89,8 +90,6 @@ def make_scenarios(n: int, *, seed: int = 0, low: int = 10, high: int = 99) -> l
 
 
 def _example_turns() -> list[Any]:
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
     return [
         HumanMessage("What is 12 + 30?"),
         AIMessage("", tool_calls=[{"name": "add", "args": {"a": 12, "b": 30}, "id": "call_example"}]),
@@ -106,10 +105,6 @@ def build_agent(
 
     At most ``max_turns`` model turns; tool calls asked for in the last turn are not run.
     """
-    from langchain_core.messages import SystemMessage
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode
-
     chosen = [t for t in tools if t.name in DEMO_TOOLS] or list(tools)
     llm = chat_model.bind_tools(chosen)
     first = chat_model.bind_tools(chosen, tool_choice="required") if force_first_call else llm
@@ -184,8 +179,6 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[AddScenario], Awaitable
     The trajectory's ``reward`` is left unset (the scorer sets it); the verifiable check is
     stored as ``metrics`` ``add_call_ok``, ``answer_ok`` and ``correct`` (both), for the tables.
     """
-    from art_adapters._capture.langchain import TrajectoryCallbackHandler
-
     async def rollout(scenario: AddScenario) -> Trajectory:
         handler = TrajectoryCallbackHandler()
         config = {"callbacks": [handler], "recursion_limit": 12}

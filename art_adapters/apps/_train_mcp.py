@@ -1,55 +1,46 @@
 """MCP-RL: point at any MCP server, get scenarios, train an agent that masters its tools.
 
-``art-adapters train-mcp SERVER`` runs :func:`run_train_mcp`:
-
-1. list the server's tools (``mcp_tools.load_tools``; a stdio command or an HTTP URL);
-2. load scenarios (``--scenarios FILE``) or have the generator write them
-   (``mcp_tools.generate_scenarios``), saved as ``scenarios.jsonl`` in the run directory
-   so they can be edited and reused; split into train and validation (seeded);
-3. build a ReAct agent (:func:`build_agent`) on the trainable model with those tools;
-4. train with the training loop (:mod:`art_adapters._loop`): groups scored by RULER, a
-   held-out evaluation of the greedy agent every few steps, ``metrics.jsonl`` and the
-   plots (``plots/reward.png``...) in the run directory.
-
-Every rollout runs inside ``mcp_tools.rollout()`` (:func:`make_rollout`): it gets a fresh
-MCP session, so a stateful server (the bundled notes server gives each session its own
-copy of its SQLite data) starts every rollout of a group from the same state, and
-rollouts cannot see each other's changes. A server that keeps its data in a file or
-folder instead (a memory file, a database, a repository) needs ``state``
-(``--state SOURCE=ENV_OR_FLAG``): each rollout then starts its own server process on
-fresh copies, deleted after the rollout (see ``mcp_tools._isolation``).
-
-The judge (and the default scenario generator) is, in order: the ``judge_*`` settings,
-the ``ART_ADAPTERS_JUDGE_MODEL`` / ``_BASE_URL`` / ``_API_KEY`` environment, else the
-trainable model's own base weights (step 0) on the backend: it runs anywhere, but a 135M
-judge and generator are weak; point at a stronger endpoint for real runs.
+``art-adapters train-mcp SERVER`` runs :func:`run_train_mcp`: the server's tools, scenarios
+written for them, a ReAct agent on the trainable model, RULER rewards and the training loop.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import SystemMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from rich.console import Console
 
-from art_adapters._errors import ConfigError
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
-
-    from langchain_core.language_models import BaseChatModel
-    from langchain_core.tools import BaseTool
-    from langgraph.graph.state import CompiledStateGraph
-
-    from mcp_tools import Scenario
-
-    from art_adapters._backends import Backend
-    from art_adapters._loop import LoopResult
-    from art_adapters._model import TrainableModel
-    from art_adapters._trajectory import Trajectory
+import mcp_tools
+from art_adapters import (
+    Backend,
+    ConfigError,
+    EvalReport,
+    LocalBackend,
+    LoopConfig,
+    LoopResult,
+    RemoteBackend,
+    StepReport,
+    TrainableModel,
+    TrainConfig,
+    Trajectory,
+    TrajectoryCallbackHandler,
+    ruler_scorer,
+    train_loop,
+)
+from art_adapters.observe import plot_run
+from art_adapters.ruler import judge_from_env
+from mcp_tools import Scenario
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -77,89 +68,132 @@ DEFAULT_SYSTEM_PROMPT = (
 LOCAL_JUDGE_LINE = "judge: the base model on the backend"
 
 
-class TrainMcpConfig(BaseModel):
-    """Settings of one ``train-mcp`` run. Every field is a ``train-mcp`` flag of the same name.
+def default_loop() -> LoopConfig:
+    """train-mcp's training loop: 4 steps of 2 scenarios x 4 rollouts, evaluated every 2, LoRA lr 2e-4."""
+    return LoopConfig(steps=4, groups_per_step=2, eval_every=2, train=TrainConfig(learning_rate=2e-4))
 
-    Attributes:
-        server: the MCP server: a stdio command (``"python -m mcp_tools.servers.notes"``) or a
-            streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``).
-        state: files or folders the (stdio) server keeps its data in, copied fresh for every
-            rollout: ``SOURCE=ENV`` sets the server's environment variable ENV to the copy's
-            path, ``SOURCE=--flag`` appends ``--flag <copy>`` to its arguments (default none;
-            ``{state:SOURCE}`` in the command does the same in place). Not for HTTP servers.
-        run_dir: the run directory: scenarios, backend data (for the embedded backend),
-            metrics, plots and checkpoints. Default ``.art/mcp-rl``.
-        scenarios: a JSONL scenarios file to load instead of generating (see
-            ``mcp_tools.load_scenarios``).
-        n_scenarios: scenarios to generate when ``scenarios`` is not given (default 24).
-            Each one is appended to ``run_dir/scenarios.jsonl`` as it is accepted; a run that
-            finds k < n there generates only the missing n - k.
-        max_retries: further scenario-generator calls allowed after calls that kept no new
-            scenario (default 3; a call that keeps one uses no retry; see
-            ``mcp_tools.generate_scenarios``).
-        context_tokens: the scenario generator's context length in tokens, to fit its prompt
-            (tools, then resources trimmed); default: asked from its endpoint, else unknown.
-        val_fraction: share held out for evaluation, in [0, 1) (default 0.25).
-        seed: seed of the train/validation split and of sampling where the backend takes one.
-        model_name: the trainable model's name on the backend (served as ``name@step``).
-        project: the project the model belongs to.
-        base_model: base weights: ``smollm2-135m-instruct`` (bundled) or a model folder.
-        backend_url: a running backend (``art-adapters serve``); default: start the embedded
-            backend under ``run_dir/backend``.
-        api_key: the backend's API key, if it has one.
-        judge_model, judge_base_url, judge_api_key: the RULER judge (and scenario generator),
-            any OpenAI-compatible endpoint; default: the ``ART_ADAPTERS_JUDGE_*`` environment,
-            else the base model on the backend.
-        steps: train until the model is at this step (default 4; a rerun on the same backend
-            resumes); 0, or the model's current step, only evaluates.
-        groups_per_step: scenarios per training step (default 2).
-        rollouts_per_group: rollouts of each scenario, the GRPO group size (default 4, >= 2).
-        eval_every: evaluate on the validation split every this many steps (default 2).
-        tools: offer only these of the server's tools to the agent (default: all of them).
-        exclude_tools: never offer these tools (applied after ``tools``).
-        first_tool_choice: the first model turn's ``tool_choice``: ``"required"`` (default: the
-            agent must call some tool, so every rollout explores the tools), ``"auto"`` (the model
-            decides; a small model then rarely calls any) or a tool's name.
-        max_turns: most model turns per rollout; a turn's tool calls run before the next (default 4).
-        max_tokens: most tokens per model turn (default 128).
-        temperature: sampling temperature of training rollouts (default 1.0; evaluation is greedy).
-        learning_rate: LoRA learning rate (default 2e-4).
-        system_prompt: the agent's system prompt.
-        rollout_timeout_s: seconds one rollout may take (default 600).
+
+#: TrainMcpConfig settings that moved into ``TrainMcpConfig.loop``, and how to pass them now.
+_MOVED = {
+    "steps": "loop=LoopConfig(steps=...)",
+    "groups_per_step": "loop=LoopConfig(groups_per_step=...)",
+    "rollouts_per_group": "loop=LoopConfig(rollouts_per_group=...)",
+    "eval_every": "loop=LoopConfig(eval_every=...)",
+    "learning_rate": "loop=LoopConfig(train=TrainConfig(learning_rate=...))",
+    "rollout_timeout_s": "loop=LoopConfig(run=RunConfig(timeout_s=...))",
+}
+
+
+class TrainMcpConfig(BaseModel):
+    """Settings of one ``train-mcp`` run; each field is a ``train-mcp`` flag (its help is the description).
+
+    The training loop's own settings are :attr:`loop` (an :class:`~art_adapters.LoopConfig`, default
+    :func:`default_loop`); ``train-mcp`` offers ``--steps``, ``--groups-per-step``,
+    ``--rollouts-per-group``, ``--eval-every`` and ``--learning-rate`` of it. ``loop.run_dir`` and
+    ``loop.seed`` default to :attr:`run_dir` and :attr:`seed`.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    server: str = Field(min_length=1)
-    state: list[str] = Field(default_factory=list)
-    run_dir: Path = Path(".art/mcp-rl")
-    scenarios: Path | None = None
-    n_scenarios: PositiveInt = 24
-    max_retries: NonNegativeInt = 3
-    context_tokens: PositiveInt | None = None
-    val_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
-    seed: int = 0
-    model_name: str = "mcp-agent"
-    project: str = "mcp-rl"
-    base_model: str = "smollm2-135m-instruct"
-    backend_url: str | None = None
-    api_key: str | None = Field(default=None, repr=False)
-    judge_model: str | None = None
-    judge_base_url: str | None = None
-    judge_api_key: str | None = Field(default=None, repr=False)
-    steps: NonNegativeInt = 4
-    groups_per_step: PositiveInt = 2
-    rollouts_per_group: int = Field(default=4, ge=2)
-    eval_every: PositiveInt = 2
-    tools: list[str] | None = None
-    exclude_tools: list[str] = Field(default_factory=list)
-    first_tool_choice: str = Field(default="required", min_length=1)
-    max_turns: PositiveInt = 4
-    max_tokens: PositiveInt = 128
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    learning_rate: float = Field(default=2e-4, gt=0.0)
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    rollout_timeout_s: float = Field(default=600.0, gt=0.0)
+    server: str = Field(
+        min_length=1,
+        description="The MCP server: a stdio command ('python -m mcp_tools.servers.notes') or a "
+        "streamable-HTTP URL ('http://127.0.0.1:8123/mcp').",
+    )
+    state: list[str] = Field(
+        default_factory=list,
+        description="A file or folder the stdio server keeps its data in, copied fresh for every rollout "
+        "(and deleted after it) so rollouts never see each other's writes and the original stays unchanged. "
+        "SOURCE=ENV sets the server's environment variable ENV to the copy's path "
+        "(./memory.jsonl=MEMORY_FILE_PATH); SOURCE=--flag appends '--flag COPY' to its arguments "
+        "(./repo=--repository). Repeat for several; or write {state:SOURCE} in the server command. "
+        "Not for HTTP servers.",
+    )
+    run_dir: Path = Field(
+        default=Path(".art/mcp-rl"),
+        description="Run directory: scenarios, backend data (embedded backend), metrics, plots.",
+    )
+    scenarios: Path | None = Field(
+        default=None, description="Load scenarios from this JSONL file instead of generating them."
+    )
+    n_scenarios: PositiveInt = Field(
+        default=24,
+        description="Scenarios to generate when --scenarios is not given; each is saved to "
+        "RUN_DIR/scenarios.jsonl as it is accepted, and a rerun generates only the missing ones.",
+    )
+    max_retries: NonNegativeInt = Field(
+        default=3,
+        description="Further scenario-generator calls allowed after calls that kept no new scenario "
+        "(a call that keeps one uses no retry).",
+    )
+    context_tokens: PositiveInt | None = Field(
+        default=None,
+        description="The scenario generator's context length in tokens (default: asked from its endpoint); "
+        "its prompt is fitted to it.",
+    )
+    val_fraction: float = Field(
+        default=0.25, ge=0.0, lt=1.0, description="Share of scenarios held out for validation, in [0, 1)."
+    )
+    seed: int = Field(default=0, description="Seed of the train/validation split and of the training loop.")
+    model_name: str = Field(default="mcp-agent", description="The trainable model's name.")
+    project: str = Field(default="mcp-rl", description="The project the trainable model belongs to.")
+    base_model: str = Field(
+        default="smollm2-135m-instruct", description="Base weights: bundled name or a model folder."
+    )
+    backend_url: str | None = Field(
+        default=None, description="A running backend (art-adapters serve); default: start the embedded one."
+    )
+    api_key: str | None = Field(default=None, repr=False, description="The backend's API key.")
+    judge_model: str | None = Field(
+        default=None,
+        description="RULER judge and scenario writer, on an OpenAI-compatible endpoint; default: the "
+        "judge environment ($ART_ADAPTERS_JUDGE_MODEL...), else the base model.",
+    )
+    judge_base_url: str | None = Field(
+        default=None, description="The judge's endpoint (default $ART_ADAPTERS_JUDGE_BASE_URL, else OpenAI)."
+    )
+    judge_api_key: str | None = Field(
+        default=None,
+        repr=False,
+        description="The judge endpoint's key (default $ART_ADAPTERS_JUDGE_API_KEY, else $OPENAI_API_KEY).",
+    )
+    tools: list[str] | None = Field(
+        default=None, description="Offer only this tool to the agent (repeat; default: all)."
+    )
+    exclude_tools: list[str] = Field(
+        default_factory=list, description="Never offer this tool (repeat; applied after --tools)."
+    )
+    first_tool_choice: str = Field(
+        default="required",
+        min_length=1,
+        description="tool_choice of each rollout's first model turn: 'required' makes the agent call some "
+        "tool (a small model rarely calls one unprompted, and RL cannot reward what it never tries), 'auto' "
+        "lets it decide, a tool's name forces that tool. Later turns are 'auto'.",
+    )
+    max_turns: PositiveInt = Field(
+        default=4, description="Most model turns per rollout; a turn's tool calls run before the next."
+    )
+    max_tokens: PositiveInt = Field(default=128, description="Most tokens per model turn.")
+    temperature: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature of training rollouts (evaluation is greedy).",
+    )
+    system_prompt: str = Field(
+        default=DEFAULT_SYSTEM_PROMPT,
+        description="The agent's system prompt (a worked example helps a small model).",
+    )
+    loop: LoopConfig = Field(default_factory=default_loop, description="The training loop's settings.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_loop(cls, data: Any) -> Any:
+        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
+        if moved:
+            hints = (f"{name} moved into TrainMcpConfig.loop: pass {_MOVED[name]}" for name in moved)
+            raise ValueError("; ".join(hints))
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainMcpConfig:
@@ -167,6 +201,10 @@ class TrainMcpConfig(BaseModel):
             raise ValueError("judge_base_url needs judge_model too (the model name on that endpoint)")
         if self.scenarios is None and self.n_scenarios < 2 and self.val_fraction > 0:
             raise ValueError("n_scenarios must be >= 2 to hold out a validation split; or set val_fraction=0")
+        unset = {"run_dir": self.run_dir, "seed": self.seed}
+        self.loop = self.loop.model_copy(
+            update={name: value for name, value in unset.items() if name not in self.loop.model_fields_set}
+        )
         return self
 
 
@@ -176,17 +214,19 @@ class TrainMcpResult(BaseModel):
     Attributes:
         run_dir: the run directory.
         scenarios_file: the scenarios used (``run_dir/scenarios.jsonl``).
-        model_name, project: the trained model.
+        model_name: the trained model's name.
+        project: its project.
         backend_url: the backend it was served from during the run.
         owned_backend: whether the run started the embedded backend (under ``run_dir/backend``).
         step: the model's latest step at the end.
-        train_size, val_size: scenarios in each split.
+        train_size: scenarios in the training split.
+        val_size: scenarios in the validation split.
         evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
-        target_step: the step the run was asked to reach (``steps``).
+        target_step: the step the run was asked to reach (``loop.steps``).
         stopped: why training gave up before ``target_step`` (``None`` when it got there);
             ``train-mcp`` then ends with a non-zero exit code.
         plots: the charts written under ``run_dir/plots``.
-        loop_result: what the training loop returned (:class:`~art_adapters._loop.LoopResult`).
+        loop_result: what the training loop returned (:class:`~art_adapters.LoopResult`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -221,31 +261,19 @@ def _with_temperature(model: BaseChatModel, temperature: float) -> BaseChatModel
 def resolve_judge_model(
     config: TrainMcpConfig, fallback: Callable[[], BaseChatModel]
 ) -> tuple[BaseChatModel, str]:
-    """The judge chat model and a line saying which it is: flags, then environment, then *fallback*."""
-    from langchain_openai import ChatOpenAI
+    """The judge chat model and a line saying which it is.
 
-    from mcp_tools._generate import JUDGE_API_KEY_ENV, JUDGE_BASE_URL_ENV, JUDGE_MODEL_ENV, default_generator
-
-    from art_adapters._redact import redact_url
-
-    if config.judge_model:
-        base_url = config.judge_base_url or os.environ.get(JUDGE_BASE_URL_ENV) or None
-        api_key = (
-            config.judge_api_key
-            or os.environ.get(JUDGE_API_KEY_ENV)
-            or os.environ.get("OPENAI_API_KEY")
-            or "not-needed"
-        )
-        judge = ChatOpenAI(model=config.judge_model, base_url=base_url, api_key=api_key, temperature=0.0)
-        where = redact_url(base_url) if base_url else "the OpenAI API"
-        return judge, f"judge: {config.judge_model} at {where} (--judge-model)"
-    if os.environ.get(JUDGE_MODEL_ENV, "").strip():
-        judge = _with_temperature(default_generator(), 0.0)
-        where = redact_url(os.environ.get(JUDGE_BASE_URL_ENV) or "the OpenAI API")
-        return judge, f"judge: {os.environ[JUDGE_MODEL_ENV]} at {where} (${JUDGE_MODEL_ENV})"
+    The ``judge_*`` flags, else the environment (both read by :func:`~art_adapters.ruler.judge_from_env`),
+    else *fallback* (the trainable model's base weights on the backend: it runs anywhere, but a
+    135M judge and scenario writer are weak; point at a stronger endpoint for real runs).
+    """
+    found = judge_from_env(config.judge_model, base_url=config.judge_base_url, api_key=config.judge_api_key)
+    if found is not None:
+        judge, where = found
+        return judge, f"judge: {where}" + (" (--judge-model)" if config.judge_model else "")
     return fallback(), (
         f"{LOCAL_JUDGE_LINE} (no judge configured; set --judge-model or "
-        f"${JUDGE_MODEL_ENV} for a stronger one: a small local judge gives noisy rewards)"
+        "$ART_ADAPTERS_JUDGE_MODEL for a stronger one: a small local judge gives noisy rewards)"
     )
 
 
@@ -268,10 +296,6 @@ def build_agent(
     unprompted, so a forced first call is what lets RL see tool use at all; the served model
     samples the call's arguments itself, constrained to the tool's schema.
     """
-    from langchain_core.messages import SystemMessage
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode
-
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
     check_first_tool_choice(first_tool_choice, tools)
@@ -346,10 +370,6 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
     ``difficulty`` and the rollout's MCP session ids in its metadata. A scenario may also be
     a dict with ``task`` and ``difficulty`` (validated as a :class:`mcp_tools.Scenario`).
     """
-    import mcp_tools
-
-    from art_adapters._capture.langchain import TrajectoryCallbackHandler
-
     async def rollout(scenario: Scenario | dict[str, Any]) -> Trajectory:
         if isinstance(scenario, dict):
             scenario = mcp_tools.Scenario.model_validate(scenario)
@@ -377,8 +397,6 @@ async def _scenarios(
     batch_size: int = 10,
     task_pattern: str | None = None,
 ) -> tuple[list[Scenario], Path]:
-    import mcp_tools
-
     target = config.run_dir / "scenarios.jsonl"
     if config.scenarios is not None:
         scenarios = mcp_tools.load_scenarios(config.scenarios)
@@ -408,21 +426,15 @@ async def _scenarios(
 
 def _server(config: TrainMcpConfig) -> Any:
     """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout when given."""
-    import mcp_tools
-
     return mcp_tools.with_state(config.server, config.state) if config.state else config.server
 
 
 async def _resources(server: Any) -> list[dict[str, Any]]:
-    import mcp_tools
-
     async with mcp_tools.McpSession(server) as session:
         return await session.read_resources()
 
 
 async def _start_backend(config: TrainMcpConfig) -> tuple[Backend, bool]:
-    from art_adapters._backends import LocalBackend, RemoteBackend
-
     if config.backend_url:
         return RemoteBackend(config.backend_url, api_key=config.api_key), False
     backend = await LocalBackend(run_dir=config.run_dir / "backend", base_model=config.base_model).start()
@@ -430,7 +442,18 @@ async def _start_backend(config: TrainMcpConfig) -> tuple[Backend, bool]:
 
 
 async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> TrainMcpResult:
-    """Run MCP-RL end to end (see the module docstring); returns where everything is.
+    """Run MCP-RL end to end; returns where everything is.
+
+    1. List the server's tools (``mcp_tools.load_tools``; a stdio command or an HTTP URL).
+    2. Load scenarios (``scenarios``) or have the generator write them (``mcp_tools.generate_scenarios``),
+       saved as ``run_dir/scenarios.jsonl`` so they can be edited and reused; split them into train
+       and validation (seeded).
+    3. Build a ReAct agent (:func:`build_agent`) on the trainable model with those tools; every
+       rollout gets a fresh MCP session (:func:`make_rollout`), and with ``state`` its own server
+       process on fresh copies of the server's data, so rollouts never see each other's changes.
+    4. Train with ``train_loop`` (``config.loop``): groups scored by RULER (the judge of
+       :func:`resolve_judge_model`), a greedy evaluation on the validation split every few steps,
+       ``metrics.jsonl`` and the plots in the run directory.
 
     Args:
         config: the run's settings.
@@ -441,13 +464,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         ToolServerError: the MCP server could not be started or reached.
         ScenarioGenerationError: the generator could not write enough valid scenarios.
     """
-    import mcp_tools
-
-    from art_adapters._model import TrainableModel
-
     if console is None:
-        from rich.console import Console
-
         console = Console()
     config.run_dir.mkdir(parents=True, exist_ok=True)
     if config.scenarios is not None:
@@ -521,10 +538,10 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console, tally
         )
         result.loop_result = loop_result
-        result.target_step, result.stopped = config.steps, loop_result.stopped
+        result.target_step, result.stopped = config.loop.steps, loop_result.stopped
         result.evals = [(e.step, e.reward_mean) for e in loop_result.evals]
         result.step = await model.get_step()
-        result.plots = _plots(config.run_dir, console)
+        result.plots = _plots(config.loop.run_dir or config.run_dir, console)
         return result
     finally:
         if owned:
@@ -596,23 +613,9 @@ async def _train(
     console: Any,
     tally: ToolTally | None = None,
 ) -> LoopResult:
-    """Hand over to the training loop: RULER scores, held-out evaluation, metrics in ``run_dir``."""
-    from art_adapters import RunConfig
-    from art_adapters._loop import LoopConfig, ruler_scorer, train_loop
-    from art_adapters._train_config import TrainConfig
+    """Hand over to the training loop (``config.loop``): RULER scores, held-out evaluation, metrics."""
 
-    loop_config = LoopConfig(
-        steps=config.steps,
-        groups_per_step=config.groups_per_step,
-        rollouts_per_group=config.rollouts_per_group,
-        eval_every=config.eval_every,
-        run=RunConfig(timeout_s=config.rollout_timeout_s, max_failure_rate=0.25),
-        seed=config.seed,
-        run_dir=config.run_dir,
-        train=TrainConfig(learning_rate=config.learning_rate),
-    )
-
-    def on_step(step: Any) -> None:
+    def on_step(step: StepReport) -> None:
         reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
         state = "trained" if step.trained else f"not trained ({step.reason})"
         rates = _tool_rates(step.metrics)
@@ -623,7 +626,7 @@ async def _train(
                 f"file, a setting, a login), or leave it out with --exclude-tools {name}[/yellow]"
             )
 
-    def on_eval(report: Any) -> None:
+    def on_eval(report: EvalReport) -> None:
         reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
         console.print(
             f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
@@ -635,7 +638,7 @@ async def _train(
         rollout,
         train,
         score=ruler_scorer(judge, **ruler_options),
-        config=loop_config,
+        config=config.loop,
         val_scenarios=val,
         eval_rollout=eval_rollout,
         on_step=on_step,
@@ -645,8 +648,6 @@ async def _train(
 
 def _plots(run_dir: Path, console: Any) -> list[Path]:
     """The run's charts (``run_dir/plots``); none, with a note, when there is nothing to plot or no matplotlib."""
-    from art_adapters.observe._plot import plot_run
-
     try:
         return plot_run(run_dir)
     except ConfigError as exc:

@@ -223,6 +223,7 @@ async def test_without_a_model_or_configured_judge_it_says_what_to_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ART_ADAPTERS_JUDGE_MODEL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # alone it names gpt-4o-mini (judge_from_env)
     with pytest.raises(ConfigError, match=r"pass model=.*ART_ADAPTERS_JUDGE_MODEL"):
         await generate_scenarios(NOTES_TOOLS, n=1)
     with pytest.raises(ConfigError, match="no tools"):

@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 from capture_fakes import PolicyChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from typer.testing import CliRunner
 
 import art_adapters as aa
 import mcp_tools
-from art_adapters.apps._cli import app
+from art_adapters.apps._cli import TRAIN_MCP_OPTIONS, app
+from art_adapters.apps._options import build_config
 from art_adapters.apps._train_mcp import (
     GENERATOR_TEMPERATURE,
     ToolTally,
@@ -96,10 +98,15 @@ async def test_the_agent_stops_after_max_turns() -> None:
 
 def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
     local = PolicyChatModel(policy=endless_policy)
-    monkeypatch.delenv("ART_ADAPTERS_JUDGE_MODEL", raising=False)
+    for name in ("ART_ADAPTERS_JUDGE_MODEL", "ART_ADAPTERS_JUDGE_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
     config = TrainMcpConfig(server="x")
     judge, line = resolve_judge_model(config, lambda: local)
     assert judge is local and "base model" in line
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the one rule of judge_from_env, as the demo reads it
+    judge, line = resolve_judge_model(config, lambda: local)
+    assert judge.model_name == "gpt-4o-mini"
+    assert line == "judge: gpt-4o-mini at the OpenAI API ($OPENAI_API_KEY)"
     monkeypatch.setenv("ART_ADAPTERS_JUDGE_MODEL", "env-judge")
     judge, line = resolve_judge_model(config, lambda: local)
     assert judge.model_name == "env-judge" and "$ART_ADAPTERS_JUDGE_MODEL" in line
@@ -114,6 +121,32 @@ def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: p
     assert _with_temperature(local, 0.5) is local  # a model without a temperature field is used as it is
     with pytest.raises(ValueError, match="judge_base_url needs judge_model"):
         TrainMcpConfig(server="x", judge_base_url="http://127.0.0.1:9/v1")
+
+
+def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_path: Path) -> None:
+    config = TrainMcpConfig(server="x", run_dir=tmp_path, seed=3)
+    loop = config.loop
+    assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_every) == (4, 2, 4, 2)
+    assert loop.train.learning_rate == 2e-4 and loop.run == aa.RunConfig(timeout_s=600, max_failure_rate=0.25)
+    assert loop.run_dir == tmp_path and loop.seed == 3  # the run's, unless the loop sets its own
+    own = TrainMcpConfig(server="x", loop=aa.LoopConfig(steps=1, seed=9, run_dir=tmp_path / "metrics"))
+    assert own.loop.seed == 9 and own.loop.run_dir == tmp_path / "metrics" and own.loop.groups_per_step == 4
+    with pytest.raises(ValueError, match=r"steps moved into TrainMcpConfig.loop: pass loop=LoopConf"):
+        TrainMcpConfig(server="x", steps=2)
+    with pytest.raises(ValueError, match=r"rollout_timeout_s moved .*=LoopConfig\(run=RunConfig\(timeout_s"):
+        TrainMcpConfig(server="x", rollout_timeout_s=5)
+    # the command line: each option's default and help are the model's; loop flags merge into the default loop
+    params = {p.name: p for p in typer.main.get_command(app).commands["train-mcp"].params}
+    assert params["steps"].default == 4 and params["learning_rate"].default == 2e-4
+    assert params["n_scenarios"].default == TrainMcpConfig.model_fields["n_scenarios"].default
+    assert params["val_fraction"].help == TrainMcpConfig.model_fields["val_fraction"].description
+    assert params["learning_rate"].help == "AdamW step size for the LoRA weights."  # TrainConfig's own words
+    assert params["steps"].help.startswith("Train until the model is at this step")  # LoopConfig's
+    options = {"server": "x", "steps": 7, "learning_rate": 1e-3, "seed": 5, "tools": None}
+    config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
+    assert config.loop.steps == 7 and config.loop.train.learning_rate == 1e-3
+    assert config.loop.groups_per_step == 2  # the rest of the loop is train-mcp's default
+    assert config.loop.seed == 5 and config.tools is None and config.loop.run_dir == config.run_dir
 
 
 def test_train_mcp_help_and_bad_inputs_fail_fast(tmp_path: Path) -> None:

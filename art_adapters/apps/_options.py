@@ -1,0 +1,185 @@
+"""Command-line options made from config models, so each setting's default and help live in one place.
+
+A command lists the settings it offers as :class:`Setting` paths into its config model
+(``"steps"``, ``"loop.train.learning_rate"``); :func:`config_command` gives it one option per
+setting, named after the path's last part, whose default is the model's default and whose help
+is the field's ``description`` (or, for a model that documents its fields in an ``Attributes:``
+docstring section, the first sentence there). :func:`build_config` turns the parsed options
+back into the model, nested settings merged into the nested model's default.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+__all__ = ["Setting", "build_config", "config_command", "field_help"]
+
+M = TypeVar("M", bound=BaseModel)
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One command-line option: the dotted path of a config field, and typer's extras for it.
+
+    Attributes:
+        path: ``"name"`` or ``"nested.name"`` in the command's config model; the option is ``--name``.
+        decls: the option's names when not ``--name`` (``("--no-judge",)``).
+        argument: a positional argument instead of an option.
+        extra: more ``typer.Option``/``typer.Argument`` keywords (``metavar``, ``envvar``...).
+    """
+
+    path: str
+    decls: tuple[str, ...] = ()
+    argument: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The parameter's name: the path's last part."""
+        return self.path.rpartition(".")[2]
+
+
+def _docstring_attributes(model: type[BaseModel]) -> dict[str, str]:
+    """``name -> text`` of the ``Attributes:`` section of *model*'s docstring (Google style)."""
+    doc = inspect.cleandoc(model.__doc__ or "")
+    section = re.split(r"^Attributes:\s*$", doc, maxsplit=1, flags=re.MULTILINE)
+    if len(section) < 2:
+        return {}
+    found: dict[str, str] = {}
+    names: list[str] = []
+    for line in section[1].splitlines():
+        entry = re.match(r"^    (\w+(?:, \w+)*): (.*)$", line)
+        if entry:  # "name: text" or "a, b: text shared by a and b"
+            names = entry.group(1).split(", ")
+            found.update(dict.fromkeys(names, entry.group(2)))
+        elif names and line.startswith("        "):  # the entry goes on
+            found.update({name: f"{found[name]} {line.strip()}" for name in names})
+        elif line.strip() and not line.startswith(" "):
+            break  # the next section
+    return found
+
+
+def _plain_rst(text: str) -> str:
+    """Help text without reStructuredText markup: ``x`` and :role:`~a.b.x` become x."""
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def field_help(model: type[BaseModel], name: str) -> str:
+    """The help of *model*'s field *name*: its ``description``, else its docstring entry's first sentence."""
+    description = model.model_fields[name].description
+    if description:
+        return " ".join(description.split())
+    entry = _docstring_attributes(model).get(name, "")
+    text = _plain_rst(" ".join(re.split(r"(?<=\.)\s+(?=[A-Z`])", entry, maxsplit=1)[0].split()))
+    return text[:1].upper() + text[1:]
+
+
+def _strip_annotated(annotation: Any) -> Any:
+    """*annotation* without pydantic's constraints (``Annotated[int, Gt(0)] | None`` -> ``int | None``)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _strip_annotated(typing.get_args(annotation)[0])
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(lambda a, b: a | b, map(_strip_annotated, typing.get_args(annotation)))
+    return annotation
+
+
+def _resolve(model: type[BaseModel], path: str) -> tuple[type[BaseModel], str, Any]:
+    """The model owning *path*'s last field, that field's name, and its default (``...``: required).
+
+    A nested field's default is read from the enclosing field's default value, so a config that
+    holds ``loop: LoopConfig = LoopConfig(steps=4, ...)`` offers ``--steps`` with default 4.
+    """
+    *parents, name = path.split(".")
+    owner: type[BaseModel] = model
+    value: Any = None
+    for depth, part in enumerate([*parents, name]):
+        info = owner.model_fields[part]
+        if depth == 0:
+            value = info.get_default(call_default_factory=True)
+        else:
+            value = getattr(value, part) if isinstance(value, BaseModel) else info.get_default(
+                call_default_factory=True
+            )
+        if part != name:
+            owner = _strip_annotated(info.annotation)
+    return owner, name, (... if value is PydanticUndefined else value)
+
+
+def config_command(model: type[BaseModel], settings: Sequence[Setting]) -> Callable[[Callable[..., M]], Any]:
+    """Give a ``def command(**options)`` one typer option (or argument) per setting, from *model*."""
+    parameters = []
+    for setting in settings:
+        owner, name, default = _resolve(model, setting.path)
+        annotation = _strip_annotated(owner.model_fields[name].annotation)
+        help_text = setting.extra.get("help") or field_help(owner, name)
+        extra = {k: v for k, v in setting.extra.items() if k != "help"}
+        if setting.argument:
+            info = typer.Argument(default, help=help_text, **extra)
+        else:
+            info = typer.Option(default, *setting.decls, help=help_text, **extra)
+        parameters.append(
+            inspect.Parameter(setting.name, _KEYWORD, default=info, annotation=annotation)
+        )
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def run(**options: Any) -> Any:
+            return command(**options)
+
+        run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {}
+        del run.__wrapped__  # typer must read the signature above, not the command's own
+        return run
+
+    return wrap
+
+
+def _merged(value: BaseModel, updates: dict[str, Any]) -> BaseModel:
+    """*value* with *updates* (nested dicts go into nested models), validated; set fields stay set."""
+    data = {name: getattr(value, name) for name in value.model_fields_set}
+    for name, update in updates.items():
+        current = getattr(value, name)
+        nested = isinstance(update, dict) and isinstance(current, BaseModel)
+        data[name] = _merged(current, update) if nested else update
+    return type(value).model_validate(data)
+
+
+def build_config(model: type[M], options: dict[str, Any], settings: Sequence[Setting]) -> M:
+    """*model* from a command's parsed *options*: ``None`` means the model's default.
+
+    Raises:
+        pydantic.ValidationError: a value is invalid (the message names the field).
+    """
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        value = options.get(setting.name)
+        if value is None:
+            continue
+        parent, _, name = setting.path.partition(".")
+        if not name:
+            top[parent] = value
+            continue
+        tree = nested.setdefault(parent, {})
+        *middle, last = name.split(".")
+        for part in middle:
+            tree = tree.setdefault(part, {})
+        tree[last] = value
+    for parent, updates in nested.items():
+        default = model.model_fields[parent].get_default(call_default_factory=True)
+        top[parent] = _merged(default, updates)
+    return model.model_validate(top)
