@@ -19,10 +19,9 @@ command, or :func:`with_state` (see :mod:`mcp_tools._isolation`).
 
 For MCP-RL, :func:`generate_scenarios` has a chat model write tasks that need a
 server's tools, kept as :class:`Scenario` records in an editable JSONL file
-(:func:`save_scenarios`, :func:`load_scenarios`) and split with :func:`split_scenarios`. Bundled servers live in :mod:`mcp_tools.servers`.
+(:func:`save_scenarios`, :func:`load_scenarios`) and split with :func:`split_scenarios`.
+Bundled servers live in :mod:`mcp_tools.servers`.
 """
-
-from __future__ import annotations
 
 from mcp_tools._client import load_tools
 from mcp_tools._config import HttpServer, McpClientConfig, StateCopy, StdioServer
@@ -46,18 +45,18 @@ from mcp_tools._session import McpSession
 from mcp_tools._tools import TOOL_RECORD_EVENT, McpTool
 
 __all__ = [
-    "PLAIN_TASK_PATTERN",
-    "TOOL_RECORD_EVENT",
     "HttpServer",
     "McpClientConfig",
     "McpSession",
     "McpTool",
+    "PLAIN_TASK_PATTERN",
     "RolloutScope",
     "Scenario",
     "ScenarioFileError",
     "ScenarioGenerationError",
     "StateCopy",
     "StdioServer",
+    "TOOL_RECORD_EVENT",
     "current_scope",
     "describe_tools",
     "generate_scenarios",
