@@ -1,21 +1,9 @@
 """``generate_scenarios``: a chat model writes tasks that need an MCP server's tools.
 
-The generator model reads every tool's name, description and argument schema (and the
-server's resources, when it has any) and answers JSON constrained by a schema
-(``with_structured_output(method="json_schema")``, i.e. ``response_format`` json_schema,
-where the model supports it; plain JSON in the prompt otherwise). Each answer is checked
-item by item: malformed items, tasks that name a tool, and duplicates of earlier tasks
-(compared after :func:`~mcp_tools.normalize_task`) are dropped, and the model is asked
-again for the missing ones, told which tasks it already wrote (a generator with a ``seed``
-samples each retry with the next seed). The result is exactly
-``n`` scenarios, or a :class:`ScenarioGenerationError` saying what went wrong.
-
-Every valid scenario is kept: ``save_to=FILE`` appends each one to a JSONL file as it is
-accepted (fsynced; :func:`~mcp_tools.load_scenarios` reads it) and a later call with the
-same file generates only the missing ones; ``on_accept`` sees each one too; the error
-carries the accepted ones. An answer cut at the token limit keeps its complete items, in
-json_schema mode too, and the following calls ask for fewer at a time. The prompt is fitted
-to the generator's context (:mod:`mcp_tools._budget`): tools first, resources trimmed.
+The writer reads the tools (and resources) and answers JSON constrained by a schema where it
+supports one; every item is checked, and the valid, new ones are kept (and saved) as they come,
+until there are ``n`` or too many calls kept nothing. The prompt lives in
+:mod:`mcp_tools._generate_prompt`, item checks in :mod:`mcp_tools._answers`.
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,15 +29,14 @@ from art_adapters.structured_output import (
     rejects_json_schema,
 )
 from mcp_tools._answers import check_item, parse_items
-from mcp_tools._budget import (
-    CHARS_PER_TOKEN,
-    MESSAGE_OVERHEAD_TOKENS,
-    UNKNOWN_CONTEXT_RESOURCE_CHARS,
-    answer_reserve,
-    describe_resources,
-    discover_context_tokens,
-    estimate_tokens,
-    is_context_overflow,
+from mcp_tools._budget import discover_context_tokens, is_context_overflow
+from mcp_tools._generate_prompt import (
+    PLAIN_TASK_PATTERN,
+    SYSTEM_PROMPT,
+    Prompt,
+    answer_schema,
+    describe_tools,
+    tool_spec,
 )
 from mcp_tools._scenarios import (
     MAX_TASK_CHARS,
@@ -59,6 +47,7 @@ from mcp_tools._scenarios import (
     load_scenarios,
     normalize_task,
 )
+from mcp_tools._session import McpSession
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -67,29 +56,16 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "PLAIN_TASK_PATTERN",
+    "SYSTEM_PROMPT",
     "ScenarioGenerationError",
+    "answer_schema",
     "default_generator",
     "describe_tools",
     "generate_scenarios",
 ]
 
 _SCHEMA_NAME = "scenarios"
-
-#: A ``task_pattern`` for small generators: one line of 3-30 plain words starting with a capital.
-#: Under schema-constrained decoding it keeps a 135M model on words instead of digits and
-#: punctuation; strong models do not need it (it forbids quotes, colons, slashes, newlines).
-PLAIN_TASK_PATTERN = r"^[A-Z][a-z]*( [A-Za-z0-9+?.,'#-]+){2,29}$"
-_AVOID_SHOWN = 40
-_REJECTED_SHOWN = 5
-
-SYSTEM_PROMPT = """\
-You write realistic tasks for training and testing an AI assistant. The assistant can \
-use the tools listed below; the user cannot see them. Each task is one message a real \
-user would send: specific (concrete names, numbers, dates, topics), self-contained, \
-and solvable with these tools. Never name a tool or mention tools, functions or APIs: \
-describe what the user wants, not how to get it. Rate each task's difficulty from 1 \
-(one simple tool call) to 5 (many steps, combining several results). Vary the topics, \
-the wording and the difficulty."""
+_GIVE_UP_ADVICE = "Raise max_retries, use a stronger model, or write the missing scenarios by hand"
 
 
 class ScenarioGenerationError(ArtAdaptersError):
@@ -100,7 +76,9 @@ class ScenarioGenerationError(ArtAdaptersError):
         saved_to: the file they are already saved in (``save_to``), or ``None``.
     """
 
-    def __init__(self, message: str, *, scenarios: Sequence[Scenario] = (), saved_to: Path | None = None) -> None:
+    def __init__(
+        self, message: str, *, scenarios: Sequence[Scenario] = (), saved_to: Path | None = None
+    ) -> None:
         super().__init__(message)
         self.scenarios: list[Scenario] = list(scenarios)
         self.saved_to = saved_to
@@ -120,166 +98,6 @@ def default_generator() -> BaseChatModel:
             "$ART_ADAPTERS_JUDGE_API_KEY; or $OPENAI_API_KEY alone for gpt-4o-mini) to configure the judge"
         )
     return found[0]
-
-
-def _tool_spec(tool: Any) -> dict[str, Any]:
-    if isinstance(tool, Mapping):
-        if "function" in tool:  # OpenAI tool format
-            function = tool["function"]
-            return {
-                "name": function["name"],
-                "description": function.get("description", ""),
-                "parameters": function.get("parameters") or {},
-            }
-        if "name" not in tool:
-            raise ConfigError(
-                f"a tool dict needs a 'name' (MCP wire form or OpenAI format), got {sorted(tool)}"
-            )
-        return {
-            "name": tool["name"],
-            "description": tool.get("description") or tool.get("title") or "",
-            "parameters": tool.get("inputSchema") or tool.get("parameters") or {},
-        }
-    name = getattr(tool, "name", None)
-    if not isinstance(name, str):
-        raise ConfigError(
-            f"cannot read a tool from {type(tool).__name__}: pass LangChain tools or MCP tool dicts"
-        )
-    schema = getattr(tool, "args_schema", None)
-    if isinstance(schema, dict):
-        parameters = schema
-    elif schema is not None and hasattr(schema, "model_json_schema"):
-        parameters = schema.model_json_schema()
-    else:
-        parameters = {"type": "object", "properties": dict(getattr(tool, "args", {}) or {})}
-    return {"name": name, "description": getattr(tool, "description", "") or "", "parameters": parameters}
-
-
-def _type_name(schema: Mapping[str, Any]) -> str:
-    if "type" in schema:
-        kind = schema["type"]
-        if kind == "array" and isinstance(schema.get("items"), Mapping):
-            return f"list of {_type_name(schema['items'])}"
-        return kind if isinstance(kind, str) else " or ".join(k for k in kind if k != "null")
-    options = [o for o in schema.get("anyOf") or schema.get("oneOf") or [] if o.get("type") != "null"]
-    return " or ".join(_type_name(o) for o in options) or "any"
-
-
-def describe_tools(tools: Sequence[Any], resources: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The tools (name, description, arguments) and resources as the generator reads them."""
-    lines = ["Tools:"]
-    for spec in (_tool_spec(t) for t in tools):
-        props = (spec["parameters"] or {}).get("properties") or {}
-        required = set((spec["parameters"] or {}).get("required") or [])
-        args = ", ".join(
-            f"{arg}: {_type_name(info or {})}{'' if arg in required else ' (optional)'}"
-            for arg, info in props.items()
-        )
-        description = " ".join(str(spec["description"]).split())
-        lines.append(f"- {spec['name']}({args}): {description}")
-    shown, _ = describe_resources(resources, None)
-    if shown:
-        lines += ["", shown]
-    return "\n".join(lines)
-
-
-def answer_schema(
-    count: int, max_task_chars: int = MAX_TASK_CHARS, task_pattern: str | None = None
-) -> dict[str, Any]:
-    """The JSON schema of one answer: ``{"scenarios": [{"task", "difficulty"}] * count}``."""
-    task: dict[str, Any] = {"type": "string", "minLength": MIN_TASK_CHARS, "maxLength": max_task_chars}
-    if task_pattern is not None:
-        task["pattern"] = task_pattern
-    return {
-        "type": "object",
-        "properties": {
-            "scenarios": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "task": task,
-                        "difficulty": {"type": "integer", "enum": [1, 2, 3, 4, 5]},
-                    },
-                    "required": ["task", "difficulty"],
-                    "additionalProperties": False,
-                },
-                "minItems": count,
-                "maxItems": count,
-            }
-        },
-        "required": ["scenarios"],
-        "additionalProperties": False,
-    }
-
-
-def difficulty_plan(written: Sequence[int], count: int) -> list[int]:
-    """Difficulties to ask for next so that all five levels stay about equally common."""
-    counts = Counter({level: 0 for level in range(1, 6)})
-    counts.update(d for d in written if 1 <= d <= 5)
-    plan: list[int] = []
-    for _ in range(count):
-        level = min(range(1, 6), key=lambda d: (counts[d], d))
-        counts[level] += 1
-        plan.append(level)
-    return sorted(plan)
-
-
-class _PromptTooLong(Exception):
-    """The tools, guidance and request alone need more characters than the prompt may have."""
-
-    def __init__(self, needed: int) -> None:
-        super().__init__(needed)
-        self.needed = needed
-
-
-def _request_text(
-    tools_text: str,
-    resources: Sequence[Mapping[str, Any]],
-    count: int,
-    written: Sequence[Scenario],
-    instructions: str | None,
-    room: int | None,
-    rejected: Sequence[tuple[str, str]] = (),
-) -> tuple[str, int]:
-    """The user message of one call in at most *room* characters (``None``: no overall limit).
-
-    The tools, the guidance and the request always go in (:class:`_PromptTooLong` when they
-    alone do not fit); the newest tasks already written take at most half of what is left,
-    the resources the rest (:func:`~mcp_tools._budget.describe_resources`). The last few
-    *rejected* ``(task, reason)`` pairs are shown first, so a retry differs from the call it
-    repeats (a seeded sampler would otherwise write the same answer again). Returns the text
-    and how many resources were cut or left out.
-    """
-    guidance = [f"Guidance: {instructions.strip()}", ""] if instructions else []
-    plan = ", ".join(str(d) for d in difficulty_plan([s.difficulty for s in written], count))
-    request = (
-        f"Write {count} new task{'s' if count != 1 else ''} (difficulties: {plan}). Answer with JSON only: "
-        '{"scenarios": [{"task": "...", "difficulty": 1}]}'
-    )
-    needed = len("\n".join([tools_text, "", *guidance, request]))
-    left = None if room is None else room - needed
-    if left is not None and left < 0:
-        raise _PromptTooLong(needed)
-    avoid_room = None if left is None else left // 2
-    shown: list[str] = []
-    used = 0
-    for scenario in reversed(list(written)[-_AVOID_SHOWN:]):
-        line = f"- {scenario.task}"
-        if avoid_room is not None and used + len(line) + 1 > avoid_room:
-            break
-        shown.append(line)
-        used += len(line) + 1
-    avoid = ["Tasks already written (write different ones):", *reversed(shown), ""] if shown else []
-    bad = [f"- {task} ({reason})" for task, reason in list(rejected)[-_REJECTED_SHOWN:]]
-    bad_chars = len("\n".join(bad)) + 80
-    if bad and (avoid_room is None or used + bad_chars <= left):
-        avoid += ["Rejected tasks (do not write tasks like these):", *bad, ""]
-        used += bad_chars
-    resource_room = UNKNOWN_CONTEXT_RESOURCE_CHARS if left is None else left - used - 64
-    resource_text, trimmed = describe_resources(resources, resource_room)
-    parts = [tools_text, *(["", resource_text] if resource_text else []), "", *guidance, *avoid, request]
-    return "\n".join(parts), trimmed
 
 
 async def _ask(model: Any, messages: list[Any], schema: dict[str, Any], structured: bool) -> tuple[str, bool]:
@@ -350,7 +168,12 @@ def _read_saved(path: Path) -> list[Scenario]:
 
 
 def _check_arguments(
-    n: int, batch_size: int, max_retries: int, max_task_chars: int, task_pattern: str | None, context_tokens: Any
+    n: int,
+    batch_size: int,
+    max_retries: int,
+    max_task_chars: int,
+    task_pattern: str | None,
+    context_tokens: Any,
 ) -> None:
     for label, value, low in (("n", n, 1), ("batch_size", batch_size, 1), ("max_retries", max_retries, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -440,7 +263,143 @@ async def generate_scenarios(
             (and where it is saved) and what was rejected and why; ``.scenarios`` holds them.
         ToolServerError: *tools* is a server that could not be reached.
     """
+
     _check_arguments(n, batch_size, max_retries, max_task_chars, task_pattern, context_tokens)
+    specs, resources = await _tool_specs(tools, resources)
+    generator = _generator(model)
+    target = Path(save_to) if save_to is not None else None
+    run = _Run.start(n, batch_size, max_retries, existing, _read_saved(target)[:n] if target else [], target)
+    if run.done:
+        return run.accepted
+    prompt = Prompt(
+        describe_tools(specs), len(specs), resources or (), instructions,
+        await _context_tokens(generator, context_tokens), max_task_chars, task_pattern,
+    )  # fmt: skip
+    tool_names = [spec["name"] for spec in specs]
+    while run.going:
+        count = run.next_call()
+        messages, trimmed = prompt.request(generator, count, [*run.existing, *run.accepted], run.bad_tasks)
+        run.note_trimmed(trimmed)
+        items = await _ask_batch(_reseeded(generator, run.calls - 1), messages, prompt.schema(count), run,
+                                 structured=structured, timeout_s=timeout_s)  # fmt: skip
+        if items is not None:
+            _keep(items, run, tool_names, prompt, on_accept)
+        run.end_call()
+    if not run.done:
+        last = f"last error: {run.last_error}. " if run.last_error else ""
+        raise run.failure(f"{last}{_GIVE_UP_ADVICE}")
+    return run.accepted
+
+
+@dataclass
+class _Run:
+    """One generation run: what it kept and rejected so far, and when it stops.
+
+    It stops with ``n`` scenarios, or once more than ``max_retries`` calls kept nothing: a call
+    that keeps at least one scenario is progress (at most ``n`` such calls) and uses no retry.
+    """
+
+    n: int
+    batch: int
+    max_retries: int
+    existing: list[Scenario]
+    accepted: list[Scenario]
+    target: Path | None = None
+    seen: set[str] = field(default_factory=set)
+    rejected: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+    bad_tasks: list[tuple[str, str]] = field(default_factory=list)
+    last_error: str | None = None
+    calls: int = 0
+    empty_calls: int = 0
+    asked: int = 0
+    added: int = 0
+    reported_trim: bool = False
+
+    @classmethod
+    def start(
+        cls, n: int, batch: int, max_retries: int, existing: Sequence[Scenario], saved: list[Scenario],
+        target: Path | None,
+    ) -> _Run:  # fmt: skip
+        """A run that already has the *saved* scenarios and must differ from *existing* ones."""
+        if saved:
+            logger.info("scenario generator: %d of %d scenarios already in %s", len(saved), n, target)
+        seen = {normalize_task(s.task) for s in [*existing, *saved]}
+        return cls(n, batch, max_retries, list(existing), list(saved), target, seen)
+
+    @property
+    def done(self) -> bool:
+        """Whether ``n`` scenarios are kept."""
+        return len(self.accepted) >= self.n
+
+    @property
+    def going(self) -> bool:
+        """Whether to call the writer again: fewer than ``n`` kept and retries left."""
+        return not self.done and self.empty_calls <= self.max_retries
+
+    def next_call(self) -> int:
+        """Count a call; how many tasks it asks for (the missing ones, at most a batch)."""
+        self.calls += 1
+        self.added = 0
+        self.asked = min(self.n - len(self.accepted), self.batch)
+        return self.asked
+
+    def note_trimmed(self, trimmed: int) -> None:
+        """Log, once, that resources were cut to fit the context."""
+        if trimmed and not self.reported_trim:
+            self.reported_trim = True
+            logger.info("scenario generator: %d resource(s) cut or left out to fit the context", trimmed)
+
+    def call_failed(self, reason: str, error: str) -> None:
+        """A call that produced no items: counted under *reason*, *error* kept for the final message."""
+        self.last_error = f"call {self.calls}: {error}"
+        self.rejected[reason] += 1
+        logger.warning("scenario generator: %s", self.last_error)
+
+    def answer_cut(self, complete: int) -> None:
+        """An answer stopped at the token limit with *complete* items: ask for that many from now on."""
+        self.batch = max(1, min(self.batch, complete or self.asked // 2))
+        logger.info(
+            "scenario generator call %d: answer cut at the token limit with %d complete item(s); "
+            "asking for %d at a time",
+            self.calls, complete, self.batch,
+        )  # fmt: skip
+
+    def reject(self, item: Any, reason: str) -> None:
+        """Count a rejected item; remember its task so the next prompt shows it."""
+        self.rejected[reason] += 1
+        self.examples.setdefault(reason, repr(item)[:100])
+        logger.debug("scenario generator: rejected %s (%s)", repr(item)[:200], reason)
+        task = item.get("task") if isinstance(item, dict) else None
+        if isinstance(task, str) and task.strip() and (task.strip()[:200], reason) not in self.bad_tasks:
+            self.bad_tasks.append((task.strip()[:200], reason))
+
+    def accept(self, scenario: Scenario) -> None:
+        """Keep *scenario* (saved to ``target`` at once)."""
+        self.seen.add(normalize_task(scenario.task))
+        self.accepted.append(scenario)
+        self.added += 1
+        if self.target is not None:
+            append_scenarios([scenario], self.target)
+
+    def end_call(self) -> None:
+        """After a call: one that kept nothing uses up a retry."""
+        if self.added == 0:
+            self.empty_calls += 1
+
+    def failure(self, advice: str) -> ScenarioGenerationError:
+        """The error for a run that stopped short: what was kept and where, what was rejected, *advice*."""
+        return _failure(self.accepted, self.n, self.calls, self.rejected, self.examples, self.target, advice)
+
+
+async def _tool_specs(
+    tools: Any, resources: Sequence[Mapping[str, Any]] | None
+) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]] | None]:
+    """Each tool as ``{name, description, parameters}``, and the resources (a server's own, when listed).
+
+    Raises:
+        ConfigError: there are no tools.
+    """
     if _is_server(tools):
         tools, listed = await _server_listing(tools)
         resources = listed if resources is None else resources
@@ -449,130 +408,76 @@ async def generate_scenarios(
         raise ConfigError(
             "no tools to write scenarios for: the tool list (or the server's tool listing) is empty"
         )
-    specs = [_tool_spec(t) for t in tools]
-    tool_names = [s["name"] for s in specs]
+    return [tool_spec(t) for t in tools], resources
+
+
+def _generator(model: BaseChatModel | None) -> Any:
+    """*model*, or the configured judge; a ``ConfigError`` when neither is a chat model."""
     generator = model if model is not None else default_generator()
     if not hasattr(generator, "ainvoke"):
         raise ConfigError(f"model must be a LangChain chat model, got {type(generator).__name__}")
-    tools_text = describe_tools(specs)
-    target = Path(save_to) if save_to is not None else None
-    accepted = _read_saved(target)[:n] if target is not None else []
-    if accepted:
-        logger.info("scenario generator: %d of %d scenarios already in %s", len(accepted), n, target)
-    if len(accepted) >= n:
-        return accepted
-    if context_tokens is None:
-        context_tokens = await discover_context_tokens(generator)
+    return generator
+
+
+async def _context_tokens(generator: Any, given: int | None) -> int | None:
+    """The writer's context length: *given*, else asked from the model (``None``: unknown)."""
+    tokens = given if given is not None else await discover_context_tokens(generator)
     logger.info(
         "scenario generator: context %s",
-        f"{context_tokens} tokens" if context_tokens else "unknown (resources cut to a fixed size)",
+        f"{tokens} tokens" if tokens else "unknown (resources cut to a fixed size)",
     )
+    return tokens
 
-    from langchain_core.messages import HumanMessage, SystemMessage
 
-    existing = list(existing)
-    seen: set[str] = {normalize_task(s.task) for s in [*existing, *accepted]}
-    rejected: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    last_error: str | None = None
-    batch = batch_size
-    shortfalls = calls = 0
-    reported_trim = False
-    bad_tasks: list[tuple[str, str]] = []
-    while len(accepted) < n and shortfalls <= max_retries:
-        calls += 1
-        count = min(n - len(accepted), batch)
-        room = reserve = None
-        if context_tokens is not None:
-            reserve = answer_reserve(generator, count, max_task_chars) + 2 * MESSAGE_OVERHEAD_TOKENS
-            room = (context_tokens - reserve) * CHARS_PER_TOKEN - len(SYSTEM_PROMPT)
-        try:
-            request, trimmed = _request_text(
-                tools_text, resources or (), count, [*existing, *accepted], instructions, room, bad_tasks
-            )
-        except _PromptTooLong as exc:
-            needed = estimate_tokens(SYSTEM_PROMPT) + exc.needed // CHARS_PER_TOKEN
-            raise ConfigError(
-                f"the {len(specs)} tool descriptions alone need about {needed} tokens (estimated as "
-                f"characters / {CHARS_PER_TOKEN}) but the generator's context holds {context_tokens}, "
-                f"{reserve} of them kept for its answer: pass fewer tools (one server at a time), a "
-                "generator with a longer context, or the right context_tokens= if that number is wrong"
-            ) from None
-        if trimmed and not reported_trim:
-            reported_trim = True
-            logger.info("scenario generator: %d resource(s) cut or left out to fit the context", trimmed)
-        messages = [SystemMessage(SYSTEM_PROMPT), HumanMessage(request)]
-        cut = False
-        schema = answer_schema(count, max_task_chars, task_pattern)
-        try:
-            text, cut = await asyncio.wait_for(
-                _ask(_reseeded(generator, calls - 1), messages, schema, structured), timeout_s
-            )
-            items = parse_items(text)
-        except TimeoutError:
-            waited = f"within {timeout_s:g}s" if timeout_s is not None else "(the model timed out)"
-            last_error = f"call {calls}: no answer {waited}"
-            rejected["timeout"] += 1
-            items = None
-        except ValueError as exc:
-            last_error = f"call {calls}: {exc}"
-            rejected["malformed answer"] += 1
-            items = None
-        except Exception as exc:  # noqa: BLE001 - endpoint errors (openai.APIError...) share no base; retried
-            if is_context_overflow(exc):
-                raise _failure(
-                    accepted, n, calls, rejected, examples, target,
-                    f"the endpoint says the prompt does not fit the generator's context ({exc}); pass "
-                    "context_tokens= (the generator's context length) so the resources are trimmed to fit",
-                ) from exc  # fmt: skip
-            last_error = f"call {calls}: {type(exc).__name__}: {exc}"
-            rejected["endpoint error"] += 1
-            items = None
-        if cut:
-            complete = len(items or [])
-            batch = max(1, min(batch, complete or count // 2))
-            logger.info(
-                "scenario generator call %d: answer cut at the token limit with %d complete item(s); "
-                "asking for %d at a time",
-                calls, complete, batch,
-            )  # fmt: skip
-        if items is None:
-            logger.warning("scenario generator: %s", last_error)
-            shortfalls += 1
+async def _ask_batch(
+    generator: Any, messages: list[Any], schema: dict[str, Any], run: _Run, *, structured: bool,
+    timeout_s: float | None,
+) -> list[Any] | None:  # fmt: skip
+    """One call: the answer's items, or ``None`` when it failed (timeout, malformed, endpoint error).
+
+    Raises:
+        ScenarioGenerationError: the endpoint says the prompt does not fit its context.
+    """
+    cut, items = False, None
+    try:
+        text, cut = await asyncio.wait_for(_ask(generator, messages, schema, structured), timeout_s)
+        items = parse_items(text)
+    except TimeoutError:
+        waited = f"within {timeout_s:g}s" if timeout_s is not None else "(the model timed out)"
+        run.call_failed("timeout", f"no answer {waited}")
+    except ValueError as exc:
+        run.call_failed("malformed answer", str(exc))
+    except Exception as exc:  # noqa: BLE001 - endpoint errors (openai.APIError...) share no base; retried
+        if is_context_overflow(exc):
+            raise run.failure(
+                f"the endpoint says the prompt does not fit the generator's context ({exc}); pass "
+                "context_tokens= (the generator's context length) so the resources are trimmed to fit"
+            ) from exc
+        run.call_failed("endpoint error", f"{type(exc).__name__}: {exc}")
+    if cut:
+        run.answer_cut(len(items or []))
+    return items
+
+
+def _keep(
+    items: Sequence[Any], run: _Run, tool_names: Sequence[str], prompt: Prompt,
+    on_accept: Callable[[Scenario], object] | None,
+) -> None:  # fmt: skip
+    """Check each item (shape, length, pattern, names no tool, not seen before); keep the valid ones."""
+    for item in items:
+        if run.done:
+            break
+        reason, scenario = check_item(item, tool_names, run.seen, prompt.max_task_chars, prompt.task_pattern)
+        if scenario is None:
+            run.reject(item, reason)
             continue
-        added = 0
-        for item in items:
-            if len(accepted) >= n:
-                break
-            reason, scenario = check_item(item, tool_names, seen, max_task_chars, task_pattern)
-            if scenario is None:
-                rejected[reason] += 1
-                examples.setdefault(reason, repr(item)[:100])
-                logger.debug("scenario generator: rejected %s (%s)", repr(item)[:200], reason)
-                task = item.get("task") if isinstance(item, dict) else None
-                if isinstance(task, str) and task.strip() and (task.strip()[:200], reason) not in bad_tasks:
-                    bad_tasks.append((task.strip()[:200], reason))
-                continue
-            seen.add(normalize_task(scenario.task))
-            accepted.append(scenario)
-            added += 1
-            if target is not None:
-                append_scenarios([scenario], target)
-            if on_accept is not None:
-                on_accept(scenario)
-        # a call that kept something made progress (at most n such calls); only empty calls use up retries
-        if added == 0:
-            shortfalls += 1
-        logger.info(
-            "scenario generator call %d: %d of %d asked accepted (%d/%d)", calls, added, count, len(accepted), n
-        )
-    if len(accepted) < n:
-        hint = "Raise max_retries, use a stronger model, or write the missing scenarios by hand"
-        raise _failure(
-            accepted, n, calls, rejected, examples, target,
-            f"{'last error: ' + last_error + '. ' if last_error else ''}{hint}",
-        )  # fmt: skip
-    return accepted
+        run.accept(scenario)
+        if on_accept is not None:
+            on_accept(scenario)
+    logger.info(
+        "scenario generator call %d: %d of %d asked accepted (%d/%d)",
+        run.calls, run.added, run.asked, len(run.accepted), run.n,
+    )  # fmt: skip
 
 
 def _failure(
