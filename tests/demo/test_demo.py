@@ -37,3 +37,30 @@ def test_demo_rejects_bad_settings() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "rollouts" in done.stdout and "greater than or equal to 2" in done.stdout
+
+
+def test_the_demo_flags_are_the_config_fields_with_their_defaults_and_descriptions() -> None:
+    import typer
+
+    from art_adapters.apps import DemoConfig, app
+
+    params = {p.name: p for p in typer.main.get_command(app).commands["demo"].params}
+    assert set(params) == set(DemoConfig.model_fields)
+    for name, field in DemoConfig.model_fields.items():
+        assert params[name].default == field.default and params[name].help == field.description, name
+    assert params["no_judge"].opts == ["--no-judge"]
+
+
+def test_the_demo_says_which_judge_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from art_adapters.apps._demo import resolve_judge
+
+    for name in ("ART_ADAPTERS_JUDGE_MODEL", "ART_ADAPTERS_JUDGE_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve_judge()[0] is None
+    monkeypatch.setenv("ART_ADAPTERS_JUDGE_MODEL", "judge-x")
+    monkeypatch.setenv("ART_ADAPTERS_JUDGE_BASE_URL", "http://u:p@127.0.0.1:9/v1")
+    judge, line = resolve_judge()
+    assert judge.model_name == "judge-x"
+    assert line == "rewards: RULER, judge judge-x at http://127.0.0.1:9/v1 ($ART_ADAPTERS_JUDGE_MODEL)"
+    judge, line = resolve_judge(no_judge=True)
+    assert judge is None and line.endswith("; --no-judge")
