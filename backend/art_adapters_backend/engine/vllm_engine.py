@@ -1,76 +1,9 @@
 """The GPU inference engine: vLLM's OpenAI server run as its own process, behind our engine interface.
 
-Written against vLLM's documentation as of 2026 (v0.12 and later: the ``structured_outputs``
-request field that replaced ``guided_*``; docs.vllm.ai "Structured Outputs",
-``docs/features/structured_outputs.md``; ``StructuredOutputsConfig`` in
-``vllm/config/structured_outputs.py``). Documented interfaces only:
-
-- ``vllm serve <model>`` (:func:`vllm_serve_command`) on 127.0.0.1 with ``--enable-lora``,
-  ``--enable-sleep-mode``, ``--logprobs-mode processed_logprobs``, the model family's own flags
-  (:meth:`~..model_family.ModelFamily.vllm_flags`: ``--chat-template`` with the run's
-  ``chat_template.jinja``, ``--enable-auto-tool-choice --tool-call-parser P``,
-  ``--reasoning-parser R``) and ``--structured-outputs-config`` (see below); environment
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (runtime LoRA endpoints) and ``VLLM_SERVER_DEV_MODE=1``
-  (the ``/sleep`` and ``/wake_up`` endpoints);
-- ``POST /v1/completions`` with the prompt as token ids, ``logprobs=0`` (the sampled token's
-  log-prob, after temperature: ``processed_logprobs``), ``return_token_ids=true`` (the sampled
-  ids; older servers: ``return_tokens_as_token_ids=true`` and the ids parsed from ``token_id:N``),
-  the extra sampling parameters vLLM documents for completions (``top_k``, ``min_p``,
-  ``repetition_penalty``, ``min_tokens``, ``frequency_penalty``, ``presence_penalty``,
-  ``logit_bias``) and ``structured_outputs``;
-- ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` for checkpoints;
-- ``POST /sleep?level=1`` / ``POST /wake_up`` around a training step (:meth:`paused`), so the
-  trainer has the GPU memory; requests arriving meanwhile wait here and then run. Both calls have
-  timeouts; a failed sleep wakes the server again and fails the step, and a server that cannot be
-  woken (after retries) answers 503 (:class:`~..errors.EngineUnavailableError`) instead of leaving
-  requests waiting, and is tried again on the next request.
-
-**Access.** Runtime LoRA loading and the dev endpoints are on, so the server gets a fresh random API
-key at every start, passed as ``VLLM_API_KEY`` (vLLM's ``--api-key``, by environment so it is not on
-the command line that ``ps`` shows) and sent as ``Authorization: Bearer`` with every request here.
-vLLM checks it on the ``/v1`` routes (inference, ``load_lora_adapter``); ``/sleep``, ``/wake_up`` and
-``/health`` stay open to local users, so it is bound to 127.0.0.1 only.
-
-**Why completions with token ids, not vLLM's chat endpoint.** Our renderer
-(:mod:`..chat_template`, tested equal to the model's chat template) stays the one source of the
-prompt: the record's prompt ids are exactly what vLLM saw, and tools, ``tool_choice``,
-``response_format`` and reasoning are handled once, in :mod:`..chat`, for both engines. vLLM's own
-chat endpoint would render the same prompt, since it is started with the same ``--chat-template``,
-and would parse with the same ``--tool-call-parser`` / ``--reasoning-parser`` names; those flags
-are passed so the server is the one a checkpoint is deployed on.
-
-**Constraints** (:class:`~.base.Constraint`: ``prefix + JSON(schema) + suffix``), the same
-language as the torch engine's (:mod:`.constraint`):
-
-- a forced tool call (``tool_choice`` ``required`` or named) with a prefix or suffix (hermes's
-  ``<tool_call>`` block, Qwen3's empty thinking block before it) is sent as
-  ``structured_outputs.grammar``: the xgrammar EBNF of ``"prefix" JSON "suffix"`` built with the
-  same xgrammar calls as the torch engine (``Grammar.from_json_schema(any_whitespace=False,
-  strict_mode=True)`` between two literals). Chosen over ``structural_tag`` because a structural
-  tag's ``json_schema`` element always allows free whitespace, so it would accept a larger
-  language than the torch engine;
-- a constraint without prefix or suffix (``response_format``; ``llama3_json``'s forced call, which
-  is bare JSON) is sent as ``structured_outputs.json``; the server runs with
-  ``--structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'``, so
-  vLLM compiles it with xgrammar without free whitespace, as the torch engine does. With the
-  backend fixed, a schema xgrammar cannot take is refused by vLLM (400), answered here as
-  :class:`~.constraint.ConstraintError` (a 400 to the client);
-- with a reasoning parser, vLLM would apply a constraint only after ``</think>``; our constraints
-  cover the whole reply (a forced call starts with the family's empty thinking block), so the
-  config also sets ``"enable_in_reasoning": true``;
-- stop strings are not sent with a constraint (the torch engine ignores them too: they could cut
-  the JSON).
-
-**Text**: decoded here from the returned token ids with ``skip_special_tokens=False`` (the final
-EOS left out, the text cut before the first stop string), exactly as the torch engine's
-:class:`~.text.TextTracker` does, so ``<think>``, ``<tool_call>`` and other added tokens stay in
-the text the reasoning and tool-call parsers read. vLLM is asked for
-``skip_special_tokens=false`` and ``spaces_between_special_tokens=false`` so that its stop-string
-matching sees that same text.
-
-Limits of this thin path: streaming yields each choice in one delta; a constrained choice ends
-with the EOS token vLLM samples once the grammar is complete (the torch engine stops without
-sampling it), so its record has one more token.
+Prompts go to vLLM as token ids (our renderer stays the one source of the prompt), constraints as
+xgrammar ``structured_outputs`` in the torch engine's language, and the server sleeps during a training
+step. Written against vLLM's documented interfaces as of v0.12 (the ``structured_outputs`` request
+field that replaced ``guided_*``); :class:`VllmEngine` tells the protocol.
 """
 
 from __future__ import annotations
@@ -145,6 +78,17 @@ def vllm_serve_command(
 ) -> list[str]:
     """The ``vllm serve`` command line (pure: nothing is looked up but ``launcher``'s default).
 
+    On 127.0.0.1 only, with ``--enable-lora``, ``--enable-sleep-mode``, ``--logprobs-mode
+    processed_logprobs`` (the sampled token's log-prob after temperature), the model family's own flags
+    (``--chat-template`` with the run's ``chat_template.jinja``, ``--enable-auto-tool-choice
+    --tool-call-parser P``, ``--reasoning-parser R``: passed so the server is the one a checkpoint is
+    deployed on) and ``--structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace":
+    true}'``, so vLLM compiles every constraint with xgrammar without free whitespace, as the torch engine
+    does (docs.vllm.ai "Structured Outputs"; ``StructuredOutputsConfig`` in
+    ``vllm/config/structured_outputs.py``). With a reasoning parser vLLM would apply a constraint only
+    after ``</think>``; ours cover the whole reply (a forced call starts with the family's empty thinking
+    block), so the config then also sets ``"enable_in_reasoning": true``.
+
     Args:
         model_path: the base model folder.
         port: the port on 127.0.0.1.
@@ -173,8 +117,10 @@ def vllm_serve_command(
 
 
 def vllm_environment(api_key: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ``vllm serve`` environment: ``base`` (default ours) plus runtime LoRA loading, the dev
-    endpoints (``/sleep``, ``/wake_up``) and ``VLLM_API_KEY`` (``--api-key`` off the command line)."""
+    """The ``vllm serve`` environment: ``base`` (default ours) plus runtime LoRA loading
+    (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``), the dev endpoints ``/sleep`` and ``/wake_up``
+    (``VLLM_SERVER_DEV_MODE``) and ``VLLM_API_KEY`` (vLLM's ``--api-key``, given by environment so it
+    is not on the command line that ``ps`` shows)."""
     return {
         **(os.environ if base is None else base),
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
@@ -185,6 +131,9 @@ def vllm_environment(api_key: str, base: Mapping[str, str] | None = None) -> dic
 
 def constraint_grammar(constraint: Constraint) -> str:
     """The xgrammar EBNF of ``"prefix" JSON(schema) "suffix"``: the torch engine's grammar, as text.
+
+    Built with the same xgrammar calls as the torch engine: ``Grammar.from_json_schema(any_whitespace=False,
+    strict_mode=True)`` between two literals.
 
     Raises:
         ConstraintError: the schema cannot be compiled.
@@ -209,7 +158,20 @@ def constraint_grammar(constraint: Constraint) -> str:
 
 
 def structured_outputs(constraint: Constraint) -> dict[str, Any]:
-    """vLLM's ``structured_outputs`` for a constraint: ``json`` for a bare schema, else ``grammar``."""
+    """vLLM's ``structured_outputs`` for a constraint: ``json`` for a bare schema, else ``grammar``.
+
+    A constraint (:class:`~.base.Constraint`: ``prefix + JSON(schema) + suffix``) means what it means
+    for the torch engine (:mod:`.constraint`):
+
+    - with a prefix or suffix (a forced tool call: hermes's ``<tool_call>`` block, Qwen3's empty
+      thinking block before it) it is sent as ``grammar``, the xgrammar EBNF of :func:`constraint_grammar`.
+      Chosen over ``structural_tag`` because a structural tag's ``json_schema`` element always allows
+      free whitespace, so it would accept a larger language than the torch engine;
+    - without (``response_format``; ``llama3_json``'s forced call, which is bare JSON) it is sent as
+      ``json``, which the server compiles with xgrammar without free whitespace
+      (:func:`vllm_serve_command`). With the backend fixed, a schema xgrammar cannot take is refused by
+      vLLM (400), answered by :meth:`VllmEngine.generate` as :class:`~.constraint.ConstraintError`.
+    """
     if not constraint.prefix and not constraint.suffix:
         return {"json": constraint.json_schema}
     return {"grammar": constraint_grammar(constraint)}
@@ -280,10 +242,32 @@ def _free_port() -> int:
 
 
 class VllmEngine:
-    """Inference through a ``vllm serve`` subprocess (see the module docstring).
+    """Inference through a ``vllm serve`` subprocess (:func:`vllm_serve_command`).
 
     Build it with :meth:`load`; the server's :class:`~..state.ServerState` uses it like the torch
     engine: ``generate``, ``stream``, ``load_adapter``, ``unload_adapter``, ``paused``, ``close``.
+
+    Requests go to ``POST /v1/completions`` with the prompt as token ids, ``logprobs=0`` (the sampled
+    token's), ``return_token_ids=true`` (older servers: ``return_tokens_as_token_ids=true``, the ids
+    parsed from ``token_id:N``), the extra sampling parameters vLLM documents for completions
+    (:func:`sampling_body`) and ``structured_outputs`` (:func:`structured_outputs`); stop strings are not
+    sent with a constraint (the torch engine ignores them too: they could cut the JSON). Checkpoints are
+    loaded with ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``; a training step runs
+    between ``/sleep`` and ``/wake_up`` (:meth:`paused`).
+
+    Why completions with token ids, not vLLM's chat endpoint: our renderer (:mod:`..chat_template`,
+    tested equal to the model's chat template) stays the one source of the prompt, so the record's
+    prompt ids are exactly what vLLM saw, and tools, ``tool_choice``, ``response_format`` and reasoning
+    are handled once, in :mod:`..chat`, for both engines.
+
+    Access: runtime LoRA loading and the dev endpoints are on, so the server gets a fresh random API key
+    at every start, sent as ``Authorization: Bearer`` with every request here. vLLM checks it on the
+    ``/v1`` routes (inference, ``load_lora_adapter``); ``/sleep``, ``/wake_up`` and ``/health`` stay open
+    to local users, so it is bound to 127.0.0.1 only.
+
+    Limits of this thin path: streaming yields each choice in one delta; a constrained choice ends with
+    the EOS token vLLM samples once the grammar is complete (the torch engine stops without sampling
+    it), so its record has one more token.
     """
 
     def __init__(self, model_path: Path, tokenizer: PreTrainedTokenizerBase,
@@ -495,9 +479,12 @@ class VllmEngine:
     def _text(self, token_ids: list[int], stop: Sequence[str], min_tokens: int = 0) -> str:
         """The text of ``token_ids`` by the torch engine's rule (:class:`~.text.TextTracker`).
 
-        Decoded with ``skip_special_tokens=False`` and cut before the first stop string that does not
-        start inside the text of the first ``min_tokens`` tokens (vLLM's ``min_tokens``). One decode
-        of the whole choice, not one per token.
+        Decoded with ``skip_special_tokens=False`` (the caller leaves the final EOS out) and cut before
+        the first stop string that does not start inside the text of the first ``min_tokens`` tokens
+        (vLLM's ``min_tokens``), so ``<think>``, ``<tool_call>`` and other added tokens stay in the text
+        the reasoning and tool-call parsers read. vLLM is asked for ``skip_special_tokens=false`` and
+        ``spaces_between_special_tokens=false`` so that its stop-string matching sees that same text.
+        One decode of the whole choice, not one per token.
         """
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
         stops = [s for s in stop if s]
