@@ -1,13 +1,9 @@
 """GRPO training of LoRA adapters, shared by every trainer.
 
-- :mod:`.grpo`: the loss as small pure torch functions (advantages, ratios, clipping, KL,
-  length normalisation) with the variants in registries.
-- :mod:`.data`: trajectory groups -> exact-token training sequences, with drop metrics.
-- :mod:`.trainer`: the trainer interface and the shared GRPO step; :mod:`.peft_trainer`
-  (transformers + PEFT, the default) and :mod:`.unsloth_trainer` implement it.
-- :mod:`.checkpoints`: atomic checkpoint folders, listing, retention, cleanup.
-
-Import the submodules directly; this package imports nothing heavy by itself.
+Submodules: :mod:`.grpo` (the loss), :mod:`.data` (groups -> exact-token sequences), :mod:`.trainer`
+(the shared step; :mod:`.peft_trainer`, the default, and :mod:`.unsloth_trainer` implement it) and
+:mod:`.checkpoints` (atomic checkpoint folders). Import them directly; this package imports nothing
+heavy by itself.
 """
 
 __all__: list[str] = []

@@ -1,45 +1,7 @@
 """Trajectory groups -> token sequences to train on, from the exact tokens the model sampled.
 
-For every assistant turn the backend served, its completion record gives the prompt token
-ids it rendered and the completion token ids it sampled, with their log-probabilities.
-One conversation becomes one sequence::
-
-    [prompt of turn 1][completion 1][tool output, next user turn, template][completion 2]...
-     mask 0            mask 1        mask 0                                 mask 1
-
-Each later turn's recorded prompt must extend the sequence built so far for the turn to
-join it (``BuildMetrics.extended_turns`` counts those). Templates do not guarantee it: the
-agent may rewrite its history, a template may re-render a tool call differently from how it
-was sampled, or drop earlier turns' thinking (Qwen3). Then the sequence so far is closed and
-a new one starts at that turn's own recorded prompt, so a conversation whose every turn
-breaks becomes one sequence per turn: nothing is truncated or re-tokenised, every trained
-token is one the model sampled, and ``BuildMetrics.prefix_breaks`` counts it.
-
-Turns without a record (served elsewhere, or the record is gone) are re-tokenised with a
-``render`` callable, the server's chat template: the prompt is the history rendered with
-the generation prompt, the completion is what rendering the assistant message adds after
-it (its content and end-of-turn tokens). Their sampling log-probs are unknown (NaN in
-tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
-counts them. A turn the template cannot locate (rendering it changes the tokens of the
-history before it, or the template refuses the history) is skipped with a warning and
-counted in ``BuildMetrics.unlocated_turns``; it stays in later turns' prompts as context.
-
-Assistant turns marked ``generated=False`` (capture saw them only in the model's input,
-never as its output: a hand-written few-shot example, history from an earlier run) were
-not sampled by the model, so they are prompt: they get no loss and are not a turn of their
-own; their tokens still enter the sequence, masked out, as part of the next trained turn's
-prompt. ``BuildMetrics.prompt_turns`` counts them. Turns marked ``True`` or ``None``
-(unknown: hand-built trajectories, older JSON) are trained as described above.
-
-Graphs with several models (a hosted planner, a summariser beside the trained policy) train
-only the policy's turns when ``policy`` names it: a turn with a record is the policy's when
-the record's ``trained_model`` is the policy; a turn without one when its ``Message.model``
-is unknown (``None``) or names the policy (``name`` or ``name@step``). Any other assistant
-turn is treated like a ``generated=False`` one: context, never loss, counted in
-``BuildMetrics.other_model_turns``.
-
-Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
-rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
+:func:`build_sequences` joins each conversation's assistant turns into one masked sequence from the
+backend's completion records (re-tokenising only turns without one) and gives it its group's advantage.
 """
 
 from __future__ import annotations
@@ -315,7 +277,7 @@ def names_policy(model: str, policy: str) -> bool:
 
 
 def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) -> bool:
-    """Whether ``policy`` produced the turn (always, when no policy is given); see the module docstring."""
+    """Whether ``policy`` produced the turn (always, when no policy is given); see :func:`build_sequences`."""
     if policy is None:
         return True
     if data is not None:
@@ -432,6 +394,47 @@ def build_sequences(
 ) -> BuildResult:
     """Turn scored trajectory groups into training sequences with advantages.
 
+    For every assistant turn the backend served, its completion record gives the prompt token
+    ids it rendered and the completion token ids it sampled, with their log-probabilities.
+    One conversation becomes one sequence::
+
+        [prompt of turn 1][completion 1][tool output, next user turn, template][completion 2]...
+         mask 0            mask 1        mask 0                                 mask 1
+
+    Each later turn's recorded prompt must extend the sequence built so far for the turn to
+    join it (``BuildMetrics.extended_turns`` counts those). Templates do not guarantee it: the
+    agent may rewrite its history, a template may re-render a tool call differently from how it
+    was sampled, or drop earlier turns' thinking (Qwen3). Then the sequence so far is closed and
+    a new one starts at that turn's own recorded prompt, so a conversation whose every turn
+    breaks becomes one sequence per turn: nothing is truncated or re-tokenised, every trained
+    token is one the model sampled, and ``BuildMetrics.prefix_breaks`` counts it.
+
+    Turns without a record (served elsewhere, or the record is gone) are re-tokenised with a
+    ``render`` callable, the server's chat template: the prompt is the history rendered with
+    the generation prompt, the completion is what rendering the assistant message adds after
+    it (its content and end-of-turn tokens). Their sampling log-probs are unknown (NaN in
+    tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
+    counts them. A turn the template cannot locate (rendering it changes the tokens of the
+    history before it, or the template refuses the history) is skipped with a warning and
+    counted in ``BuildMetrics.unlocated_turns``; it stays in later turns' prompts as context.
+
+    Assistant turns marked ``generated=False`` (capture saw them only in the model's input,
+    never as its output: a hand-written few-shot example, history from an earlier run) were
+    not sampled by the model, so they are prompt: they get no loss and are not a turn of their
+    own; their tokens still enter the sequence, masked out, as part of the next trained turn's
+    prompt. ``BuildMetrics.prompt_turns`` counts them. Turns marked ``True`` or ``None``
+    (unknown: hand-built trajectories, older JSON) are trained as described above.
+
+    Graphs with several models (a hosted planner, a summariser beside the trained policy) train
+    only the policy's turns when ``policy`` names it: a turn with a record is the policy's when
+    the record's ``trained_model`` is the policy; a turn without one when its ``Message.model``
+    is unknown (``None``) or names the policy (``name`` or ``name@step``). Any other assistant
+    turn is treated like a ``generated=False`` one: context, never loss, counted in
+    ``BuildMetrics.other_model_turns``.
+
+    Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
+    rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
+
     Args:
         groups: the groups of one training step.
         get_record: completion id -> the backend's exact-token record (dict with
@@ -439,7 +442,7 @@ def build_sequences(
         render: the chat template for turns without a record (see :class:`Renderer`); when
             ``None``, such a turn is an error.
         policy: the name of the model being trained; only its assistant turns get loss, other
-            models' turns are prompt (see the module docstring). ``None`` trains every turn
+            models' turns are prompt (see above). ``None`` trains every turn
             not marked ``generated=False``.
         scale_rewards: divide advantages by the group's reward std (``TrainConfig.scale_rewards``).
         max_sequence_length: drop (and count) longer sequences; ``None`` keeps all.

@@ -1,24 +1,9 @@
 """The GRPO loss, written once and shared by every trainer (torch + PEFT, Unsloth).
 
-Small pure functions over tensors; shapes in comments use ``B`` sequences (rows of a
-micro-batch), ``T`` token positions, ``V`` vocabulary, ``G`` trajectories in a group.
-All per-token tensors are aligned with the input ids: position ``t`` holds the value for
-token ``t`` predicted from tokens ``< t`` (position 0 has no prediction and is never in the
-loss mask).
-
-The objective for one step, over sequences ``i`` and their loss tokens ``t``::
-
-    A_i          = (r_i - mean(r_group)) [/ (std(r_group) + 1e-4)]        advantages
-    log_rho_it   = logp_theta(y_it) - logp_old(y_it)                     per-token log-ratio
-    w_it         = exp(log_rho_it)           (importance_level="token")
-                 = exp(mean_t log_rho_it)    (importance_level="sequence", GSPO)
-    l_it         = -min(w_it A_i, clip(w_it, 1 - eps, 1 + eps_high) A_i) + beta * kl_it [* w_it]
-    kl_it        = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         k3 estimator
-                   (times w_it when kl_ratio_correction: unbiased off-policy KL gradient)
-    loss         = sum_it c_it * l_it        c from the normalisation registry
-
-Variants are chosen once from :data:`IMPORTANCE_LEVELS` and :data:`NORMALIZERS` by
-:meth:`LossSettings.from_config`; the hot path only calls the chosen functions.
+Small pure functions over tensors (:func:`grpo_loss` gives the objective). Shapes use ``B`` sequences
+(rows of a micro-batch), ``T`` token positions, ``V`` vocabulary, ``G`` trajectories in a group; position
+``t`` of a per-token tensor holds the value for token ``t`` predicted from tokens ``< t`` (position 0 has
+no prediction and is never in the loss mask).
 """
 
 from __future__ import annotations
@@ -344,7 +329,20 @@ def grpo_loss(
     ``logprobs``: (B, T) current policy, with grad; ``old_logprobs``: (B, T) sampling
     policy, NaN where unknown; ``advantages``: (B,) or (B, 1); ``mask``: (B, T) 1 on loss
     tokens; ``ref_logprobs``: (B, T), required when ``settings.beta > 0``.
-    Formula in the module docstring.
+
+    The objective for one step, over sequences ``i`` and their loss tokens ``t``::
+
+        A_i          = (r_i - mean(r_group)) [/ (std(r_group) + 1e-4)]        advantages
+        log_rho_it   = logp_theta(y_it) - logp_old(y_it)                     per-token log-ratio
+        w_it         = exp(log_rho_it)           (importance_level="token")
+                     = exp(mean_t log_rho_it)    (importance_level="sequence", GSPO)
+        l_it         = -min(w_it A_i, clip(w_it, 1 - eps, 1 + eps_high) A_i) + beta * kl_it [* w_it]
+        kl_it        = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         k3 estimator
+                       (times w_it when kl_ratio_correction: unbiased off-policy KL gradient)
+        loss         = sum_it c_it * l_it        c from the normalisation registry
+
+    The variants were chosen once from :data:`IMPORTANCE_LEVELS` and :data:`NORMALIZERS` by
+    :meth:`LossSettings.from_config`; this hot path only calls the chosen functions.
     """
     mask = mask.to(logprobs.dtype)
     advantages = advantages.reshape(-1, 1).to(logprobs.dtype)  # (B, 1)

@@ -1,28 +1,7 @@
 """The server's training service: one GRPO step per ``POST /art/models/{name}/train``.
 
-Per request, for model ``name`` (one step at a time per model, others queue):
-
-0. the config is checked against the base model (``lora_target_modules`` must name modules
-   LoRA can wrap: 400 otherwise, before anything is written); a checkpoint a failed request
-   wrote but did not register is registered; a request carrying an ``Idempotency-Key`` that
-   already made a checkpoint gets that step's result again (``replayed: true``) instead of
-   training once more (409 if the key came with another body);
-1. the groups are written to ``run_dir/models/<name>/groups/step-<N>-<time>.jsonl`` and
-   fsynced, before anything else (a failed or killed step can be trained again from it);
-2. the trainer (one, lazily created, shared by the models; a copy of the base weights
-   separate from the engine's) is put on the model's latest checkpoint (adapter and optimizer
-   state), or a fresh LoRA at step 0;
-3. with the inference engine paused (requests queue and complete afterwards; ``/health``
-   and the HTTP server stay responsive because the step runs in a worker thread), the
-   sequences are built from the exact-token records (the chat template re-tokenises turns
-   without one; only ``name``'s own turns carry loss, other models' turns are prompt), one
-   optimizer update runs, and checkpoint ``N`` is written atomically
-   under ``run_dir/models/<name>/checkpoints/<N:06d>`` (temporary folder, fsync, rename);
-4. the registry serves it as ``name@N`` and ``name`` and the engine loads it at once;
-   older checkpoints stay servable until deleted; ``config.retention`` is applied.
-
-When nothing is trainable (every group had equal rewards, or no turn fits), no step is made
-and no checkpoint written: the result has ``trained=False`` and the reason.
+:class:`TrainingService` saves the groups, trains the model's latest checkpoint with the inference engine
+paused, writes and serves the new checkpoint, and answers a retried request from its earlier result.
 """
 
 from __future__ import annotations
@@ -89,7 +68,7 @@ def _scalars(data: dict[str, Any]) -> dict[str, float]:
 
 
 class TrainingService:
-    """Trains the server's registered models; see the module docstring for one step.
+    """Trains the server's registered models, one step per request (:meth:`train`).
 
     Args:
         state: the server's shared state (engine, registry, records, template).
@@ -268,8 +247,29 @@ class TrainingService:
     ) -> dict[str, Any]:
         """One training request for ``name``; returns the ``TrainResult`` body.
 
-        With ``idempotency_key``, a request already done for ``name`` with that key and the same
-        body is answered with its earlier result (``replayed: true``) and trains nothing.
+        Per request, for model ``name`` (one step at a time per model, others queue):
+
+        0. the config is checked against the base model (``lora_target_modules`` must name modules
+           LoRA can wrap: 400 otherwise, before anything is written); a checkpoint a failed request
+           wrote but did not register is registered; a request carrying an ``Idempotency-Key`` that
+           already made a checkpoint gets that step's result again (``replayed: true``) instead of
+           training once more (409 if the key came with another body);
+        1. the groups are written to ``run_dir/models/<name>/groups/step-<N>-<time>.jsonl`` and
+           fsynced, before anything else (a failed or killed step can be trained again from it);
+        2. the trainer (one, lazily created, shared by the models; a copy of the base weights
+           separate from the engine's) is put on the model's latest checkpoint (adapter and optimizer
+           state), or a fresh LoRA at step 0;
+        3. with the inference engine paused (requests queue and complete afterwards; ``/health``
+           and the HTTP server stay responsive because the step runs in a worker thread), the
+           sequences are built from the exact-token records (the chat template re-tokenises turns
+           without one; only ``name``'s own turns carry loss, other models' turns are prompt), one
+           optimizer update runs, and checkpoint ``N`` is written atomically
+           under ``run_dir/models/<name>/checkpoints/<N:06d>`` (temporary folder, fsync, rename);
+        4. the registry serves it as ``name@N`` and ``name`` and the engine loads it at once;
+           older checkpoints stay servable until deleted; ``config.retention`` is applied.
+
+        When nothing is trainable (every group had equal rewards, or no turn fits), no step is made
+        and no checkpoint written: the result has ``trained=False`` and the reason.
         """
         registry = self.state.registry
         registry.require(name)

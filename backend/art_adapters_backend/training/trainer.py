@@ -1,16 +1,7 @@
 """The trainer interface and the GRPO step every LoRA trainer shares.
 
-:class:`LoraTrainer` owns a PEFT-wrapped causal LM and an AdamW optimizer over its LoRA
-weights. One :meth:`LoraTrainer.train_step` is one optimizer update: sequences are sorted
-by length, cut into micro-batches of ``config.micro_batch_size``, right-padded, and each
-micro-batch's share of the step loss (:func:`.grpo.grpo_loss`, normalised over the whole
-step) is back-propagated; then the gradient is clipped and applied once. Because nothing
-changes the weights until that update, a token without sampling log-probs is scored by
-the current (= old) policy and its ratio is exactly 1.
-
-Subclasses only say how the base model is loaded and how the LoRA is attached
-(:mod:`.peft_trainer` with plain transformers + PEFT, :mod:`.unsloth_trainer` with
-Unsloth's ``FastLanguageModel``); saving, loading and the step are written here once.
+:class:`LoraTrainer` writes the step, saving and loading once; a subclass only says how the base model
+is loaded and the LoRA attached (:mod:`.peft_trainer`, :mod:`.unsloth_trainer`).
 """
 
 from __future__ import annotations
@@ -209,7 +200,9 @@ def _check_sequences(sequences: Sequence[TrainingSequence]) -> None:
 class LoraTrainer(ABC):
     """A LoRA trainer: one base model, one adapter, one optimizer; the GRPO step shared by all.
 
-    Subclasses implement :meth:`_load_base` and :meth:`_attach_lora`.
+    It owns a PEFT-wrapped causal LM and an AdamW optimizer over its LoRA weights. Subclasses
+    implement :meth:`_load_base` and :meth:`_attach_lora` (:mod:`.peft_trainer` with plain
+    transformers + PEFT, :mod:`.unsloth_trainer` with Unsloth's ``FastLanguageModel``).
 
     Args:
         model_path: a local Hugging Face causal-LM folder.
@@ -375,6 +368,12 @@ class LoraTrainer(ABC):
 
     def train_step(self, sequences: Sequence[TrainingSequence], config: TrainConfig) -> StepMetrics:
         """One GRPO optimizer update over ``sequences``.
+
+        Sequences are sorted by length, cut into micro-batches of ``config.micro_batch_size``,
+        right-padded, and each micro-batch's share of the step loss (:func:`.grpo.grpo_loss`,
+        normalised over the whole step) is back-propagated; then the gradient is clipped and applied
+        once. Because nothing changes the weights until that update, a token without sampling
+        log-probs is scored by the current (= old) policy and its ratio is exactly 1.
 
         Raises:
             NothingTrainableError: no sequence, or no token carries loss (never a silent no-op).

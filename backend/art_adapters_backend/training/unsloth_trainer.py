@@ -1,13 +1,8 @@
 """The Unsloth trainer: the same GRPO step, with the model loaded by ``unsloth.FastLanguageModel``.
 
-Uses Unsloth's documented entry points only: ``FastLanguageModel.from_pretrained`` (16/32-bit
-weights, no quantisation, local folder), ``FastLanguageModel.get_peft_model`` for the LoRA and
-``FastLanguageModel.for_training``. The loss, batching, saving and loading are the shared
-ones in :mod:`.trainer`. Unsloth patches transformers when imported, so import this module
-only in a process that trains with it (the backend picks one trainer per process).
-
-Install: ``pip install 'art-adapters[unsloth]'`` on a CUDA machine. On CPU, Unsloth 2026.10
-installed with ``pip install --no-deps unsloth unsloth_zoo`` imports and trains (slowly).
+Unsloth patches transformers when imported, so import this module only in a process that trains with
+it (the backend picks one trainer per process). Install: ``pip install 'art-adapters[unsloth]'`` on a
+CUDA machine.
 """
 
 from __future__ import annotations
@@ -44,9 +39,15 @@ def _fast_language_model() -> type:
 class UnslothTrainer(LoraTrainer):
     """GRPO LoRA training on a model loaded by Unsloth's ``FastLanguageModel``.
 
+    Uses Unsloth's documented entry points only: ``FastLanguageModel.from_pretrained`` (16/32-bit
+    weights, no quantisation, local folder), ``FastLanguageModel.get_peft_model`` for the LoRA and
+    ``FastLanguageModel.for_training``. The loss, batching, saving and loading are the shared ones
+    of :class:`~.trainer.LoraTrainer`.
+
     Args:
         model_path: a local Hugging Face causal-LM folder.
-        device: ``"cuda"`` normally; ``"cpu"`` works with Unsloth's CPU fallback.
+        device: ``"cuda"`` normally; ``"cpu"`` works with Unsloth's CPU fallback (Unsloth 2026.10
+            installed with ``pip install --no-deps unsloth unsloth_zoo`` imports and trains, slowly).
         max_seq_length: the longest sequence Unsloth prepares for, in tokens.
     """
 
