@@ -1,10 +1,7 @@
 """The interface every inference engine implements (torch on CPU/CUDA, vLLM on a GPU).
 
-The server turns an OpenAI request into a :class:`GenerationRequest` (prompt token ids
-already rendered by the chat template, sampling settings, an optional output
-:class:`Constraint`, an optional LoRA adapter) and gets back one
-:class:`GeneratedSequence` per choice, or a stream of :class:`SequenceDelta`.
-Engines decode concurrent requests together (dynamic batching).
+The server hands an engine a :class:`GenerationRequest` and gets back one :class:`GeneratedSequence`
+per choice, or a stream of :class:`SequenceDelta`, whichever engine runs (:class:`InferenceEngine`).
 """
 
 from __future__ import annotations
@@ -212,7 +209,12 @@ class EngineStats:
 
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """What the server needs from an engine."""
+    """What the server needs from an engine.
+
+    The server turns an OpenAI request into a :class:`GenerationRequest` (prompt token ids already
+    rendered by the chat template, sampling settings, an optional output :class:`Constraint`, an
+    optional LoRA adapter). Engines decode concurrent requests together (dynamic batching).
+    """
 
     context_length: int
 

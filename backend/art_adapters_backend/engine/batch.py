@@ -1,12 +1,7 @@
 """The rows decoded together and their shared KV cache (one worker thread owns it).
 
-A :class:`Row` is one choice of one request. :class:`Batch` holds the active rows, a
-left-padded attention mask ``[B, L]`` and a ``DynamicCache`` whose layers hold keys and
-values ``[B, H, L, D]``. New rows are prefilled on their own (identical prompts once, then
-copied: a request's ``n`` choices share one prefill) and merged in between decode steps by
-left-padding the shorter cache, so arrivals join a running batch instead of waiting for it
-to finish. Position ids come from each row's real token count, so padding never changes a
-row's result. Finished rows are dropped and fully padded columns trimmed.
+A :class:`Row` is one choice of one request; :class:`Batch` lets arrivals join a running batch
+between decode steps instead of waiting for it to finish.
 """
 
 from __future__ import annotations
@@ -92,7 +87,14 @@ class StepCounters:
 
 @dataclass(eq=False)
 class Batch:
-    """The active rows and their KV cache."""
+    """The active rows and their KV cache.
+
+    It holds a left-padded attention mask ``[B, L]`` and a ``DynamicCache`` whose layers hold keys
+    and values ``[B, H, L, D]``. New rows are prefilled on their own (identical prompts once, then
+    copied: a request's ``n`` choices share one prefill) and merged in between decode steps by
+    left-padding the shorter cache. Position ids come from each row's real token count, so padding
+    never changes a row's result. Finished rows are dropped and fully padded columns trimmed.
+    """
 
     model: PreTrainedModel
     eos_token_ids: set[int]

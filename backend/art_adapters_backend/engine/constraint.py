@@ -1,10 +1,8 @@
 """Schema-constrained decoding with xgrammar: output = prefix + JSON(schema) + suffix.
 
 :class:`GrammarCache` compiles a :class:`~.base.Constraint` once (cached by its content) into
-an xgrammar grammar ``"prefix" JSON "suffix"``; :class:`ConstrainedDecoder` follows one
-sequence through it, giving the allowed-token mask before each step and accepting the token
-sampled. JSON is generated without free whitespace (``", "`` and ``": "`` separators), so the
-model cannot pad forever, and with the schema's properties only (strict mode).
+an xgrammar grammar; :class:`ConstrainedDecoder` follows one sequence through it, giving the
+allowed-token mask before each step and accepting the token sampled.
 """
 
 from __future__ import annotations
@@ -31,6 +29,10 @@ class ConstraintError(ValueError):
 
 class GrammarCache:
     """Compiles constraints for one tokenizer, keeping the most recent ones.
+
+    A constraint becomes the grammar ``"prefix" JSON "suffix"``. JSON is generated without free
+    whitespace (``", "`` and ``": "`` separators), so the model cannot pad forever, and with the
+    schema's properties only (strict mode).
 
     Thread-safe: the server validates constraints on its threads, the decode loop uses them.
     """

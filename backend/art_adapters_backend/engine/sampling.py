@@ -1,26 +1,8 @@
 """Choosing the next token of one sequence from its logits.
 
 Pure functions over one row of logits (plus :class:`LogitAdjuster`, one choice's penalty
-state), so the decode loop stays short and the maths is testable on its own. The steps follow
-vLLM V1's sampler (see :class:`~.base.SamplingParams`):
-
-1. *adjust* (only when a request asks for it): ``logit_bias`` added; the stop ids masked while
-   fewer than ``min_tokens`` tokens were generated; then ``repetition_penalty`` (positive logits
-   of tokens seen in the prompt or output divided by it, negative ones multiplied),
-   ``frequency_penalty * count`` and ``presence_penalty * (count > 0)`` subtracted, ``count``
-   being how often each token was generated so far;
-2. divide by the temperature ``T`` (``T = 1`` when greedy);
-3. the *reported* distribution is ``log_softmax`` of that, the sampled token's log-probability
-   and the ``top_logprobs`` come from it. It equals vLLM's ``processed_logprobs`` except that
-   it is taken before the truncations and the constraint mask below (vLLM's come after them),
-   so with no adjustment a plain forward pass divided by ``T`` reproduces it;
-4. the *sampling* distribution additionally applies the constraint mask (disallowed tokens get
-   ``-inf``), ``min_p`` (tokens below ``min_p`` times the top probability), ``top_k`` and
-   ``top_p`` (the smallest set of most likely tokens whose mass reaches ``top_p``), each on the
-   renormalised result of the one before, then samples;
-5. greedy (``T == 0``) takes the argmax of the masked adjusted logits.
-
-With every option at its default, step 1 and the truncations cost nothing.
+state), so the decode loop stays short and the maths is testable on its own; :func:`sample_next`
+follows vLLM V1's sampler.
 """
 
 from __future__ import annotations
@@ -171,6 +153,26 @@ def sample_next(
     adjuster: LogitAdjuster | None = None,
 ) -> SampledToken:
     """Pick the next token from one row of logits.
+
+    The steps follow vLLM V1's sampler (see :class:`~.base.SamplingParams`):
+
+    1. *adjust* (only when a request asks for it): ``logit_bias`` added; the stop ids masked while
+       fewer than ``min_tokens`` tokens were generated; then ``repetition_penalty`` (positive logits
+       of tokens seen in the prompt or output divided by it, negative ones multiplied),
+       ``frequency_penalty * count`` and ``presence_penalty * (count > 0)`` subtracted, ``count``
+       being how often each token was generated so far;
+    2. divide by the temperature ``T`` (``T = 1`` when greedy);
+    3. the *reported* distribution is ``log_softmax`` of that, the sampled token's log-probability
+       and the ``top_logprobs`` come from it. It equals vLLM's ``processed_logprobs`` except that
+       it is taken before the truncations and the constraint mask below (vLLM's come after them),
+       so with no adjustment a plain forward pass divided by ``T`` reproduces it;
+    4. the *sampling* distribution additionally applies the constraint mask (disallowed tokens get
+       ``-inf``), ``min_p`` (tokens below ``min_p`` times the top probability), ``top_k`` and
+       ``top_p`` (the smallest set of most likely tokens whose mass reaches ``top_p``), each on the
+       renormalised result of the one before, then samples;
+    5. greedy (``T == 0``) takes the argmax of the masked adjusted logits.
+
+    With every option at its default, step 1 and the truncations cost nothing.
 
     Args:
         logits: [V] float32 raw logits for the next position.

@@ -1,14 +1,7 @@
 """Turning a growing list of token ids into text: stop strings and safe streaming deltas.
 
-:class:`TextTracker` decodes one sequence's tokens after each step, finds the first stop
-string (the text is cut before it) and hands out text deltas for streaming that never
-contain a stop string or the start of one, nor a half-decoded UTF-8 character, so the
-deltas always concatenate to the final text.
-
-The stop-string work per token is bounded by the stop strings' length, not the text's: a stop
-string can only end in the text that changed since the last token, so only that tail (plus the
-longest stop string) is searched, and only the last ``len(stop) - 1`` characters can hold the
-start of one.
+:class:`TextTracker` holds the rule for a sequence's text (cut before the first stop string), which the
+vLLM engine mirrors, and the torch engine's streaming deltas.
 """
 
 from __future__ import annotations
@@ -29,7 +22,17 @@ _HEAD = 8
 
 
 class TextTracker:
-    """The text of one sequence as its tokens arrive."""
+    """The text of one sequence as its tokens arrive.
+
+    It decodes the sequence's tokens after each step, finds the first stop string (the text is cut
+    before it) and hands out text deltas for streaming that never contain a stop string or the start
+    of one, nor a half-decoded UTF-8 character, so the deltas always concatenate to the final text.
+
+    The stop-string work per token is bounded by the stop strings' length, not the text's: a stop
+    string can only end in the text that changed since the last token, so only that tail (plus the
+    longest stop string) is searched, and only the last ``len(stop) - 1`` characters can hold the
+    start of one.
+    """
 
     def __init__(
         self, tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...], min_tokens: int = 0

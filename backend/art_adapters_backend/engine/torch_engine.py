@@ -1,18 +1,5 @@
 """The PyTorch inference engine (CPU default, CUDA when asked) with dynamic batching.
 
-One worker thread owns the model and a :class:`~.batch.Batch`. Each loop it admits waiting
-choices (shortest ``max_tokens`` first, any that waited :data:`MAX_WAIT_S` before them, up to
-``max_batch_size`` rows; requests for different LoRA adapters share a
-batch through PEFT's ``adapter_names``), prefills the new ones, merges them into the running
-batch and runs one decode step for every row. The asyncio side never blocks: it queues a
-request and receives :class:`~.base.SequenceDelta` events through
-``loop.call_soon_threadsafe``. A failure in a forward pass fails the requests in that pass
-(their awaiters get the exception) and the loop goes on; a failure while sampling one row
-fails only that row's request.
-
-A constrained request (:class:`~.base.Constraint`) ends when its grammar is complete; its
-stop strings are not applied, since they could cut the JSON.
-
 Usage::
 
     engine = TorchEngine.load(resolve_model_path("smollm2-135m-instruct"))
@@ -74,6 +61,11 @@ class TorchEngine:
 
     Build it with :meth:`load`, then ``await start()``. Implements
     :class:`~.base.InferenceEngine`.
+
+    One worker thread owns the model and a :class:`~.batch.Batch` (:meth:`_run`). The asyncio side
+    never blocks: it queues a request and receives :class:`~.base.SequenceDelta` events through
+    ``loop.call_soon_threadsafe``. A constrained request (:class:`~.base.Constraint`) ends when its
+    grammar is complete; its stop strings are not applied, since they could cut the JSON.
     """
 
     def __init__(
@@ -405,7 +397,15 @@ class TorchEngine:
     # ---- the decode loop (worker thread) -----------------------------------------------
 
     def _run(self) -> None:
-        """Admit, prefill, decode, report; until closed."""
+        """Admit, prefill, decode, report; until closed.
+
+        Each loop admits waiting choices (:meth:`_admit`: shortest ``max_tokens`` first, any that
+        waited :data:`MAX_WAIT_S` before them, up to ``max_batch_size`` rows; requests for different
+        LoRA adapters share a batch through PEFT's ``adapter_names``), prefills the new ones, merges
+        them into the running batch and runs one decode step for every row. A failure in a forward
+        pass fails the requests in that pass (their awaiters get the exception) and the loop goes on;
+        a failure while sampling one row fails only that row's request.
+        """
         with torch.inference_mode():
             while True:
                 with self._cond:
