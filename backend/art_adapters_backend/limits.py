@@ -1,12 +1,6 @@
 """``ServeLimits``: what one request may ask of the server, so that no request can stall it.
 
-Every bound is a ``serve`` flag of the same name (``max_request_bytes`` is
-``--max-request-bytes``). A request past a per-request bound is refused with a 400 (413 for a
-body) that names the bound and its flag; a request that only finds the server full is refused
-with a 429 and ``Retry-After``, and may be sent again.
-
-Stop strings have a fixed bound (at most 4, OpenAI's limit, of at most :data:`MAX_STOP_CHARS`
-characters each): the decode loop looks for them after every token.
+Every bound is a ``serve`` flag of the same name (``max_request_bytes`` is ``--max-request-bytes``).
 """
 
 from __future__ import annotations
@@ -15,14 +9,19 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
 
 __all__ = ["MAX_STOP_CHARS", "ServeLimits"]
 
-#: The longest stop string a request may send, in characters.
+#: The longest stop string a request may send, in characters. Stop strings have this fixed bound (and at
+#: most 4 of them, OpenAI's limit), not a flag: the decode loop looks for them after every token.
 MAX_STOP_CHARS = 512
 
 _MIB = 1 << 20
 
 
 class ServeLimits(BaseModel):
-    """Bounds on requests (see the module docstring for how each is answered).
+    """Bounds on requests, each a ``serve`` flag of the same name.
+
+    A request past a per-request bound is refused with a 400 (413 for a body) that names the bound
+    and its flag; a request that only finds the server full is refused with a 429 and
+    ``Retry-After``, and may be sent again.
 
     Attributes:
         max_request_bytes: largest request body, in bytes, on every route but training; larger

@@ -1,13 +1,7 @@
 """Exact-token records of every completion served, keyed by the completion id.
 
-A :class:`CompletionRecord` holds the prompt token ids, each choice's sampled token ids
-and their logprobs, the sampling settings and the model served. :class:`RecordStore`
-appends records to ``completions.jsonl`` in the run directory and fsyncs before
-:meth:`RecordStore.put` returns, so a response is only sent once its record is durable.
-The file is append-only; an index (id -> byte offset) is rebuilt when the store opens,
-and a line torn by a crash is cut off. An append that fails part-way (disk full, I/O error)
-is cut off at once, so the next record starts on a clean line; until that cut succeeds
-every write is refused with :class:`~.errors.StorageUnavailableError` (503).
+Training reads the token ids the model sampled from here instead of re-tokenising text;
+:class:`RecordStore` keeps them durably in ``completions.jsonl`` in the run directory.
 """
 
 from __future__ import annotations
@@ -53,7 +47,8 @@ class ChoiceRecord(BaseModel):
 
 
 class CompletionRecord(BaseModel):
-    """What the backend served for one completion id.
+    """What the backend served for one completion id: prompt token ids, each choice's sampled
+    token ids and their logprobs, the sampling settings and the model served.
 
     Attributes:
         id: the response ``id`` (``chatcmpl-<hex>``).
@@ -101,6 +96,12 @@ class CompletionRecord(BaseModel):
 
 class RecordStore:
     """Durable append-only store of :class:`CompletionRecord` s (``completions.jsonl``).
+
+    Each record is fsynced before :meth:`put` returns, so a response is only sent once its
+    record is durable. An index (id -> byte offset) is rebuilt when the store opens, and a line
+    torn by a crash is cut off. An append that fails part-way (disk full, I/O error) is cut off
+    at once, so the next record starts on a clean line; until that cut succeeds every write is
+    refused with :class:`~.errors.StorageUnavailableError` (503).
 
     Safe to use from several threads and from the event loop (writes run in a thread).
     """
