@@ -1,14 +1,7 @@
 """``AdapterCache``: which LoRA checkpoints the engine holds, loaded on first use, evicted least recently used.
 
-Every trained step is servable (``name@step``), but the engine keeps only ``max_loaded``
-adapters in memory: a long run would otherwise grow by one adapter per step. A request
-*leases* its adapter from the moment its model is resolved until its last token is sent,
-and a leased adapter is never evicted, so eviction cannot pull weights from under a
-request that is queued or decoding. When every loaded adapter is leased the cache goes
-over its size for a while rather than make a request wait, and shrinks when those requests end.
-
-A key is only loaded or unloaded while holding its own lock, so a request for an adapter
-that is being evicted waits for the unload to finish and then loads it again.
+Every trained step is servable (``name@step``), but the engine keeps only ``max_loaded`` adapters in
+memory: a long run would otherwise grow by one adapter per step.
 """
 
 from __future__ import annotations
@@ -38,6 +31,15 @@ async def _maybe_await(result: Any) -> None:
 
 class AdapterCache:
     """The engine's loaded LoRA adapters, at most ``max_loaded`` of them (least recently used go first).
+
+    A request *leases* its adapter (:meth:`acquire`) from the moment its model is resolved until
+    its last token is sent (:meth:`release`), and a leased adapter is never evicted, so eviction
+    cannot pull weights from under a request that is queued or decoding. When every loaded
+    adapter is leased the cache goes over its size for a while rather than make a request wait,
+    and shrinks when those requests end.
+
+    A key is only loaded or unloaded while holding its own lock, so a request for an adapter
+    that is being evicted waits for the unload to finish and then loads it again.
 
     Args:
         engine: the inference engine; it must offer ``load_adapter(name, path)`` and

@@ -1,16 +1,6 @@
 """``AdmissionGate``: how many chat completions the server takes on at once.
 
-Every chat completion holds an :class:`Admission` from its start to the end of its response
-(prompt rendering, waiting for a batch slot, decoding, streaming). Two bounds (see
-:class:`~.limits.ServeLimits`):
-
-- ``max_concurrent_requests``: completions in progress;
-- ``max_queued_sequences``: their choices beyond what the engine decodes at once
-  (``max_batch_size``), i.e. the engine's waiting queue.
-
-A request that would pass either is refused at once with :class:`~.errors.ServerBusyError`
-(429 with ``Retry-After``), before any work is done for it; one whose ``n`` could never fit is
-a 400. The gate lives on the event loop: no locks.
+A full server refuses a request at once (429 with ``Retry-After``) instead of queueing it without bound.
 """
 
 from __future__ import annotations
@@ -38,7 +28,19 @@ class Admission:
 
 
 class AdmissionGate:
-    """Admits chat completions within ``limits`` (see the module docstring).
+    """Admits chat completions within ``limits``.
+
+    Every chat completion holds an :class:`Admission` from its start to the end of its response
+    (prompt rendering, waiting for a batch slot, decoding, streaming). Two bounds (see
+    :class:`~.limits.ServeLimits`):
+
+    - ``max_concurrent_requests``: completions in progress;
+    - ``max_queued_sequences``: their choices beyond what the engine decodes at once
+      (``max_batch_size``), i.e. the engine's waiting queue.
+
+    A request that would pass either is refused at once with :class:`~.errors.ServerBusyError`
+    (429 with ``Retry-After``), before any work is done for it; one whose ``n`` could never fit
+    is a 400. The gate lives on the event loop: no locks.
 
     Args:
         limits: the server's limits (``max_concurrent_requests``, ``max_queued_sequences``).

@@ -1,16 +1,7 @@
 """DNS-rebinding guard of a server without an API key: loopback ``Host`` names and ``Origin`` s only.
 
-A server bound to 127.0.0.1 without a key trusts whoever can reach it. A web page cannot
-reach it directly, but it can *rebind* its own domain name to 127.0.0.1: the browser then
-sends the page's requests to our port with ``Host: evil.example``, and the page reads the
-answers (it could register and train models and read every prompt in the completion
-records). Browsers do not let a page choose the ``Host`` header, and they add an
-``Origin`` header to cross-site requests, so, like the MCP SDK's HTTP server
-(``mcp.server.transport_security``), a server without a key answers only requests whose
-``Host`` is a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``, any port) and whose
-``Origin``, when present, is a loopback URL; anything else is a 403. Names listed with
-``--allowed-host`` are accepted too (``*``: any). With an API key the key is the guard (a
-page cannot know it) and this check is off.
+A server bound to 127.0.0.1 without a key trusts whoever can reach it, and a web page can *rebind* its
+own domain name to 127.0.0.1 to reach it (see :class:`HostOriginMiddleware`).
 """
 
 from __future__ import annotations
@@ -82,6 +73,16 @@ def origin_allowed(origin: str | None, allowed: Iterable[str] = ()) -> bool:
 
 class HostOriginMiddleware:
     """Pure ASGI middleware: a 403 for a ``Host`` that is not loopback or a foreign browser ``Origin``.
+
+    A page that rebinds its domain name to 127.0.0.1 makes the browser send its requests to our
+    port with ``Host: evil.example``, and reads the answers (it could register and train models
+    and read every prompt in the completion records). Browsers do not let a page choose the
+    ``Host`` header, and they add an ``Origin`` header to cross-site requests, so, like the MCP
+    SDK's HTTP server (``mcp.server.transport_security``), a server without a key answers only
+    requests whose ``Host`` is a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``, any
+    port) and whose ``Origin``, when present, is a loopback URL; anything else is a 403. Names
+    listed with ``--allowed-host`` are accepted too (``*``: any). With an API key the key is the
+    guard (a page cannot know it) and this middleware is not installed.
 
     Args:
         app: the wrapped application.
