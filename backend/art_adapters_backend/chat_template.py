@@ -1,23 +1,7 @@
 """Render OpenAI chat requests with the model's own Jinja chat template, exactly as vLLM does.
 
-vLLM's OpenAI server turns a chat request into a prompt in three steps, reproduced here so
-that a checkpoint trained on this backend's prompts meets the same prompts when served by
-``vllm serve`` with the same ``--chat-template``:
-
-1. **Conversation**: each message becomes ``{"role", "content"}`` with the content as one
-   string (text parts joined by ``"\\n"``; ``null`` becomes ``""``), plus ``name``, an
-   assistant's ``tool_calls`` with their ``arguments`` parsed from JSON to objects (a string
-   that is not JSON becomes ``{}``; an empty list is dropped), its ``reasoning`` /
-   ``reasoning_content`` (both keys, as vLLM sets them) and a tool message's ``tool_call_id``.
-2. **Tools**: ``{"type": "function", "function": {"name", "description", "parameters"}}`` with
-   ``None`` for a missing description or parameters (vLLM dumps its pydantic model).
-3. **Template and tokens**: ``tokenizer.apply_chat_template(conversation, tools=...,
-   chat_template=..., add_generation_prompt=True, tokenize=False, **chat_template_kwargs)``,
-   then ``tokenizer(text, add_special_tokens=False)``.
-
-Nothing is injected: no system prompt the template does not add itself, no example. Like vLLM,
-special-token strings in message text are tokenised as the special tokens they spell; an agent
-that forwards untrusted text into its prompt should strip them, here and in deployment alike.
+So a checkpoint trained on this backend's prompts meets the same prompts when served by ``vllm serve``
+with the same ``--chat-template``.
 """
 
 from __future__ import annotations
@@ -82,7 +66,14 @@ def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def conversation(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[dict[str, Any]]:
-    """OpenAI messages as the conversation vLLM hands to the chat template (see module docstring)."""
+    """OpenAI messages as the conversation vLLM hands to the chat template.
+
+    Each message becomes ``{"role", "content"}`` with the content as one string (text parts joined
+    by ``"\\n"``; ``null`` becomes ``""``), plus ``name``, an assistant's ``tool_calls`` with their
+    ``arguments`` parsed from JSON to objects (a string that is not JSON becomes ``{}``; an empty list
+    is dropped), its ``reasoning`` / ``reasoning_content`` (both keys, as vLLM sets them) and a tool
+    message's ``tool_call_id``.
+    """
     out: list[dict[str, Any]] = []
     for raw in messages:
         message = _as_dict(raw)
@@ -104,7 +95,11 @@ def conversation(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[dict
 
 
 def tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[dict[str, Any]] | None:
-    """Tools as vLLM passes them to the template (``None`` when there are none)."""
+    """Tools as vLLM passes them to the template (``None`` when there are none).
+
+    Each is ``{"type": "function", "function": {"name", "description", "parameters"}}`` with ``None``
+    for a missing description or parameters (vLLM dumps its pydantic model).
+    """
     out = []
     for tool in tools or []:
         data = _as_dict(tool)
@@ -117,6 +112,15 @@ def tool_dicts(tools: Iterable[Mapping[str, Any] | BaseModel] | None) -> list[di
 
 class ChatTemplate:
     """One model's chat template, rendering requests to text and token ids as vLLM does.
+
+    vLLM's OpenAI server turns a chat request into a prompt in three steps, reproduced here: the
+    :func:`conversation`, the :func:`tool_dicts`, then ``tokenizer.apply_chat_template(conversation,
+    tools=..., chat_template=..., add_generation_prompt=True, tokenize=False, **chat_template_kwargs)``
+    (:meth:`render`) and ``tokenizer(text, add_special_tokens=False)`` (:meth:`encode`).
+
+    Nothing is injected: no system prompt the template does not add itself, no example. Like vLLM,
+    special-token strings in message text are tokenised as the special tokens they spell; an agent
+    that forwards untrusted text into its prompt should strip them, here and in deployment alike.
 
     Args:
         tokenizer: the model's tokenizer (its special tokens and ``apply_chat_template``).

@@ -3,20 +3,7 @@
 What you train is what you deploy: the backend renders every prompt with the model's own
 Jinja chat template (or the one given with ``--chat-template``, vLLM's flag), and parses tool
 calls and reasoning with parsers named like vLLM's ``--tool-call-parser`` and
-``--reasoning-parser``. This module chooses them, once, and fails at start-up with a message
-naming the flag to pass when it cannot choose:
-
-* **Template**: ``--chat-template`` (a file, or the template text itself, as vLLM accepts);
-  else, for the bundled SmolLM2 (whose own template has no tool block), the tool-capable
-  template shipped in ``art_adapters_backend/templates/``; else the tokenizer's own
-  ``chat_template``. A tokenizer without one is a start-up error naming ``--chat-template``.
-* **Tool-call parser**: the flag, else read off the template: ``<tool_call>`` is ``hermes``
-  (Qwen2.5, Qwen3, Hermes, our SmolLM2 template); ``"parameters"`` with Llama 3's
-  ``<|eot_id|>``/``ipython`` is ``llama3_json``. A template that renders ``tools`` in a syntax
-  we do not recognise is a start-up error naming ``--tool-call-parser``; one that never
-  mentions tools gets no parser (requests with tools are then refused with a 400).
-* **Reasoning parser**: the flag, else ``qwen3`` for a ChatML template that knows
-  ``<think>`` (Qwen3), ``deepseek_r1`` for another template that does; none otherwise.
+``--reasoning-parser``; :func:`resolve_model_family` chooses them.
 """
 
 from __future__ import annotations
@@ -150,7 +137,21 @@ def resolve_model_family(
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
 ) -> ModelFamily:
-    """Choose the template and parsers for a base model (see the module docstring).
+    """Choose the template and parsers for a base model, once, at start-up.
+
+    Where it cannot choose it fails with a message naming the flag to pass:
+
+    * **Template**: ``--chat-template`` (a file, or the template text itself, as vLLM accepts);
+      else, for the bundled SmolLM2 (whose own template has no tool block), the tool-capable
+      template shipped in ``art_adapters_backend/templates/``; else the tokenizer's own
+      ``chat_template``. A tokenizer without one is a start-up error naming ``--chat-template``.
+    * **Tool-call parser**: the flag, else read off the template: ``<tool_call>`` is ``hermes``
+      (Qwen2.5, Qwen3, Hermes, our SmolLM2 template); ``"parameters"`` with Llama 3's
+      ``<|eot_id|>``/``ipython`` is ``llama3_json``. A template that renders ``tools`` in a syntax
+      we do not recognise is a start-up error naming ``--tool-call-parser``; one that never
+      mentions tools gets no parser (requests with tools are then refused with a 400).
+    * **Reasoning parser**: the flag, else ``qwen3`` for a ChatML template that knows
+      ``<think>`` (Qwen3), ``deepseek_r1`` for another template that does; none otherwise.
 
     Args:
         tokenizer: the base model's tokenizer.

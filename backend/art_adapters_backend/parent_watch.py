@@ -1,24 +1,8 @@
 """Stop the server when the process that started it is gone (``serve --parent-pid PID``).
 
 :class:`~art_adapters.LocalBackend` runs the server as its child. If the parent ends without
-closing it (``kill`` of a running ``art-adapters demo``, a killed notebook kernel, SIGKILL,
-a crash), nothing else would stop the child: it would keep its port, its memory and any
-decoding going. So the child watches its parent two ways:
-
-* **a pipe**: ``LocalBackend`` gives the child a pipe as its stdin and never writes to it;
-  when the parent ends, however it ends, the kernel closes the parent's end and the child
-  reads EOF at once;
-* **polling** ``os.getppid()`` (portable; the fallback when stdin is not a pipe, or when a
-  process forked from the parent still holds the pipe open): a child whose parent is gone
-  is re-parented, so its parent pid changes.
-
-Linux's ``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that started the child
-ends, which in a program that starts the backend from a worker thread's event loop is long
-before the process ends.
-
-Either way the server stops as on SIGTERM (in-flight requests get the graceful shutdown
-time, the engine and the stores are closed); if it has not exited ``grace_s`` later, it
-exits hard.
+closing it (``kill`` of a running ``art-adapters demo``, a killed notebook kernel, SIGKILL, a crash),
+nothing else would stop the child: it would keep its port, its memory and any decoding going.
 """
 
 from __future__ import annotations
@@ -66,6 +50,23 @@ def watch_parent(
     on_gone: Callable[[str], None] | None = None,
 ) -> threading.Event:
     """Start daemon threads that call ``on_gone(reason)`` once, when ``parent_pid`` is no longer our parent.
+
+    The parent is watched two ways:
+
+    * **a pipe**: ``LocalBackend`` gives the child a pipe as its stdin and never writes to it;
+      when the parent ends, however it ends, the kernel closes the parent's end and the child
+      reads EOF at once;
+    * **polling** ``os.getppid()`` (portable; the fallback when stdin is not a pipe, or when a
+      process forked from the parent still holds the pipe open): a child whose parent is gone
+      is re-parented, so its parent pid changes.
+
+    Linux's ``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that started the child
+    ends, which in a program that starts the backend from a worker thread's event loop is long
+    before the process ends.
+
+    Either way the default ``on_gone`` stops the server as on SIGTERM (in-flight requests get the
+    graceful shutdown time, the engine and the stores are closed); if it has not exited ``grace_s``
+    later, it exits hard.
 
     Args:
         parent_pid: the parent's pid, as the parent passed it (``os.getpid()`` there).

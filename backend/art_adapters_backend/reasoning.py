@@ -1,19 +1,8 @@
 """Reasoning parsers: ``<think>...</think>`` becomes ``reasoning_content``, named like vLLM's.
 
-Both parsers strip a leading ``<think>`` if the model wrote it and split at the first
-``</think>``: what precedes is the reasoning, what follows the content (``None`` when empty).
-They differ only when no ``</think>`` appears (a truncated or non-thinking reply):
-
-* ``qwen3``: thinking on (the default) means the reply was cut while thinking, so it is all
-  reasoning; with ``chat_template_kwargs={"enable_thinking": false}`` it is all content.
-* ``deepseek_r1``: it is all reasoning.
-
-These are the semantics of vLLM's parsers of the same names. The parsed pieces are only what
-the API shows: the exact-token record keeps every sampled token, reasoning included.
-
-Forced tool calls skip the thinking block: :attr:`ReasoningParser.empty_block` is what a
-template renders for "no thinking" (Qwen3's ``<think>\\n\\n</think>\\n\\n``), written before the
-constrained call so the reply still parses as a reply of that family.
+The parsers (``qwen3``, ``deepseek_r1``) have the semantics of vLLM's parsers of the same names. The
+parsed pieces are only what the API shows: the exact-token record keeps every sampled token, reasoning
+included.
 """
 
 from __future__ import annotations
@@ -30,6 +19,18 @@ END = "</think>"
 @dataclass(frozen=True)
 class ReasoningParser:
     """One reasoning parser.
+
+    Both parsers strip a leading ``<think>`` if the model wrote it and split at the first
+    ``</think>``: what precedes is the reasoning, what follows the content (``None`` when empty).
+    They differ only when no ``</think>`` appears (a truncated or non-thinking reply):
+
+    * ``qwen3``: thinking on (the default) means the reply was cut while thinking, so it is all
+      reasoning; with ``chat_template_kwargs={"enable_thinking": false}`` it is all content.
+    * ``deepseek_r1``: it is all reasoning.
+
+    Forced tool calls skip the thinking block: :attr:`empty_block` is what a template renders for
+    "no thinking" (Qwen3's ``<think>\\n\\n</think>\\n\\n``), written before the constrained call so
+    the reply still parses as a reply of that family.
 
     Attributes:
         name: vLLM's ``--reasoning-parser`` name.

@@ -5,17 +5,8 @@
 * ``llama3_json`` (Llama 3.x): the reply is JSON, optionally after ``<|python_tag|>``:
   ``{"name": ..., "parameters": {...}}``, several separated by ``;``.
 
-Each :class:`ToolCallParser` parses whole replies, streams (holding text that may be a call),
-and says how a forced call (``tool_choice`` required or named) is written in its syntax, so the
-constrained decoder produces exactly what the model would write itself.
-
-Hermes: a reply is either text, or text followed by one or more valid calls. A call is valid when
-its JSON is an object with a ``name`` among the offered tools and ``arguments`` that are a
-JSON object (or a string holding one). If any block is malformed the whole reply stays
-text (and ``finish_reason`` stays what the engine said), so nothing is silently dropped.
-
-:class:`StreamingToolParser` does the same incrementally: it passes text through until a
-``<tool_call>`` might be starting, then holds the rest until the choice ends.
+Each :class:`ToolCallParser` parses whole replies, streams, and says how a forced call is written in
+its syntax.
 """
 
 from __future__ import annotations
@@ -128,7 +119,12 @@ def _parse_call(raw: str, tool_names: Collection[str] | None) -> ParsedToolCall 
 
 
 def parse_reply(text: str, tool_names: Collection[str] | None = None) -> ParsedReply:
-    """Split ``text`` into content and tool calls.
+    """Split ``text`` into content and tool calls (``hermes``).
+
+    A reply is either text, or text followed by one or more valid calls. A call is valid when its
+    JSON is an object with a ``name`` among the offered tools and ``arguments`` that are a JSON
+    object (or a string holding one). If any block is malformed the whole reply stays text (and
+    ``finish_reason`` stays what the engine said), so nothing is silently dropped.
 
     Args:
         text: the model's whole reply.
@@ -157,6 +153,8 @@ def parse_reply(text: str, tool_names: Collection[str] | None = None) -> ParsedR
 class StreamingToolParser:
     """Incremental :func:`parse_reply` for one streamed choice.
 
+    It passes text through until a ``<tool_call>`` might be starting, then holds the rest until the
+    choice ends.
     Feed text deltas with :meth:`feed` (returns the text that can be shown now); call
     :meth:`finish` at the end for the held part, parsed.
     """
@@ -296,6 +294,10 @@ class StreamingParser(Protocol):
 
 class ToolCallParser:
     """A model family's tool-call syntax: parsing, streaming and forced calls.
+
+    It parses whole replies, streams (holding text that may be a call), and says how a forced call
+    (``tool_choice`` required or named) is written in its syntax, so the constrained decoder produces
+    exactly what the model would write itself.
 
     Attributes:
         name: vLLM's ``--tool-call-parser`` name.
