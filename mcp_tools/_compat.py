@@ -1,22 +1,8 @@
 """The one place that knows the difference between mcp 1.x and mcp 2.x.
 
-art-adapters allows ``mcp>=1.20,<3``: mcp 2.x is current, but
-``langchain-mcp-adapters`` 0.3.x pins ``mcp<2`` and its users must be able to
-use us. The differences that matter here:
-
-===========================  ==================================  ==================================
-what                         mcp 1.x                             mcp 2.x
-===========================  ==================================  ==================================
-high-level server            ``mcp.server.fastmcp.FastMCP``      ``mcp.server.mcpserver.MCPServer``
-protocol error               ``McpError``                        ``MCPError``
-model field names            camelCase (``isError``)             snake_case (``is_error``)
-streamable HTTP client       yields (read, write, get_id)        yields (read, write)
-HTTP library                 ``httpx``                           ``httpx2``
-===========================  ==================================  ==================================
-
-Everything else (``ClientSession``, ``stdio_client``) is called the same way. The
-rest of the package works on the JSON wire form of results (:func:`to_wire`), which
-is the same in both versions.
+art-adapters allows ``mcp>=1.20,<3``: mcp 2.x is current, but ``langchain-mcp-adapters`` 0.3.x pins
+``mcp<2`` and its users must be able to use us. ``ClientSession`` and ``stdio_client`` are called the
+same way in both; the rest of the package works on the JSON wire form of results (:func:`to_wire`).
 """
 
 from __future__ import annotations
@@ -55,7 +41,8 @@ __all__ = [
 MCP_VERSION: str = importlib.metadata.version("mcp")
 MCP_MAJOR: int = int(MCP_VERSION.split(".", 1)[0])
 
-#: The exception a client request raises when the server answers with a JSON-RPC error.
+#: The exception a client request raises when the server answers with a JSON-RPC error
+#: (``McpError`` in mcp 1.x, ``MCPError`` in 2.x).
 McpProtocolError: type[Exception] = getattr(_mcp_exceptions, "MCPError", None) or _mcp_exceptions.McpError
 
 #: JSON-RPC error code the SDKs use when the transport closed under a pending request.
@@ -79,7 +66,11 @@ def error_code(exc: BaseException) -> int | None:
 
 
 def to_wire(model: Any) -> dict[str, Any]:
-    """A result model as its JSON wire form (camelCase keys in every mcp version)."""
+    """A result model as its JSON wire form (camelCase keys in every mcp version).
+
+    The models' field names are camelCase (``isError``) in mcp 1.x and snake_case (``is_error``)
+    in 2.x; the wire form is the same in both.
+    """
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -112,7 +103,11 @@ async def open_streamable_http(
     headers: dict[str, str] | None,
     timeout_s: float,
 ) -> AsyncIterator[tuple[Any, Any, Callable[[], str | None]]]:
-    """Connect to a streamable-HTTP server; yields (read, write, get_session_id)."""
+    """Connect to a streamable-HTTP server; yields (read, write, get_session_id).
+
+    The SDK's client yields (read, write, get_id) in mcp 1.x and (read, write) in 2.x, so the
+    session id is also read from the responses' ``mcp-session-id`` header.
+    """
     from mcp.client import streamable_http as transport_module
     from mcp.shared._httpx_utils import create_mcp_http_client  # same private helper in 1.x and 2.x
 

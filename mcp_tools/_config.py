@@ -1,27 +1,7 @@
 """How to reach MCP servers, and how the client behaves: parsed once, validated with clear errors.
 
-A *server* argument may be:
-
-* a stdio command, as a list (``["python", "-m", "mcp_tools.servers.calculator"]``)
-  or a shell-like string (``"python -m mcp_tools.servers.calculator"``);
-* a streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``);
-* one server's config dict (``{"command": ..., "args": [...]}`` or ``{"url": ...}``);
-* a config dict naming several servers, in the shape langchain-mcp-adapters'
-  ``MultiServerMCPClient`` takes: ``{"calc": {...}, "notes": {...}}``.
-
-A bare ``python`` or ``python3`` as a stdio command means the interpreter running this code
-(``sys.executable``), so ``"python -m mcp_tools.servers.notes"`` starts the server in the
-project's environment whether or not it is activated; write a path (``/usr/bin/python3``) for
-another interpreter.
-
-A server's name (its tools' prefix when several servers share a name, and what messages and
-metadata call it) is taken from what the command runs: the module of ``python -m MODULE``, the
-script of ``python script.py``, the package of ``npx``/``uvx``/``pipx run``, else the
-executable itself (a console script such as ``mcp-server-git``), never an option's value.
-
-A stdio server's data files or folders may be declared as per-rollout *state*
-(:class:`StateCopy`, or ``{state:PATH}`` in its args, env or cwd): each session gets
-fresh copies of them (see :mod:`mcp_tools._isolation`).
+:func:`parse_servers` turns any accepted *server* argument (a command, a URL, a config dict) into named
+:class:`StdioServer` / :class:`HttpServer` specs; :class:`McpClientConfig` holds the client's settings.
 """
 
 from __future__ import annotations
@@ -146,8 +126,16 @@ def parse_state_option(text: str) -> StateCopy:
 class StdioServer(BaseModel):
     """An MCP server started as a subprocess and spoken to over stdin/stdout.
 
+    A stdio server's data files or folders may be declared as per-rollout *state* (:class:`StateCopy`,
+    or ``{state:PATH}`` in its args, env or cwd): each session gets fresh copies of them (see
+    :mod:`mcp_tools._isolation`).
+
     Attributes:
-        command: the executable (``"python"``, ``"npx"``...).
+        command: the executable (``"python"``, ``"npx"``...). A bare ``python`` or ``python3``
+            means the interpreter running this code (``sys.executable``), so
+            ``"python -m mcp_tools.servers.notes"`` starts the server in the project's environment
+            whether or not it is activated; write a path (``/usr/bin/python3``) for another
+            interpreter.
         args: its arguments.
         env: extra environment variables, merged over the SDK's safe default environment.
         cwd: working directory of the process (default: ours).
@@ -273,6 +261,12 @@ def _script_name(path: str) -> str:
 
 
 def _name_from_command(command: str, args: list[str]) -> str:
+    """A stdio server's name, from what the command runs.
+
+    The module of ``python -m MODULE``, the script of ``python script.py``, the package of
+    ``npx``/``uvx``/``pipx run``, else the executable itself (a console script such as
+    ``mcp-server-git``), never an option's value.
+    """
     program = PurePath(command).name
     if program.startswith("python") or PurePath(command) == PurePath(sys.executable):
         program = "python"
@@ -365,9 +359,19 @@ def parse_servers(server: Any, *, name: str | None = None) -> dict[str, StdioSer
     """Turn any accepted *server* argument into ``{server name: spec}``.
 
     Args:
-        server: see the module docstring.
-        name: the server's name when *server* describes one server (default: derived
-            from the module, script or host). Not allowed with a multi-server dict.
+        server: one of
+
+            * a stdio command, as a list (``["python", "-m", "mcp_tools.servers.calculator"]``)
+              or a shell-like string (``"python -m mcp_tools.servers.calculator"``);
+            * a streamable-HTTP URL (``"http://127.0.0.1:8123/mcp"``);
+            * one server's config dict (``{"command": ..., "args": [...]}`` or ``{"url": ...}``);
+            * a config dict naming several servers, in the shape langchain-mcp-adapters'
+              ``MultiServerMCPClient`` takes: ``{"calc": {...}, "notes": {...}}``.
+        name: the server's name when *server* describes one server: its tools' prefix when
+            several servers share a name, and what messages and metadata call it (default:
+            derived from the module, script or package the command runs, see
+            :func:`_name_from_command`, or from the URL's host). Not allowed with a
+            multi-server dict.
 
     Raises:
         ConfigError: naming what is wrong and what to pass instead.
