@@ -1,10 +1,7 @@
 """Clients for the backend service: :class:`RemoteBackend` and :class:`LocalBackend`.
 
-Both speak HTTP to the same service (see ``docs/backend-api.md``): the OpenAI API for
-inference and a small JSON API under ``/art`` for registration, token records and
-training. :class:`LocalBackend` starts the embedded backend as a subprocess on a free
-port of 127.0.0.1 and stops it cleanly; :class:`RemoteBackend` connects to one that
-is already running.
+:class:`LocalBackend` starts the embedded backend as a subprocess on 127.0.0.1 and stops it cleanly;
+:class:`RemoteBackend` connects to one that is already running.
 """
 
 from __future__ import annotations
@@ -45,6 +42,9 @@ def path_segment(value: str) -> str:
 
 class Backend:
     """Shared HTTP client logic of every backend (async first).
+
+    Every backend speaks HTTP to the same service (see ``docs/backend-api.md``): the OpenAI API for
+    inference and a small JSON API under ``/art`` for registration, token records and training.
 
     Args:
         base_url: the service's root URL, e.g. ``http://127.0.0.1:8000``.

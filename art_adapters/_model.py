@@ -1,13 +1,4 @@
-"""``TrainableModel``: a named model on a backend whose LoRA checkpoints you train and use.
-
-::
-
-    model = TrainableModel(name="agent", project="demo", base_model="smollm2-135m-instruct")
-    await model.register(backend)       # step 0 = the base weights, served as agent and agent@0
-    llm = model.chat_model()             # a LangChain chat model on the latest step
-    result = await model.train(groups, config=TrainConfig(learning_rate=1e-4))
-    result.step, result.trained, result.metrics["loss"]
-"""
+"""``TrainableModel``: a named model on a backend whose LoRA checkpoints you train and use."""
 
 from __future__ import annotations
 
@@ -110,6 +101,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 class TrainableModel(BaseModel):
     """A model registered on a backend, trained step by step with GRPO.
+
+    ::
+
+        model = TrainableModel(name="agent", project="demo", base_model="smollm2-135m-instruct")
+        await model.register(backend)       # step 0 = the base weights, served as agent and agent@0
+        llm = model.chat_model()             # a LangChain chat model on the latest step
+        result = await model.train(groups, config=TrainConfig(learning_rate=1e-4))
+        result.step, result.trained, result.metrics["loss"]
 
     Attributes:
         name: served as ``name`` (latest step) and ``name@step``; letters, digits, ``.``,

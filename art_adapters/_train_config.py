@@ -1,10 +1,8 @@
 """``TrainConfig``: the settings of one GRPO training step, sent by the client as JSON.
 
-This module imports pydantic only (no torch): the client builds a :class:`TrainConfig`,
-sends ``config.model_dump(mode="json")`` with ``model.train(...)``, and the backend
-validates the same class again on its side. Every field is documented once, below, with
-its meaning, unit, default and interactions; cross-field rules live in one validator whose
-messages say what to change.
+This module imports pydantic only (no torch): the client builds a :class:`TrainConfig`, sends
+``config.model_dump(mode="json")`` with ``model.train(...)``, and the backend validates the same class
+again on its side.
 """
 
 from __future__ import annotations
@@ -46,6 +44,9 @@ class RetentionPolicy(BaseModel):
 
 class TrainConfig(BaseModel):
     """Settings of one GRPO training step (one optimizer update over the groups sent).
+
+    Every field is documented once, here, with its meaning, unit, default and interactions;
+    cross-field rules live in one validator whose messages say what to change.
 
     Attributes:
         learning_rate: AdamW step size for the LoRA weights. Unitless, > 0. Default ``1e-4``

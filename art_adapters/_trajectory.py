@@ -1,15 +1,8 @@
 """Trajectories: what one run of an agent did, as training data.
 
-A :class:`Trajectory` holds the conversation in OpenAI chat format (system, user,
-assistant turns with ``tool_calls``, tool results with ``tool_call_id``), the tools
-that were offered, and for every assistant turn served by our backend the
-``completion_id`` that links it to the backend's exact-token record (and whether
-the model generated the turn in this run, see :class:`Message`). A
-:class:`TrajectoryGroup` is N rollouts of the same scenario, compared relatively
-by the judge and by GRPO.
-
-Both are pydantic v2 models with a lossless JSON round trip; groups are stored as
-JSON Lines with :func:`save_groups` and :func:`load_groups`.
+:class:`Trajectory` and :class:`TrajectoryGroup` are pydantic v2 models with a lossless JSON round
+trip, the records that capture, the judge and the trainer share; groups are stored as JSON Lines with
+:func:`save_groups` and :func:`load_groups`.
 """
 
 from __future__ import annotations
@@ -189,6 +182,11 @@ class History(BaseModel):
 class Trajectory(BaseModel):
     """One rollout of an agent: its conversation, tools, reward and diagnostics.
 
+    The conversation is in OpenAI chat format (system, user, assistant turns with ``tool_calls``,
+    tool results with ``tool_call_id``); every assistant turn served by our backend carries the
+    ``completion_id`` that links it to the backend's exact-token record (and whether the model
+    generated the turn in this run, see :class:`Message`).
+
     Attributes:
         id: stable identifier, used by the judge to match scores.
         messages: the longest conversation of the run, OpenAI format.
@@ -261,7 +259,7 @@ class RolloutFailure(BaseModel):
 
 
 class TrajectoryGroup(BaseModel):
-    """N rollouts of one scenario, scored relative to each other.
+    """N rollouts of one scenario, scored relative to each other (by the judge and by GRPO).
 
     Attributes:
         id: stable identifier of the group.

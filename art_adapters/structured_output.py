@@ -4,8 +4,6 @@ Shared by the RULER judge and the scenario generator, which both ask for schema-
 JSON where the model supports it and fall back to asking plainly (their prompts state the
 format) where it does not: either the chat model class has no json_schema mode, or the
 endpoint behind it rejects the request (many OpenAI-compatible servers answer 400/422).
-An answer cut at the token limit is still text to salvage: :func:`cut_off_text` takes it
-from the OpenAI SDK's ``LengthFinishReasonError``, :func:`finish_reason` tells it apart.
 """
 
 from __future__ import annotations
