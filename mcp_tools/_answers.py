@@ -1,10 +1,6 @@
 """Reading a scenario generator's answer: the JSON items (complete ones of a cut answer too) and their checks.
 
-An item becomes a :class:`~mcp_tools.Scenario` when it is an object with a ``task`` of
-3+ plain words (a leading list marker such as ``3.`` is dropped) and a ``difficulty`` 1-5,
-matches ``task_pattern`` if one is given, names no tool as an identifier (:func:`named_tool`:
-``list_notes`` or "use list notes", not "List notes tagged work") and is not a duplicate
-(after :func:`~mcp_tools.normalize_task`).
+:func:`parse_items` finds the items, :func:`check_item` decides which become scenarios.
 """
 
 from __future__ import annotations
@@ -149,7 +145,14 @@ def _plain_words(task: str) -> int:
 def check_item(
     item: Any, tool_names: Sequence[str], seen: set[str], max_task_chars: int, task_pattern: str | None
 ) -> tuple[str, Scenario | None]:
-    """``("", scenario)`` for a valid, new item; ``(reason, None)`` otherwise (see the module doc)."""
+    """``("", scenario)`` for a valid, new item; ``(reason, None)`` otherwise.
+
+    An item becomes a :class:`~mcp_tools.Scenario` when it is an object with a ``task`` of
+    3+ plain words (a leading list marker such as ``3.`` is dropped) and a ``difficulty`` 1-5,
+    matches ``task_pattern`` if one is given, names no tool as an identifier (:func:`named_tool`:
+    ``list_notes`` or "use list notes", not "List notes tagged work") and is not a duplicate
+    (after :func:`~mcp_tools.normalize_task`).
+    """
     if not isinstance(item, dict):
         return "malformed item", None
     task, difficulty = item.get("task"), item.get("difficulty")

@@ -1,18 +1,7 @@
 """The scenario generator's context window: how long it is, and fitting the prompt into it.
 
-The generator reads a system prompt, the tool descriptions, the tasks already written and
-the server's resources, and must still have room for its answer. Token counts are
-*estimated*, not measured (no tokenizer is known for an arbitrary endpoint): one token per
-:data:`CHARS_PER_TOKEN` characters (3), rounded up, plus :data:`MESSAGE_OVERHEAD_TOKENS` per
-chat message. English prose averages about 4 characters a token with common BPE
-vocabularies and identifiers or JSON about 3, so the estimate errs on the long side.
-
-The context length is, in order: an explicit ``context_tokens``; the chat model's LangChain
-profile (``model.profile["max_input_tokens"]``, known for hosted models); the
-OpenAI-compatible endpoint's model list (``GET /v1/models``: ``max_model_len`` as vLLM
-reports it, or ``context_length`` / ``context_window`` / ``max_context_length``). When none
-is known, the tools are not checked and the resources are cut to
-:data:`UNKNOWN_CONTEXT_RESOURCE_CHARS` characters in all.
+The generator reads a system prompt, the tool descriptions, the tasks already written and the server's
+resources, and must still have room for its answer (:func:`estimate_tokens`, :func:`discover_context_tokens`).
 """
 
 from __future__ import annotations
@@ -37,7 +26,7 @@ __all__ = [
     "is_context_overflow",
 ]
 
-#: Characters per token assumed when estimating a prompt's length (conservative: see the module doc).
+#: Characters per token assumed when estimating a prompt's length (conservative: see :func:`estimate_tokens`).
 CHARS_PER_TOKEN = 3
 #: Tokens assumed for a chat message's template (role markers, separators).
 MESSAGE_OVERHEAD_TOKENS = 16
@@ -52,7 +41,14 @@ _LOOKUP_TIMEOUT_S = 10.0
 
 
 def estimate_tokens(text: str) -> int:
-    """Estimated tokens of *text*: ``ceil(len(text) / CHARS_PER_TOKEN)``."""
+    """Estimated tokens of *text*: ``ceil(len(text) / CHARS_PER_TOKEN)``.
+
+    Token counts are *estimated*, not measured (no tokenizer is known for an arbitrary endpoint):
+    one token per :data:`CHARS_PER_TOKEN` characters (3), rounded up, plus
+    :data:`MESSAGE_OVERHEAD_TOKENS` per chat message. English prose averages about 4 characters a
+    token with common BPE vocabularies and identifiers or JSON about 3, so the estimate errs on
+    the long side.
+    """
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
@@ -74,7 +70,15 @@ def _positive_int(value: Any) -> int | None:
 
 
 async def discover_context_tokens(model: Any) -> int | None:
-    """The generator's context length in tokens (see the module doc), or ``None`` when unknown."""
+    """The generator's context length in tokens, or ``None`` when unknown.
+
+    Unless the caller gave ``context_tokens``, it is, in order: the chat model's LangChain profile
+    (``model.profile["max_input_tokens"]``, known for hosted models); the OpenAI-compatible
+    endpoint's model list (``GET /v1/models``: ``max_model_len`` as vLLM reports it, or
+    ``context_length`` / ``context_window`` / ``max_context_length``). When none is known, the
+    tools are not checked and the resources are cut to :data:`UNKNOWN_CONTEXT_RESOURCE_CHARS`
+    characters in all.
+    """
     profile = getattr(model, "profile", None)
     if isinstance(profile, Mapping) and (tokens := _positive_int(profile.get("max_input_tokens"))):
         return tokens
