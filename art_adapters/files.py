@@ -1,7 +1,8 @@
 """Files that survive a crash and folders only their owner reads: one implementation for every package.
 
 Use :func:`write_atomic` for any file whose loss costs work (saved groups, RULER answers,
-checkpoint metadata), :func:`make_dirs` for folders created to hold one, :func:`private_dir`
+registries, port files), :func:`atomic_directory` for a folder that must appear whole
+(checkpoints, exports), :func:`make_dirs` for folders created to hold one, :func:`private_dir`
 and :func:`open_private` for anything holding prompts (run folders, logs, caches). The
 backend and :mod:`mcp_tools` use these too.
 """
@@ -10,13 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
+    "TMP_PREFIX",
+    "atomic_directory",
     "fsync_path",
     "make_dirs",
     "open_private",
@@ -30,6 +36,14 @@ logger = logging.getLogger(__name__)
 PRIVATE_DIR_MODE = 0o700
 #: Mode of the files opened by :func:`open_private`.
 PRIVATE_FILE_MODE = 0o600
+#: Prefix of every temporary file or folder written here (``.tmp-<name>-<8 hex>``, beside its target),
+#: so a folder's leftovers from a crash can be found and removed.
+TMP_PREFIX = ".tmp-"
+
+
+def _temp_path(target: Path) -> Path:
+    """A fresh hidden name beside ``target``: the one temporary-name scheme."""
+    return target.with_name(f"{TMP_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}")
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
@@ -55,18 +69,19 @@ def make_dirs(path: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o666) -> Path:
     """Replace the file at ``path`` with ``data`` all at once; returns ``path``.
 
     The data is fsynced before the rename and the folder after it: after a crash the file is
     the old or the new one, never empty or half, and once this returns it is the new one. On
-    an error the temporary file is removed and the old file is untouched.
+    an error the temporary file is removed and the old file is untouched. A new file gets
+    ``mode`` (less the umask); pass :data:`PRIVATE_FILE_MODE` for one only its owner reads.
     """
     target = Path(path)
     make_dirs(target.parent)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = _temp_path(target)
     try:
-        with open(tmp, "wb") as handle:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -77,6 +92,51 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     fsync_path(target.parent)
     return target
 
+
+def _fsync_tree(folder: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(folder):
+        for name in filenames:
+            fsync_path(Path(dirpath) / name)
+        fsync_path(dirpath)
+
+
+@contextmanager
+def atomic_directory(final: str | os.PathLike[str], *, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside ``final`` to fill; on success it appears at ``final`` whole.
+
+    Every file and folder in it is fsynced, then it is renamed to ``final`` and the parent
+    fsynced (new parent folders are fsynced into theirs too). With ``replace`` an existing
+    ``final`` is first renamed out of sight and removed afterwards. On an exception the
+    temporary folder is removed, ``final`` is left as it was, and the exception propagates;
+    after a crash only a :data:`TMP_PREFIX` folder is left.
+
+    Raises:
+        FileExistsError: ``final`` exists and ``replace`` is not set.
+    """
+    final = Path(final)
+    if final.exists() and not replace:
+        raise FileExistsError(f"{final} already exists; delete it first or write a new step")
+    make_dirs(final.parent)
+    tmp = _temp_path(final)
+    tmp.mkdir()
+    old: Path | None = None
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        if final.is_dir() and any(final.iterdir()):  # os.replace replaces an empty folder only
+            old = _temp_path(final)
+            os.rename(final, old)
+        os.replace(tmp, final)
+        fsync_path(final.parent)
+    except BaseException:
+        if old is not None and not final.exists():
+            os.rename(old, final)  # put the previous folder back
+            old = None
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _ours(uid: int) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from art_adapters import ConfigError
+from art_adapters.files import write_atomic
 
 __all__ = [
     "Scenario",
@@ -97,17 +98,12 @@ class Scenario(BaseModel):
 def save_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:
     """Write *scenarios* to *path* as JSONL (one object a line, UTF-8); returns the path.
 
-    The parent folder is created. The file is written whole, then renamed into place.
+    The parent folder is created. The file is written whole (fsynced), then renamed into place.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         json.dumps(s.model_dump(mode="json", exclude_defaults=False), ensure_ascii=False) for s in scenarios
     ]
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    partial.replace(path)
-    return path
+    return write_atomic(path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def append_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:

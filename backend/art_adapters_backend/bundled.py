@@ -18,10 +18,11 @@ import importlib.util
 import logging
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from art_adapters.files import atomic_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -107,16 +108,10 @@ def _convert(gguf: Path, target: Path) -> None:
     model.generation_config = quantized.generation_config
 
     _fix_tokenizer(tokenizer)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    os.chmod(tmp, 0o755)
-    try:
+    with atomic_directory(target) as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         (tmp / ".converted").write_text(f"{_CONVERSION_VERSION}\n")
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("converted the bundled model in %.1f s", time.monotonic() - started)
 
 

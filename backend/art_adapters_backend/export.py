@@ -30,13 +30,13 @@ import re
 import shlex
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from art_adapters.files import atomic_directory
+
 from .bundled import is_bundled, resolve_model_path
-from .durable import fsync_path
 from .model_family import ModelFamily
 from .registry import ModelRecord, Registry
 from .state import SERVING_SETTINGS
@@ -395,22 +395,6 @@ def _prepare_out(out: Path, run_dir: Path, untouchable: list[Path], force: bool)
         )
 
 
-def _commit(tmp: Path, out: Path) -> None:
-    """fsync ``tmp`` and rename it to ``out`` (an existing ``out`` is swapped out, then removed)."""
-    for dirpath, _dirnames, filenames in os.walk(tmp):
-        for filename in filenames:
-            fsync_path(Path(dirpath) / filename)
-        fsync_path(dirpath)
-    old: Path | None = None
-    if out.is_dir() and any(out.iterdir()):
-        old = out.parent / f".old-{out.name}-{uuid.uuid4().hex[:8]}"
-        os.rename(out, old)
-    os.replace(tmp, out)  # replaces an empty folder too
-    fsync_path(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def export_checkpoint(
     run_dir: str | os.PathLike[str],
     name: str,
@@ -464,12 +448,9 @@ def export_checkpoint(
         )
     out = Path(out).expanduser().absolute()
     _prepare_out(out, run_dir, [run_dir / "models", settings.base_model_path], force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     base = _deploy_base(settings)
     started = time.monotonic()
-    tmp = out.parent / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_directory(out, replace=True) as tmp:  # an existing `out` was allowed by _prepare_out
         lora_rank: int | None = None
         if merged:
             _write_merged(tmp, settings.base_model_path, adapter)
@@ -499,10 +480,6 @@ def export_checkpoint(
         }
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(manifest, settings), encoding="utf-8")
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info(
         "exported %s@%d (%s) to %s in %.1f s",
         name, chosen, "merged" if merged else "adapter", out, time.monotonic() - started,

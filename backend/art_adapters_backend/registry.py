@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .durable import fsync_path
+from art_adapters.files import PRIVATE_FILE_MODE, private_dir, write_atomic
+
 from .errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError
 
 __all__ = ["ModelRecord", "Registry", "ServedModel"]
@@ -96,8 +96,6 @@ class Registry:
     FILENAME = "registry.json"
 
     def __init__(self, run_dir: Path, base_model: str) -> None:
-        from art_adapters.files import private_dir
-
         self.run_dir = private_dir(run_dir)  # 0o700: it holds every prompt served and trained on
         self.path = self.run_dir / self.FILENAME
         self.base_model = base_model
@@ -135,17 +133,7 @@ class Registry:
 
     def _save(self, models: dict[str, ModelRecord]) -> None:
         data = {"version": 1, "models": {n: m.model_dump(mode="json") for n, m in models.items()}}
-        fd, tmp = tempfile.mkstemp(dir=self.run_dir, prefix=".registry-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as file:
-                json.dump(data, file, indent=1)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        fsync_path(self.run_dir)  # the rename itself survives a crash
+        write_atomic(self.path, json.dumps(data, indent=1).encode("utf-8"), mode=PRIVATE_FILE_MODE)
 
     def register(self, name: str, project: str, base_model: str) -> tuple[ModelRecord, bool]:
         """Register ``name`` on ``base_model``; returns ``(record, created)``.

@@ -12,10 +12,11 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 import uvicorn
+
+from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
 
 from .app import create_app
 from .config import ServeConfig
@@ -40,11 +41,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _write_port_file(path: Path, port: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".port-")
-    with os.fdopen(fd, "w") as file:
-        file.write(f"{port}\n")
-    os.replace(tmp, path)
+    write_atomic(path, f"{port}\n".encode(), mode=PRIVATE_FILE_MODE)
 
 
 async def _announce_when_serving(server: uvicorn.Server, config: ServeConfig, port: int) -> None:

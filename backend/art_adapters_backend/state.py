@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from art_adapters.files import private_dir, write_atomic
+
 from .adapters import AdapterCache
 from .admission import AdmissionGate
 from .checkpoint_leases import CheckpointLeases
 from .chat_template import ChatTemplate
-from .durable import write_atomic
 from .model_family import ModelFamily, resolve_model_family
 from .records import RecordStore
 from .registry import Registry
@@ -95,8 +96,6 @@ class ServerState:
         """Load the base model's engine (in a thread) and open the run directory."""
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
         from .engine.torch_engine import TorchEngine
-
-        from art_adapters.files import private_dir
 
         run_dir = private_dir(config.run_dir)  # 0o700: records, groups, checkpoints are the owner's only
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from art_adapters.files import write_atomic
 from mcp_tools import _compat
 
 logger = logging.getLogger(__name__)
@@ -82,9 +83,7 @@ async def _serve_http(server: Any, host: str, port: int, port_file: Path | None)
         while not uvicorn_server.started:
             await asyncio.sleep(0.02)
         if port_file is not None:
-            tmp = port_file.with_name(port_file.name + ".tmp")
-            tmp.write_text(str(bound_port), encoding="utf-8")
-            tmp.replace(port_file)
+            write_atomic(port_file, str(bound_port).encode("utf-8"))
         # The one line a parent process reads: stdout is free in HTTP mode.
         sys.stdout.write(f"MCP server listening on http://{host}:{bound_port}/mcp\n")
         sys.stdout.flush()

@@ -13,6 +13,8 @@ from art_adapters_backend.records import ChoiceRecord, CompletionRecord, RecordS
 from art_adapters_backend.registry import Registry
 from pydantic import ValidationError
 
+from art_adapters.files import TMP_PREFIX
+
 
 def _record(i: int) -> CompletionRecord:
     choice = ChoiceRecord(index=0, completion_token_ids=[i, i + 1], logprobs=[-0.5, -1.25],
@@ -78,7 +80,7 @@ def test_registry_register_resolve_steps_and_restart(tmp_path: Path) -> None:
     assert reloaded.get("agent") == registry.get("agent")
     assert reloaded.served_names() == ["base-m", "agent", "agent@0", "agent@1"]
     assert "checkpoints" not in reloaded.require("agent").public()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".registry-")] == []  # no temp files left
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)] == []  # no temp files left
 
 
 def test_non_loopback_bind_needs_an_api_key(tmp_path: Path) -> None:

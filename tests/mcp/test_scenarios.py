@@ -31,7 +31,7 @@ def test_save_then_load_round_trips_and_ids_are_stable(tmp_path: Path) -> None:
     assert scenarios[-1].task == "Plan my week"
     # the id derives from the normalised task: same words, same id, in any run
     assert Scenario(task="plan my WEEK!", difficulty=5).id == scenarios[-1].id
-    assert not list(path.parent.glob("*.partial"))
+    assert [p.name for p in path.parent.iterdir()] == ["s.jsonl"]  # no temporary file left
 
 
 def test_hand_edited_lines_need_only_task_and_difficulty(tmp_path: Path) -> None:

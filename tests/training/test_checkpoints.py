@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from art_adapters_backend.training.checkpoints import TMP_PREFIX, CheckpointStore, atomic_directory
+from art_adapters_backend.training.checkpoints import CheckpointStore
+
+from art_adapters.files import TMP_PREFIX, atomic_directory
 
 
 def _writer(content: str):

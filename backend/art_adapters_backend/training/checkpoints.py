@@ -17,58 +17,20 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..durable import fsync_path, make_dirs
+from art_adapters.files import TMP_PREFIX, atomic_directory, make_dirs
 
-__all__ = ["MANIFEST", "TMP_PREFIX", "Checkpoint", "CheckpointStore", "atomic_directory"]
+__all__ = ["MANIFEST", "Checkpoint", "CheckpointStore"]
 
 logger = logging.getLogger(__name__)
 
-#: Prefix of folders being written (never listed, removed on startup).
-TMP_PREFIX = ".tmp-"
 #: The file that marks a checkpoint folder and records its step and metrics.
 MANIFEST = "checkpoint.json"
-
-
-def _fsync_tree(folder: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(folder):
-        for name in filenames:
-            fsync_path(Path(dirpath) / name)
-        fsync_path(Path(dirpath))
-
-
-@contextmanager
-def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary folder beside ``final``; on success fsync it and rename it to ``final``.
-
-    On an exception the temporary folder is removed and the exception propagates; ``final``
-    never exists half-written. ``final`` must not exist yet.
-
-    Raises:
-        FileExistsError: ``final`` already exists (checkpoints are never overwritten).
-    """
-    final = Path(final)
-    if final.exists():
-        raise FileExistsError(f"{final} already exists; delete it first or write a new step")
-    make_dirs(final.parent)  # new parent folders survive a crash with the checkpoint in them
-    tmp = final.parent / f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    committed = False
-    try:
-        yield tmp
-        _fsync_tree(tmp)
-        os.rename(tmp, final)
-        fsync_path(final.parent)
-        committed = True
-    finally:
-        if not committed:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Checkpoint(BaseModel):

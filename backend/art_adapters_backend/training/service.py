@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from art_adapters import RetentionPolicy, TrainConfig
 from art_adapters import TrajectoryGroup
+from art_adapters.files import write_atomic
 
-from ..durable import write_atomic
 from ..errors import BadRequestError, ConflictError
 from .checkpoints import CheckpointStore
 from .targets import lora_module_names, unknown_targets

@@ -20,9 +20,9 @@ import torch
 from pydantic import BaseModel
 
 from art_adapters import TrainConfig
+from art_adapters.files import atomic_directory
 
 from ..threads import set_torch_threads
-from .checkpoints import atomic_directory
 from .data import (
     BuildMetrics,
     NothingTrainableError,
