@@ -20,7 +20,7 @@ from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
 
 from .app import create_app
 from .config import ServeConfig
-from .state import ServerState
+from .state import EngineFactory, ServerState, TrainerFactory
 
 __all__ = ["run_server", "serve"]
 
@@ -70,13 +70,23 @@ def _watch_parent(config: ServeConfig) -> None:
     logger.info("stopping when process %d ends%s", config.parent_pid, " (or closes our stdin)" if pipe else "")
 
 
-async def serve(config: ServeConfig) -> None:
-    """Serve until SIGTERM/SIGINT (or until ``config.parent_pid`` ends), then close the engine and the stores."""
+async def serve(
+    config: ServeConfig,
+    *,
+    engine_factory: EngineFactory | None = None,
+    trainer_factory: TrainerFactory | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT (or until ``config.parent_pid`` ends), then close the engine and the stores.
+
+    ``engine_factory``/``trainer_factory``: see :meth:`ServerState.create` (a seam for tests).
+    """
     _watch_parent(config)
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
     try:
-        state = await ServerState.create(config)
+        state = await ServerState.create(
+            config, engine_factory=engine_factory, trainer_factory=trainer_factory
+        )
     except BaseException:
         sock.close()
         raise
