@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,14 @@ if TYPE_CHECKING:
 
     from .config import ServeConfig
     from .engine.base import InferenceEngine
+    from .training.trainer import LoraTrainer
 
-__all__ = ["SERVING_SETTINGS", "ServerState", "write_serving_settings"]
+#: Builds the engine from the model folder and its tokenizer (a test seam: a fake engine, no weights).
+EngineFactory = Callable[[Path, "PreTrainedTokenizerBase"], "InferenceEngine"]
+#: Builds the LoRA trainer from the model folder and the device (a test seam: a trainer without torch math).
+TrainerFactory = Callable[[Path, str], "LoraTrainer"]
+
+__all__ = ["SERVING_SETTINGS", "EngineFactory", "ServerState", "TrainerFactory", "write_serving_settings"]
 
 #: The file in the run directory that says how prompts are rendered and parsed (read by export).
 SERVING_SETTINGS = "serving.json"
@@ -70,6 +77,8 @@ class ServerState:
         adapters: the LoRA checkpoints loaded in the engine (leased per request, LRU-evicted).
         admission: the chat completions in progress, within ``config.limits`` (429 beyond them).
         started: Unix time the state was built.
+        trainer_factory: builds the training service's LoRA trainer instead of ``config.trainer``'s
+            class (``None``: that class; tests pass a trainer without torch math).
     """
 
     config: ServeConfig
@@ -84,6 +93,7 @@ class ServerState:
     adapters: AdapterCache = field(init=False)
     admission: AdmissionGate = field(init=False)
     checkpoint_leases: CheckpointLeases = field(default_factory=CheckpointLeases)
+    trainer_factory: TrainerFactory | None = None
 
     def __post_init__(self) -> None:
         self.adapters = AdapterCache(self.engine, self.config.max_loaded_adapters)
@@ -92,8 +102,18 @@ class ServerState:
         self.token_texts = TokenTexts(self.tokenizer)
 
     @classmethod
-    async def create(cls, config: ServeConfig) -> ServerState:
-        """Load the base model's engine (in a thread) and open the run directory."""
+    async def create(
+        cls,
+        config: ServeConfig,
+        *,
+        engine_factory: EngineFactory | None = None,
+        trainer_factory: TrainerFactory | None = None,
+    ) -> ServerState:
+        """Load the base model's engine (in a thread) and open the run directory.
+
+        ``engine_factory`` replaces ``config.engine``'s engine and ``trainer_factory`` the trainer:
+        the seam the tests' fake engine uses to serve the real app without model weights.
+        """
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
         from .engine.torch_engine import TorchEngine
 
@@ -110,10 +130,12 @@ class ServerState:
         )
         write_serving_settings(run_dir, config.base_model, path, family)
         started = time.perf_counter()
-        if config.engine == "vllm":
+        if engine_factory is not None:
+            engine: Any = await asyncio.to_thread(engine_factory, path, family_tokenizer)
+        elif config.engine == "vllm":
             from .engine.vllm_engine import VllmEngine
 
-            engine: Any = await asyncio.to_thread(
+            engine = await asyncio.to_thread(
                 VllmEngine.load,
                 path,
                 family_flags=family.vllm_flags(run_dir / CHAT_TEMPLATE_FILE),
@@ -132,7 +154,7 @@ class ServerState:
         registry = Registry(run_dir, config.base_model)
         records = RecordStore(run_dir / "completions.jsonl")
         return cls(config=config, engine=engine, tokenizer=tokenizer, registry=registry, records=records,
-                   family=family)  # fmt: skip
+                   family=family, trainer_factory=trainer_factory)  # fmt: skip
 
     @property
     def context_length(self) -> int:

@@ -120,10 +120,13 @@ class TrainingService:
 
         from ..bundled import resolve_model_path
 
-        module, cls = TRAINERS[self.trainer_kind]
-        trainer_cls = getattr(importlib.import_module(module), cls)
         config = self.state.config
         path = resolve_model_path(config.base_model, config.cache_dir)
+        factory = getattr(self.state, "trainer_factory", None)
+        if factory is not None:  # the state's seam (a test's trainer)
+            return factory(path, config.device)
+        module, cls = TRAINERS[self.trainer_kind]
+        trainer_cls = getattr(importlib.import_module(module), cls)
         return trainer_cls(path, device=config.device)
 
     def _prepare_trainer(
