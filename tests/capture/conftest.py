@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 from langchain_core.tools import BaseTool
 
 

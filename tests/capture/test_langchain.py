@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from capture_fakes import PolicyChatModel, completion_id_for, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, completion_id_for, react_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, StateGraph

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, PolicyChatModel, review_graph
+from tests.helpers.capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, PolicyChatModel, review_graph
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 

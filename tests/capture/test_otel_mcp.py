@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from capture_fakes import PolicyChatModel, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, react_agent
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 

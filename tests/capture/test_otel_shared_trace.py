@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
-from test_otel import CALL, FINAL, RESULT, USER, chat, tool
+from tests.capture.test_otel import CALL, FINAL, RESULT, USER, chat, tool
 
 from art_adapters._capture.otel import TrajectorySpanProcessor
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, TypedDict
 
-from capture_fakes import add
+from tests.helpers.capture_fakes import add
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, AnyMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from families_support import (
+from tests.helpers.families_support import (
     HERMES_CALL,
     LLAMA3_JSON_CALL,
     LLAMA3_JSON_TEMPLATE,

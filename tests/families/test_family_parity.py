@@ -1,6 +1,6 @@
 """Prompt parity over HTTP, per model family: the prompt ids the backend recorded for a request are
 exactly the ids of the family's chat template rendering the same request as vLLM's OpenAI server does
-(see ``families_support``). Plain, system, tools, tool result, multi-turn with earlier reasoning,
+(see ``tests.helpers.families_support``). Plain, system, tools, tool result, multi-turn with earlier reasoning,
 thinking on and off, content parts, and tools without a description or parameters.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from families_support import SYSTEM, TOOLS, Family
+from tests.helpers.families_support import SYSTEM, TOOLS, Family
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import pytest
 import torch
-from families_support import SYSTEM, Family
+from tests.helpers.families_support import SYSTEM, Family
 from langchain_core.tools import tool
 from pydantic import Field
 

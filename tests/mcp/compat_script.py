@@ -21,10 +21,10 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: the repository root, for tests.helpers
 
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
 from langchain_core.messages import AIMessage
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 import mcp_tools
 from art_adapters import TrajectoryCallbackHandler

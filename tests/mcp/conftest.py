@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,9 +13,6 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
 
 from mcp_tools.servers import server_command
-
-# The deterministic chat model and agent factory live beside the capture tests; share them.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
 
 
 @contextmanager

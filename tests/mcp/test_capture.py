@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

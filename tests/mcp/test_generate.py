@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from _scripted_generator import ScriptedGenerator
+from tests.helpers.scripted_generator import ScriptedGenerator
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import Field

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scripted_generator import ScriptedGenerator as Scripted
+from tests.helpers.scripted_generator import ScriptedGenerator as Scripted
 from langchain_openai import ChatOpenAI
 
 import mcp_tools

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scripted_generator import ScriptedGenerator
+from tests.helpers.scripted_generator import ScriptedGenerator
 from langchain_core.messages import HumanMessage, SystemMessage
 
 import mcp_tools

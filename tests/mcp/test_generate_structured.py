@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from langchain_openai import ChatOpenAI
 
 from mcp_tools import generate_scenarios
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ruler"))
-from judge_server import JudgeServer  # the scripted OpenAI-compatible server of the RULER tests
+from tests.helpers.judge_server import JudgeServer  # the scripted OpenAI-compatible server of the RULER tests
 
 TOOLS = [{"name": "search_notes", "description": "Find notes.", "inputSchema": {"type": "object"}}]
 TASKS = ["Find my notes about the garden party", "Look up what I wrote about the dentist"]

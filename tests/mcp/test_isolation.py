@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _third_party import node_server, python_server
+from tests.helpers.third_party import node_server, python_server
 
 import mcp_tools
 from art_adapters._errors import ConfigError
@@ -208,7 +208,7 @@ def memory_policy(messages: list) -> Any:
 
 async def test_train_mcp_state_option_isolates_its_rollouts(memory_file: Path) -> None:
     """train-mcp's wiring: ``--state`` turns the server into an isolated one, and its rollouts stay apart."""
-    from capture_fakes import PolicyChatModel
+    from tests.helpers.capture_fakes import PolicyChatModel
 
     import art_adapters as aa
     from art_adapters.apps._train_mcp import TrainMcpConfig, _server, build_agent, make_rollout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from capture_fakes import PolicyChatModel
+from tests.helpers.capture_fakes import PolicyChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from typer.testing import CliRunner
 

@@ -14,7 +14,7 @@ import logging
 import sys
 
 import pytest
-from _third_party import everything_http, node_server, python_server
+from tests.helpers.third_party import everything_http, node_server, python_server
 
 import mcp_tools
 from art_adapters._errors import ToolServerError

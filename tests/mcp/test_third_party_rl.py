@@ -1,6 +1,6 @@
 """MCP-RL against third-party MCP servers from the registries, not only our own.
 
-The servers are the registries' own, started for real (``_third_party``): ``mcp-server-time``
+The servers are the registries' own, started for real (``tests.helpers.third_party``): ``mcp-server-time``
 (PyPI, Python, stdio), ``@modelcontextprotocol/server-memory`` (npm, Node, stdio, its memory
 file copied per rollout) and ``@modelcontextprotocol/server-everything`` (npm, Node,
 streamable HTTP). On them: a captured rollout whose first call is forced, on the real backend
@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scripted_generator import ScriptedGenerator
-from _third_party import everything_http, node_server, python_server
 
 import art_adapters as aa
 import mcp_tools
 from art_adapters.apps._train_mcp import build_agent, make_rollout, select_tools
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ruler"))
-from judge_server import JudgeServer  # the RULER tests' scripted judge
+from tests.helpers.judge_server import JudgeServer  # the RULER tests' scripted judge
+from tests.helpers.scripted_generator import ScriptedGenerator
+from tests.helpers.third_party import everything_http, node_server, python_server
 
 SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
 

@@ -16,9 +16,7 @@ import pytest
 import art_adapters as aa
 from mcp_tools import Scenario, load_scenarios, save_scenarios
 from mcp_tools.servers import server_command
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ruler"))
-from judge_server import JudgeServer  # the RULER tests' scripted judge
+from tests.helpers.judge_server import JudgeServer  # the RULER tests' scripted judge
 
 pytestmark = pytest.mark.slow
 

@@ -8,23 +8,16 @@ callback handler capturing; RULER scores each group on the scripted judge server
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS / "capture"))
-sys.path.insert(0, str(TESTS / "ruler"))
-
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
-from judge_server import JudgeServer
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
 import art_adapters as aa
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from tests.helpers.judge_server import JudgeServer
 
 SCENARIOS = [
     {"id": "calc-2-3-4", "q": "what is 2 + 3 times 4"},

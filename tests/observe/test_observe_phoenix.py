@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from phoenix_server import PhoenixServer, ensure_venv
+from tests.helpers.phoenix_server import PhoenixServer, ensure_venv
 
 import art_adapters as aa
 from art_adapters import observe

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from judge_server import JudgeServer
+from tests.helpers.judge_server import JudgeServer
 from langchain_openai import ChatOpenAI
 
 

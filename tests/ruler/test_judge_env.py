@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from judge_server import JudgeServer
+from tests.helpers.judge_server import JudgeServer
 
 import art_adapters as aa
 from art_adapters.ruler import judge_from_env

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_score import answer, make_group
+from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
 

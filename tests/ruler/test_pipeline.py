@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from judge_server import JudgeServer, scores
+from tests.helpers.judge_server import JudgeServer, scores
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from judge_server import JudgeServer, scores
+from tests.helpers.judge_server import JudgeServer, scores
 from langchain_openai import ChatOpenAI
-from test_score import answer, make_group
+from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
 

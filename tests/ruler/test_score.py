@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from judge_server import JudgeServer, request_ids, scores
+from tests.helpers.judge_server import JudgeServer, request_ids, scores
 from langchain_openai import ChatOpenAI
 
 import art_adapters as aa

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from judge_server import JudgeServer, good_answer
+from tests.helpers.judge_server import JudgeServer, good_answer
 from langchain_openai import ChatOpenAI
-from test_score import answer, make_group
+from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sampled_groups import group_from_choices
+from tests.helpers.sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup, load_groups
 from art_adapters._trajectory import Message

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -409,9 +407,8 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     """A graph whose prompt holds a hand-written worked example (user -> assistant tool call -> tool
     result -> answer): capture marks the example's assistant turns ``generated=False``, and they
     stay in the sequence as masked-out context instead of being trained as if the model wrote them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
-    from capture_fakes import PolicyChatModel, add, calculator_policy, multiply
-    from test_langchain import few_shot_graph
+    from tests.capture.test_langchain import few_shot_graph
+    from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply
 
     from art_adapters._capture.langchain import TrajectoryCallbackHandler
 

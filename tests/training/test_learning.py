@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sampled_groups import group_from_choices
+from tests.helpers.sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_adapters._trajectory import Message

@@ -10,9 +10,7 @@ the reviewer's turns.
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +21,7 @@ from langchain_core.messages import AIMessage
 
 from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler, TrajectoryGroup
 from art_adapters._train_config import TrainConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "capture"))
-from capture_fakes import NamedFakeChatModel, review_graph  # noqa: E402
+from tests.helpers.capture_fakes import NamedFakeChatModel, review_graph
 
 REVIEW = "Be more specific."
 QUESTIONS = ["Name a colour.", "Name a fruit."]

@@ -99,7 +99,7 @@ def tiny_qwen3_path() -> Path:
 HERMES_CALL = r'<tool_call>\n\{"name": "[\w.-]+", "arguments": \{.*\}\}\n</tool_call>'
 LLAMA3_JSON_CALL = r'\{"name": "[\w.-]+", "parameters": \{.*\}\}'
 #: The template file of the ``llama3-json-flags`` family (served with ``--chat-template``).
-LLAMA3_JSON_TEMPLATE = Path(__file__).parent / "templates" / "llama3-json-tools.jinja"
+LLAMA3_JSON_TEMPLATE = Path(__file__).parents[1] / "families" / "templates" / "llama3-json-tools.jinja"
 
 
 # --------------------------------------------------------------------------- requests
