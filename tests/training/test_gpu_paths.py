@@ -1,10 +1,11 @@
 """The other engine and trainer behind the same server: ``serve --engine vllm`` and ``--trainer unsloth``.
 
 Each runs where its dependency imports (vLLM: installed and a CUDA GPU; Unsloth: installed, on
-CPU too) and is skipped with the reason elsewhere. Both go through the real HTTP API: sample,
-train one step, and the new checkpoint answers as ``name@1``. On vLLM, tools, forced calls
-(``required`` and named) and ``response_format`` go through too. The vLLM engine's serve line,
-request bodies and response parsing are tested without vLLM in ``tests/backend/test_vllm_engine.py``.
+CPU too) and is skipped with the reason elsewhere; the vLLM one is marked ``gpu`` (``-m "not gpu"``
+deselects it). Both go through the real HTTP API: sample, train one step, and the new checkpoint
+answers as ``name@1``. On vLLM, tools, forced calls (``required`` and named) and ``response_format``
+go through too. The vLLM engine's serve line, request bodies and response parsing are tested
+without vLLM in ``tests/backend/test_vllm_engine.py``.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ async def _tools_and_constraints(backend: LocalBackend) -> None:
     await client.close()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(vllm_available() is not None, reason=f"vLLM engine: {vllm_available()}")
 async def test_vllm_engine_serves_trains_and_hot_loads(tmp_path: Path) -> None:
     async with LocalBackend(
