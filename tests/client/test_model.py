@@ -1,4 +1,5 @@
-"""TrainableModel against the real backend: registration, steps, and the LangChain chat model in LangGraph."""
+"""TrainableModel against the backend app (on the fake engine): registration, steps, and the LangChain chat
+model in LangGraph."""
 
 from __future__ import annotations
 
@@ -11,23 +12,24 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from art_adapters import BackendRequestError, ConfigError, LocalBackend, TrainableModel
+from art_adapters import BackendRequestError, ConfigError, TrainableModel
+from tests.helpers.fake_backend import FakeBackend
 
 
-async def test_register_serves_step_zero_under_both_names(local_backend: LocalBackend) -> None:
+async def test_register_serves_step_zero_under_both_names(fake_backend: FakeBackend) -> None:
     model = TrainableModel(name="agent-a", project="tests")
-    await model.register(local_backend)
-    await model.register(local_backend)  # idempotent
+    await model.register(fake_backend)
+    await model.register(fake_backend)  # idempotent
     assert await model.get_step() == 0
-    served = {m["id"] for m in (await local_backend.request("GET", "/v1/models"))["data"]}
+    served = {m["id"] for m in (await fake_backend.request("GET", "/v1/models"))["data"]}
     assert {"agent-a", "agent-a@0"} <= served
 
 
-async def test_register_with_another_base_model_conflicts(local_backend: LocalBackend) -> None:
-    await TrainableModel(name="agent-b", project="tests").register(local_backend)
+async def test_register_with_another_base_model_conflicts(fake_backend: FakeBackend) -> None:
+    await TrainableModel(name="agent-b", project="tests").register(fake_backend)
     other = TrainableModel(name="agent-b", project="tests", base_model="/some/other/model")
     with pytest.raises(BackendRequestError) as info:
-        await other.register(local_backend)
+        await other.register(fake_backend)
     assert info.value.status_code == 409
 
 
@@ -38,9 +40,9 @@ def test_invalid_names_are_rejected_with_a_clear_message() -> None:
         TrainableModel(name="fine").chat_model()
 
 
-async def test_chat_model_answers_and_is_bound_to_the_step(local_backend: LocalBackend) -> None:
+async def test_chat_model_answers_and_is_bound_to_the_step(fake_backend: FakeBackend) -> None:
     model = TrainableModel(name="agent-c", project="tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     llm = model.chat_model(step=0, temperature=0.0, max_tokens=12)
     assert llm.model_name == "agent-c@0"
     reply = await llm.ainvoke("Say hello.")
@@ -49,12 +51,12 @@ async def test_chat_model_answers_and_is_bound_to_the_step(local_backend: LocalB
     assert "".join(str(c.content) for c in chunks).strip()
 
 
-def test_backend_client_and_chat_models_work_in_one_event_loop_after_another(local_backend: LocalBackend) -> None:
+def test_backend_client_and_chat_models_work_in_one_event_loop_after_another(fake_backend: FakeBackend) -> None:
     """A script may call ``asyncio.run`` several times (``run_groups_sync`` does): nothing is tied to a dead loop."""
     model = TrainableModel(name="agent-loops", project="tests")
 
     async def one_loop() -> str:
-        await model.register(local_backend)  # the backend's own HTTP client, made in an earlier loop
+        await model.register(fake_backend)  # the backend's own HTTP client, made in an earlier loop
         reply = await model.chat_model(temperature=0.0, max_tokens=6).ainvoke("Say hi.")
         return str(reply.content)
 
@@ -62,14 +64,14 @@ def test_backend_client_and_chat_models_work_in_one_event_loop_after_another(loc
     assert replies[0].strip() and replies == [replies[0]] * 3  # greedy: the same answer each time
 
 
-async def test_chat_model_drives_a_langgraph_tool_loop(local_backend: LocalBackend) -> None:
+async def test_chat_model_drives_a_langgraph_tool_loop(fake_backend: FakeBackend) -> None:
     @tool
     def add(a: int, b: int) -> int:
         """Add two integers."""
         return a + b
 
     model = TrainableModel(name="agent-d", project="tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     # Forcing the tool makes the outcome deterministic: the backend constrains decoding to a valid call.
     llm = model.chat_model(temperature=0.0, max_tokens=48).bind_tools([add], tool_choice="add")
 

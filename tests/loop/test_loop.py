@@ -1,9 +1,10 @@
-"""The training loop on the real backend: resume after an interruption, held-out evals every k steps,
+"""The training loop on the backend app: resume after an interruption, held-out evals every k steps,
 unscored groups reported (never dropped silently).
 
-The task is tiny so a step is quick: "What is a + b?" answered in at most 4 sampled tokens,
-rewarded for brevity, 1 / (1 + characters): replies sampled at temperature 1.0 almost never
-all have the same length, so every group has a spread to train on.
+The loop is the subject, not the model: the backend is the real app on the fake engine and trainer
+(``fake_backend``; real routes, token records, registry and checkpoints). The task is "What is a + b?"
+answered in at most 4 sampled tokens, rewarded for brevity, 1 / (1 + characters): replies sampled at
+temperature 1.0 almost never all have the same length, so every group has a spread to train on.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from typing import Any
 import pytest
 from langchain_openai import ChatOpenAI
 
-from art_adapters import ConfigError, LocalBackend, TrainableModel, TrainConfig, Trajectory
+from art_adapters import ConfigError, TrainableModel, TrainConfig, Trajectory
 from art_adapters._batch_store import BatchStore
 from art_adapters._loop import LoopConfig, next_batch, ruler_scorer, train_loop, verifiable_scorer
 from art_adapters.observe._metrics import MetricsHistory
 from art_adapters._trajectory import Message, load_groups
-
-pytestmark = pytest.mark.slow
+from tests.helpers.fake_backend import FakeBackend
 
 
 class Interrupted(Exception):
@@ -68,10 +68,10 @@ def loop_config(run_dir: Path, steps: int, **kw: Any) -> LoopConfig:
 
 
 async def test_resume_after_interruption_continues_and_evaluates_every_k(
-    local_backend: LocalBackend, tmp_path: Path
+    fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
     model = TrainableModel(name="loop-resume", project="loop-tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     train = scenarios("t", 8)
     first = next_batch(train, 0, 2, seed=0)[0]
     train[train.index(first)] = {"id": "bad", "a": 1, "b": 2}  # in the first batch
@@ -124,10 +124,10 @@ def closed_port() -> int:
 
 
 async def test_groups_the_judge_cannot_score_are_reported(
-    local_backend: LocalBackend, tmp_path: Path
+    fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
     model = TrainableModel(name="loop-unscored", project="loop-tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     judge = ChatOpenAI(
         model="nobody", base_url=f"http://127.0.0.1:{closed_port()}/v1", api_key="x", max_retries=0, timeout=5
     )
@@ -148,9 +148,9 @@ async def test_groups_the_judge_cannot_score_are_reported(
     assert row["unscored_groups"] == 2
 
 
-async def test_a_scorer_that_drops_groups_is_an_error(local_backend: LocalBackend, tmp_path: Path) -> None:
+async def test_a_scorer_that_drops_groups_is_an_error(fake_backend: FakeBackend, tmp_path: Path) -> None:
     model = TrainableModel(name="loop-drop", project="loop-tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
 
     async def drops_one(groups: list[Any], scenarios: list[Any]) -> list[Any]:
         return groups[1:]
@@ -164,10 +164,10 @@ async def test_a_scorer_that_drops_groups_is_an_error(local_backend: LocalBacken
 
 
 async def test_rollouts_survive_a_scoring_crash_and_are_reused_not_rerun(
-    local_backend: LocalBackend, tmp_path: Path
+    fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
     model = TrainableModel(name="loop-reuse", project="loop-tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     train, sample = scenarios("r", 4), make_rollout(model)
     calls = 0
 
