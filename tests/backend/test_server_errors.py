@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from art_adapters import LocalBackend
+from tests.helpers.fake_backend import FakeBackend
 
 MODEL = "smollm2-135m-instruct"
 MSG = [{"role": "user", "content": "hi"}]
@@ -55,9 +55,9 @@ CASES: list[tuple[str, Any, int, str, str | None]] = [
 
 
 @pytest.fixture(scope="module")
-async def http(local_backend: LocalBackend) -> Any:
-    await local_backend.register_model(name="errors-model", project="tests", base_model=MODEL)
-    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as client:
+async def http(fake_backend: FakeBackend) -> Any:
+    await fake_backend.register_model(name="errors-model", project="tests", base_model=MODEL)
+    async with httpx.AsyncClient(base_url=fake_backend.base_url, timeout=60) as client:
         yield client
 
 
@@ -99,8 +99,8 @@ async def test_other_routes_answer_errors_as_json(http: httpx.AsyncClient) -> No
     assert other_base.status_code == 400 and MODEL in other_base.json()["error"]["message"]
 
 
-async def test_sdk_raises_with_the_message_and_the_server_keeps_serving(local_backend: LocalBackend) -> None:
-    client = openai.AsyncOpenAI(base_url=local_backend.openai_base_url, api_key="unused", max_retries=0)
+async def test_sdk_raises_with_the_message_and_the_server_keeps_serving(fake_backend: FakeBackend) -> None:
+    client = openai.AsyncOpenAI(base_url=fake_backend.openai_base_url, api_key="unused", max_retries=0)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         await client.chat.completions.create(model="nope", messages=MSG)  # type: ignore[arg-type]
     with pytest.raises(openai.BadRequestError, match="no tools were given"):

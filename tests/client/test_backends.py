@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from art_adapters import BackendRequestError, BackendUnavailableError, LocalBackend, RemoteBackend
+from tests.helpers.fake_backend import FakeBackend
 
 
 async def test_local_backend_serves_and_reports_its_url(local_backend: LocalBackend) -> None:
@@ -18,8 +19,8 @@ async def test_local_backend_serves_and_reports_its_url(local_backend: LocalBack
     assert "smollm2-135m-instruct" in {m["id"] for m in models["data"]}
 
 
-async def test_remote_backend_to_the_same_service(local_backend: LocalBackend) -> None:
-    async with RemoteBackend(local_backend.base_url) as remote:
+async def test_remote_backend_to_the_same_service(fake_backend: FakeBackend) -> None:
+    async with RemoteBackend(fake_backend.base_url) as remote:
         record = await remote.register_model(name="remote-m", project="p", base_model="smollm2-135m-instruct")
         assert record["latest_step"] == 0
         assert (await remote.get_model("remote-m"))["name"] == "remote-m"
@@ -32,9 +33,9 @@ async def test_unreachable_backend_gives_a_clear_error() -> None:
             await remote.get_model("x")
 
 
-async def test_error_status_becomes_backend_request_error(local_backend: LocalBackend) -> None:
+async def test_error_status_becomes_backend_request_error(fake_backend: FakeBackend) -> None:
     with pytest.raises(BackendRequestError) as info:
-        await local_backend.get_model("never-registered")
+        await fake_backend.get_model("never-registered")
     assert info.value.status_code == 404
     assert "never-registered" in str(info.value)
 

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 class FakeBackend(RemoteBackend):
-    """A client of a :class:`FakeBackendServer` that knows the server's run directory, as ``LocalBackend`` does."""
+    """A client of a :class:`FakeBackendServer` with the run directory, as ``LocalBackend`` has."""
 
     def __init__(self, base_url: str, run_dir: Path) -> None:
         super().__init__(base_url)
@@ -91,13 +91,16 @@ class FakeBackendServer:
         from .fake_trainer import FakeTrainer
 
         config = ServeConfig(run_dir=self.run_dir, port=0, log_level="warning", **self.settings)
-        state = await ServerState.create(config, engine_factory=FakeEngine.for_model, trainer_factory=FakeTrainer)
+        state = await ServerState.create(
+            config, engine_factory=FakeEngine.for_model, trainer_factory=FakeTrainer
+        )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self._loop = asyncio.get_running_loop()
-        self._server = uvicorn.Server(uvicorn.Config(create_app(state), log_level="warning", access_log=False))
+        app = create_app(state)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         watcher = asyncio.create_task(self._announce())
         try:
             await self._server.serve(sockets=[sock])

@@ -118,7 +118,7 @@ class FakeEngine:
 
     @classmethod
     def for_model(cls, model_path: Path, tokenizer: Any) -> FakeEngine:
-        """The engine for a model folder: its tokenizer and ``max_position_embeddings`` (an ``EngineFactory``)."""
+        """The engine of a model folder: tokenizer and ``max_position_embeddings`` (an ``EngineFactory``)."""
         config = json.loads((Path(model_path) / "config.json").read_text("utf-8"))
         return cls(tokenizer, context_length=int(config.get("max_position_embeddings") or 8192))
 
@@ -174,7 +174,8 @@ class FakeEngine:
         needed = len(request.prompt_token_ids) + params.max_tokens
         if needed > self.context_length:
             raise ContextLengthError(
-                f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is {params.max_tokens}: "
+                f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is "
+                f"{params.max_tokens}: "
                 f"{needed} tokens do not fit the model's context of {self.context_length}; "
                 "shorten the prompt or lower max_tokens"
             )

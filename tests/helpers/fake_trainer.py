@@ -75,7 +75,8 @@ class FakeTrainer:
         tokens = sum(s.loss_tokens for s in sequences)
         loss = -sum(s.advantage * s.loss_tokens for s in sequences) / max(tokens, 1)
         step = StepMetrics(
-            loss=loss, policy_loss=loss, kl=None, grad_norm=0.5, clip_fraction=0.0, clip_low_fraction=0.0,
+            loss=loss, policy_loss=loss, kl=None, grad_norm=0.1 + (self.steps_done * 7 + tokens) % 10 / 10,
+            clip_fraction=0.0, clip_low_fraction=0.0,
             clip_high_fraction=0.0, ratio_mean=1.0, sequences=len(sequences),
             micro_batches=-(-len(sequences) // config.micro_batch_size), tokens=tokens,
             sequence_tokens=sum(len(s.token_ids) for s in sequences),
@@ -91,4 +92,5 @@ class FakeTrainer:
         adapter = {"peft_type": "LORA", "base_model_name_or_path": str(self.model_path),
                    "r": self.lora["r"], "lora_alpha": self.lora["lora_alpha"], "fake": True}  # fmt: skip
         (folder / "adapter_config.json").write_text(json.dumps(adapter, indent=2), "utf-8")
-        (folder / STATE_FILE).write_text(json.dumps({"steps_done": self.steps_done, "lora": self.lora}), "utf-8")
+        state = {"steps_done": self.steps_done, "lora": self.lora}
+        (folder / STATE_FILE).write_text(json.dumps(state), "utf-8")

@@ -20,6 +20,7 @@ from art_adapters import (
     load_groups,
 )
 from art_adapters._trajectory import Message
+from tests.helpers.fake_backend import FakeBackend
 
 PROMPT = "Name a colour."
 
@@ -51,7 +52,7 @@ async def _group(
     return TrajectoryGroup(trajectories=trajectories)
 
 
-async def _model(backend: LocalBackend) -> TrainableModel:
+async def _model(backend: LocalBackend | FakeBackend) -> TrainableModel:
     model = TrainableModel(name=f"t-{uuid.uuid4().hex[:8]}", project="train-api")
     await model.register(backend)
     return model
@@ -108,9 +109,8 @@ def local_backend_base() -> str:
     return "smollm2-135m-instruct"
 
 
-@pytest.mark.slow
-async def test_nothing_trainable_is_reported_and_makes_no_step(local_backend: LocalBackend) -> None:
-    model = await _model(local_backend)
+async def test_nothing_trainable_is_reported_and_makes_no_step(fake_backend: FakeBackend) -> None:
+    model = await _model(fake_backend)
     group = await _group(model, rewards=[1.0, 1.0, 1.0])
     result = await model.train([group])
     assert not result.trained and result.step == 0
@@ -121,9 +121,8 @@ async def test_nothing_trainable_is_reported_and_makes_no_step(local_backend: Lo
     assert await model.get_step() == 0
 
 
-@pytest.mark.slow
-async def test_retention_keeps_latest_and_best_and_unserves_the_rest(local_backend: LocalBackend) -> None:
-    model = await _model(local_backend)
+async def test_retention_keeps_latest_and_best_and_unserves_the_rest(fake_backend: FakeBackend) -> None:
+    model = await _model(fake_backend)
     config = TrainConfig(learning_rate=1e-5)
     for _ in range(3):
         result = await model.train([await _group(model, rewards=[0.0, 1.0])], config=config)
@@ -154,14 +153,14 @@ async def test_retention_keeps_latest_and_best_and_unserves_the_rest(local_backe
     assert [c.step for c in await model.checkpoints()] == [0, 4]
 
 
-async def test_errors_are_clear_4xx(local_backend: LocalBackend) -> None:
+async def test_errors_are_clear_4xx(fake_backend: FakeBackend) -> None:
     ghost = TrainableModel(name="never-registered")
-    ghost._backend = local_backend
+    ghost._backend = fake_backend
     with pytest.raises(BackendRequestError) as info:
         await ghost.train([TrajectoryGroup()])
     assert info.value.status_code == 404 and "not registered" in str(info.value)
 
-    model = await _model(local_backend)
+    model = await _model(fake_backend)
     cases = [
         ({"groups": [{"trajectories": [{"messages": [{"role": "robot"}]}]}]}, "role"),
         ({"groups": "nope"}, "groups"),
@@ -171,10 +170,10 @@ async def test_errors_are_clear_4xx(local_backend: LocalBackend) -> None:
     ]
     for body, needle in cases:
         with pytest.raises(BackendRequestError) as info:
-            await local_backend.request("POST", f"/art/models/{model.name}/train", json=body)
+            await fake_backend.request("POST", f"/art/models/{model.name}/train", json=body)
         assert info.value.status_code == 400 and needle in str(info.value), (body, str(info.value))
     with pytest.raises(BackendRequestError) as info:
-        await local_backend.request(
+        await fake_backend.request(
             "POST", f"/art/models/{model.name}/checkpoints/delete", json={"steps": [1], "retention": {}}
         )
     assert info.value.status_code == 400

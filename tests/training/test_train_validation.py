@@ -10,8 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from art_adapters import LocalBackend, TrainableModel, Trajectory, TrajectoryGroup
+from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import Message
+from tests.helpers.fake_backend import FakeBackend
 
 
 async def _scored_group(model: TrainableModel) -> dict:
@@ -36,12 +37,12 @@ async def _scored_group(model: TrainableModel) -> dict:
 
 @pytest.mark.slow
 async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_without_a_groups_file(
-    local_backend: LocalBackend,
+    fake_backend: FakeBackend,
 ) -> None:
     model = TrainableModel(name=f"bad-data-{uuid.uuid4().hex[:6]}", project="hardening")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     group = await _scored_group(model)
-    groups_dir = local_backend.run_dir / "models" / model.name / "groups"
+    groups_dir = fake_backend.run_dir / "models" / model.name / "groups"
 
     def with_reward(value: float) -> dict:
         bad = {**group, "trajectories": [dict(t) for t in group["trajectories"]]}
@@ -60,7 +61,7 @@ async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_witho
         ({"groups": [group], "config": {"lora_target_modules": ["q_proj", "qkv_proj"]}}, "qkv_proj"),
         ({"groups": [group], "config": {"learning_rate": math.inf}}, "learning_rate"),
     ]
-    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=120) as http:
+    async with httpx.AsyncClient(base_url=fake_backend.base_url, timeout=120) as http:
         for body, needle in cases:
             # written with JSON's common NaN/Infinity extension, as json.dumps (and requests) do
             answer = await http.post(f"/art/models/{model.name}/train", content=json.dumps(body),
