@@ -8,19 +8,9 @@
     async with mcp_tools.rollout():               # one MCP session for this rollout
         await graph.ainvoke(inputs, config={"callbacks": [handler]})
 
-Each call is recorded in the trajectory (a LangChain custom event carrying a
-``ToolCallRecord``) and traced as an OTel span ``tools/call <tool>``. A server that
-crashes or hangs raises :class:`art_adapters.ToolServerError` within the call
-timeout. Works with mcp 1.x and 2.x.
-
-A server that keeps its data in a file or folder gets a fresh copy per rollout with
-``StdioServer(state=[StateCopy(source=..., env=...)])``, ``{state:PATH}`` in its
-command, or :func:`with_state` (see :mod:`mcp_tools._isolation`).
-
-For MCP-RL, :func:`generate_scenarios` has a chat model write tasks that need a
-server's tools, kept as :class:`Scenario` records in an editable JSONL file
-(:func:`save_scenarios`, :func:`load_scenarios`) and split with :func:`split_scenarios`.
-Bundled servers live in :mod:`mcp_tools.servers`.
+Each call lands in the trajectory and in an OTel span; per-rollout server state
+(:class:`StateCopy`, :func:`with_state`), scenario writing (:func:`generate_scenarios`) and
+bundled servers (:mod:`mcp_tools.servers`) are here too. Works with mcp 1.x and 2.x.
 """
 
 from mcp_tools._client import load_tools

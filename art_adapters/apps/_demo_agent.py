@@ -1,15 +1,7 @@
-"""The demo's task: a LangGraph ReAct agent on the bundled calculator MCP server.
+"""The demo's task: addition questions for a LangGraph ReAct agent on the bundled calculator MCP server.
 
-Scenarios are addition questions ("What is 38 + 17?") with their answer. The agent's own
-prompt gives the 135M base model its foothold: a system prompt that shows how a call of
-``add`` is written in the model's tool syntax, and one worked example as real conversation
-turns (a question, an ``add`` tool call, the tool's result, the final answer) before the
-question. That is what lets it succeed sometimes, so GRPO has signal to learn from. The
-backend injects nothing, so this prompt is exactly what a deployment of the trained model
-(``vllm serve`` with the same chat template) would see too.
-
-:func:`check` is the verifiable reward: 0.5 for an ``add`` call whose arguments are the
-question's two numbers (in either order), 0.5 for a final answer that states the sum.
+Scenarios, the agent, its verifiable reward (:func:`check`) and its rollout, small enough for a
+135M model to succeed sometimes, so GRPO has signal to learn from.
 """
 
 from __future__ import annotations
@@ -103,7 +95,12 @@ def build_agent(
 ) -> CompiledStateGraph:
     """A LangGraph ReAct loop (model -> tools -> model ...) with the worked example before the question.
 
-    At most ``max_turns`` model turns; tool calls asked for in the last turn are not run.
+    The prompt gives the 135M base model its foothold: :data:`SYSTEM_PROMPT` shows how a call of
+    ``add`` is written in the model's tool syntax, and one worked example follows as real
+    conversation turns (a question, an ``add`` call, the tool's result, the final answer) before
+    the question. The backend injects nothing, so this prompt is exactly what a deployment of the
+    trained model (``vllm serve`` with the same chat template) sees too. At most ``max_turns``
+    model turns; tool calls asked for in the last turn are not run.
     """
     chosen = [t for t in tools if t.name in DEMO_TOOLS] or list(tools)
     llm = chat_model.bind_tools(chosen)
@@ -168,7 +165,8 @@ def check_parts(trajectory: Trajectory, scenario: AddScenario) -> tuple[bool, bo
 
 
 def check(trajectory: Trajectory, scenario: AddScenario) -> float:
-    """The verifiable reward in [0, 1]: 0.5 for a correct ``add`` call, 0.5 for the correct final answer."""
+    """The verifiable reward in [0, 1]: 0.5 for an ``add`` call whose arguments are the question's two
+    numbers (in either order), 0.5 for a final answer that states the sum."""
     called, answered = check_parts(trajectory, scenario)
     return 0.5 * called + 0.5 * answered
 
