@@ -41,6 +41,7 @@ from ._trajectory import (
 if _TYPE_CHECKING:
     from ._capture.langchain import TrajectoryCallbackHandler
     from ._capture.otel import TrajectorySpanProcessor
+    from ._capture.otel_genai import mcp_tool_record
     from ._loop import (
         EvalReport,
         LoopConfig,
@@ -62,6 +63,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "TrajectoryCallbackHandler": "._capture.langchain",
     "TrajectorySpanProcessor": "._capture.otel",
+    "mcp_tool_record": "._capture.otel_genai",
     "EvalReport": "._loop",
     "LoopConfig": "._loop",
     "LoopResult": "._loop",
@@ -126,6 +128,7 @@ __all__ = [
     "combine_rewards",
     "combined_scorer",
     "load_groups",
+    "mcp_tool_record",
     "ruler_score_group",
     "ruler_score_groups",
     "ruler_scorer",

@@ -5,7 +5,8 @@ Each call of an :class:`McpTool`:
 1. finds its session (the bound :class:`McpSession`, or the current rollout's);
 2. sends ``tools/call`` inside an OTel span ``tools/call <tool>``;
 3. dispatches a LangChain custom event (:data:`TOOL_RECORD_EVENT`) whose data is a
-   :class:`art_adapters.ToolCallRecord` as JSON, so the trajectory
+   :class:`art_adapters.ToolCallRecord` as JSON (read from the span's attributes by
+   :func:`art_adapters.mcp_tool_record`, as the span processor reads the span), so the trajectory
    callback handler records server, tool, arguments, result, ``isError``, duration
    and session id; the event goes out for failures too, before the error is raised;
 4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
@@ -27,10 +28,8 @@ from langchain_core.callbacks import adispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, ToolException
 
-from art_adapters import TOOL_RECORD_EVENT
-from art_adapters import ConfigError, ToolServerError
-from art_adapters import ToolCallRecord
-from mcp_tools._telemetry import record_outcome, tool_call_span
+from art_adapters import TOOL_RECORD_EVENT, ConfigError, ToolCallRecord, ToolServerError, mcp_tool_record
+from mcp_tools._telemetry import record_outcome, tool_call_attributes, tool_call_span
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -109,57 +108,37 @@ def _make_call(
 ) -> Callable[..., Awaitable[str]]:
     async def call(config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
         call_id = kwargs.pop(_CALL_ID_KWARG, None)
-        arguments = kwargs
         started_at = datetime.now(UTC)
         start = time.perf_counter()
-        session_id: str | None = None
+        # What the span carries; the record is read from it (as the span processor reads the span).
+        attributes = tool_call_attributes(
+            mcp_name, server=server, session_id=None, call_id=call_id, arguments=kwargs
+        )
+        text, is_error = "", False
         try:
             session = await resolve()
             connection = session.connection(server)
-            session_id = connection.session_id
-            with tool_call_span(
-                mcp_name,
-                server=server,
-                session_id=session_id,
-                call_id=call_id,
-                arguments=arguments,
-                tracer_provider=tracer_provider,
-            ) as span:
+            if connection.session_id:
+                attributes["mcp.session.id"] = connection.session_id
+            with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
                 try:
-                    result = await connection.call_tool(mcp_name, arguments, config.call_timeout_s)
+                    result = await connection.call_tool(mcp_name, kwargs, config.call_timeout_s)
                 except ToolServerError as exc:
-                    record_outcome(span, result=None, is_error=True, error_type=type(exc).__name__)
+                    error_type = type(exc).__name__
+                    attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
                     raise
-                text = result_text(result)
-                is_error = bool(result.get("isError"))
-                record_outcome(span, result=text, is_error=is_error)
+                text, is_error = result_text(result), bool(result.get("isError"))
+                attributes.update(record_outcome(span, result=text, is_error=is_error))
         except ToolServerError as exc:
-            record = ToolCallRecord(
-                name=mcp_name,
-                call_id=call_id,
-                arguments=arguments,
-                is_error=True,
+            record = mcp_tool_record(
+                attributes,
                 error=f"{type(exc).__name__}: {exc}",
-                server=server,
-                session_id=session_id,
                 duration_s=time.perf_counter() - start,
-                source="mcp",
                 started_at=started_at,
             )
             await _dispatch_record(record, config_, callbacks)
             raise
-        record = ToolCallRecord(
-            name=mcp_name,
-            call_id=call_id,
-            arguments=arguments,
-            result=text,
-            is_error=is_error,
-            server=server,
-            session_id=session_id,
-            duration_s=time.perf_counter() - start,
-            source="mcp",
-            started_at=started_at,
-        )
+        record = mcp_tool_record(attributes, duration_s=time.perf_counter() - start, started_at=started_at)
         await _dispatch_record(record, config_, callbacks)
         if is_error:
             raise ToolException(text)

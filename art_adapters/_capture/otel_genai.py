@@ -24,6 +24,7 @@ error result is marked by ``error.type`` or an error status.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from art_adapters._capture.assembly import model_name
@@ -40,14 +41,14 @@ from art_adapters._capture.otel_records import (
     span_duration,
     span_error,
     span_start,
+    span_tool_call,
+    tool_record,
     tool_schema_from_definition,
     unflatten,
-    unwrap_tool_input,
-    unwrap_tool_output,
 )
 from art_adapters._trajectory import Message, ToolCall, ToolCallRecord, ToolSchema
 
-__all__ = ["CHAT_OPERATIONS", "parse_genai_span", "parse_mcp_span"]
+__all__ = ["CHAT_OPERATIONS", "mcp_tool_record", "parse_genai_span", "parse_mcp_span"]
 
 #: ``gen_ai.operation.name`` values that denote one call of a generative model.
 CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -69,30 +70,49 @@ def parse_mcp_span(span: Any) -> SpanToolCall | None:
     attributes = span.attributes or {}
     if attributes.get("mcp.method.name") != "tools/call":
         return None
+    record = mcp_tool_record(
+        attributes,
+        error=span_error(span) or _error_type(attributes),
+        duration_s=span_duration(span),
+        started_at=span_start(span),
+        span_name=span.name,
+    )
+    return span_tool_call(span, record)
+
+
+def mcp_tool_record(
+    attributes: Mapping[str, Any],
+    *,
+    error: str | None = None,
+    duration_s: float | None = None,
+    started_at: datetime | None = None,
+    span_name: str = "",
+) -> ToolCallRecord:
+    """The :class:`~art_adapters.ToolCallRecord` of an MCP ``tools/call`` span, from its attributes.
+
+    The attributes are the MCP and GenAI ones (``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+    ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, ``mcp.server.name``,
+    ``mcp.session.id``, ``error.type``); ``error`` is the failure's ``"Type: message"``, if the
+    call raised. The record is an error with ``error`` or an ``error.type`` attribute (an MCP
+    ``isError`` result). Both capture paths build an MCP call's record here: the span processor
+    from a finished span, ``mcp_tools`` from the attributes it gives its span.
+    """
     name = attributes.get("gen_ai.tool.name")
     if not isinstance(name, str) or not name:
-        name = span.name.removeprefix("tools/call").strip() or "unknown"
-    arguments, _ = unwrap_tool_input(attributes.get("gen_ai.tool.call.arguments"))
-    result, _, _ = unwrap_tool_output(attributes.get("gen_ai.tool.call.result"))
-    error = span_error(span)
-    is_error = error is not None or attributes.get("error.type") is not None
-    session = attributes.get("mcp.session.id")
-    server = attributes.get("mcp.server.name", attributes.get("server.address"))
-    call_id = attributes.get("gen_ai.tool.call.id")
-    record = ToolCallRecord(
-        name=name,
-        call_id=str(call_id) if call_id else None,
-        arguments=arguments,
-        result=result,
-        is_error=is_error,
-        error=error if error is not None else _error_type(attributes),
-        server=str(server) if server is not None else None,
-        session_id=str(session) if session is not None else None,
-        duration_s=span_duration(span),
+        name = span_name.removeprefix("tools/call").strip() or "unknown"
+    return tool_record(
+        name,
+        attributes.get("gen_ai.tool.call.arguments"),
+        attributes.get("gen_ai.tool.call.result"),
+        call_id=attributes.get("gen_ai.tool.call.id"),
+        error=error,
+        is_error=attributes.get("error.type") is not None,
         source="mcp",
-        started_at=span_start(span),
+        server=attributes.get("mcp.server.name", attributes.get("server.address")),
+        session_id=attributes.get("mcp.session.id"),
+        duration_s=duration_s,
+        started_at=started_at,
     )
-    return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
 
 
 def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
@@ -101,22 +121,16 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
         name = span.name.removeprefix("execute_tool").strip()
     if not name:
         return None
-    arguments, wrapped_id = unwrap_tool_input(attributes.get("gen_ai.tool.call.arguments"))
-    result, result_id, result_error = unwrap_tool_output(attributes.get("gen_ai.tool.call.result"))
-    error = span_error(span)
-    call_id = attributes.get("gen_ai.tool.call.id") or wrapped_id or result_id
-    record = ToolCallRecord(
-        name=name,
-        call_id=str(call_id) if call_id else None,
-        arguments=arguments,
-        result=None if error is not None and result is None else result,
-        is_error=error is not None or result_error,
-        error=error,
+    record = tool_record(
+        name,
+        attributes.get("gen_ai.tool.call.arguments"),
+        attributes.get("gen_ai.tool.call.result"),
+        call_id=attributes.get("gen_ai.tool.call.id"),
+        error=span_error(span),
         duration_s=span_duration(span),
-        source="otel",
         started_at=span_start(span),
     )
-    return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
+    return span_tool_call(span, record)
 
 
 def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | None:

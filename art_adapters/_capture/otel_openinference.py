@@ -32,13 +32,13 @@ from art_adapters._capture.otel_records import (
     span_duration,
     span_error,
     span_start,
+    span_tool_call,
+    tool_record,
     tool_schema_from_definition,
     unflatten,
     unwrap_langchain_message,
-    unwrap_tool_input,
-    unwrap_tool_output,
 )
-from art_adapters._trajectory import Message, ToolCall, ToolCallRecord, ToolSchema
+from art_adapters._trajectory import Message, ToolCall, ToolSchema
 
 __all__ = ["parse_openinference_span"]
 
@@ -78,22 +78,16 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
     name = attributes.get("tool.name")
     if not isinstance(name, str) or not name:
         name = span.name
-    arguments, wrapped_id = unwrap_tool_input(attributes.get("input.value"))
-    result, result_id, result_error = unwrap_tool_output(attributes.get("output.value"))
-    error = span_error(span)
-    call_id = attributes.get("tool_call.id") or wrapped_id or result_id
-    record = ToolCallRecord(
-        name=name,
-        call_id=str(call_id) if call_id else None,
-        arguments=arguments,
-        result=None if error is not None and result is None else result,
-        is_error=error is not None or result_error,
-        error=error,
+    record = tool_record(
+        name,
+        attributes.get("input.value"),
+        attributes.get("output.value"),
+        call_id=attributes.get("tool_call.id"),
+        error=span_error(span),
         duration_s=span_duration(span),
-        source="otel",
         started_at=span_start(span),
     )
-    return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
+    return span_tool_call(span, record)
 
 
 def _messages(root: dict[str, Any]) -> list[Message]:

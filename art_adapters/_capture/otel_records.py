@@ -3,7 +3,8 @@
 Each span convention (:mod:`.otel_genai`, :mod:`.otel_openinference`) turns one
 finished span into at most one :class:`SpanModelCall` (a chat-model call: its input
 messages, the tools offered, its output message) or one :class:`SpanToolCall` (a tool
-execution as a :class:`~art_adapters._trajectory.ToolCallRecord`). The span processor
+execution as a :class:`~art_adapters._trajectory.ToolCallRecord`, built by
+:func:`tool_record`, the one tool-span-to-record mapping). The span processor
 collects these per trace and assembles them into a
 :class:`~art_adapters._trajectory.Trajectory`; nothing here knows about threads.
 
@@ -17,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from art_adapters._trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, ToolSchema
 
@@ -35,6 +36,8 @@ __all__ = [
     "span_duration",
     "span_error",
     "span_start",
+    "span_tool_call",
+    "tool_record",
     "tool_schema_from_definition",
     "unflatten",
     "unwrap_langchain_message",
@@ -79,6 +82,50 @@ class SpanToolCall:
     span_id: int
     start_ns: int
     record: ToolCallRecord
+
+
+def tool_record(
+    name: str,
+    arguments: Any,
+    result: Any,
+    *,
+    call_id: Any = None,
+    error: str | None = None,
+    is_error: bool = False,
+    source: Literal["mcp", "otel"] = "otel",
+    server: Any = None,
+    session_id: Any = None,
+    duration_s: float | None = None,
+    started_at: datetime | None = None,
+) -> ToolCallRecord:
+    """A tool span's values as a :class:`ToolCallRecord`: the one place a tool span becomes a record.
+
+    ``arguments`` and ``result`` are the span's attribute values (JSON strings, plain text or an
+    instrumentation's LangChain envelope, see :func:`unwrap_tool_input` and :func:`unwrap_tool_output`);
+    a call id missing from ``call_id`` is taken from those envelopes. ``error`` is the failure's
+    ``"Type: message"``; the record is an error with one, with ``is_error``, or when the result says so.
+    """
+    parsed_arguments, wrapped_id = unwrap_tool_input(arguments)
+    text, result_id, result_error = unwrap_tool_output(result)
+    call_id = call_id or wrapped_id or result_id
+    return ToolCallRecord(
+        name=name,
+        call_id=str(call_id) if call_id else None,
+        arguments=parsed_arguments,
+        result=text,
+        is_error=is_error or error is not None or result_error,
+        error=error,
+        server=str(server) if server is not None else None,
+        session_id=str(session_id) if session_id is not None else None,
+        duration_s=duration_s,
+        source=source,
+        started_at=started_at,
+    )
+
+
+def span_tool_call(span: Any, record: ToolCallRecord) -> SpanToolCall:
+    """``record`` as the tool call of the finished ``span`` (its id and start time)."""
+    return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
 
 
 def load_json(value: Any) -> Any:

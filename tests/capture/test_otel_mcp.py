@@ -167,3 +167,43 @@ def test_an_mcp_trace_that_no_open_trace_claims_is_emitted_on_its_own(plain) -> 
     assert [(r.call_id, r.source) for r in unrelated.tool_records] == [("other-call", "otel")]
     mcp_span(tracer, "c2", context=Context())  # nothing open: emitted at once
     assert [r.call_id for r in processor.trajectory.tool_records] == ["c2"]
+
+
+# -- one mapping from an MCP span's attributes to a record, for both capture paths --
+
+
+ATTRIBUTES = {
+    "mcp.method.name": "tools/call",
+    "gen_ai.tool.name": "divide",
+    "gen_ai.tool.call.id": "d1",
+    "gen_ai.tool.call.arguments": '{"a": 1, "b": 0}',
+    "mcp.server.name": "calc",
+    "mcp.session.id": "s1",
+}
+
+
+def test_mcp_tool_record_reads_an_mcp_spans_attributes() -> None:
+    from art_adapters import mcp_tool_record
+
+    ok = mcp_tool_record({**ATTRIBUTES, "gen_ai.tool.call.result": "0.5"}, duration_s=0.25)
+    assert (ok.name, ok.call_id, ok.arguments, ok.result, ok.is_error, ok.error) == (
+        "divide", "d1", {"a": 1, "b": 0}, "0.5", False, None
+    )  # fmt: skip
+    assert (ok.server, ok.session_id, ok.source, ok.duration_s) == ("calc", "s1", "mcp", 0.25)
+    reported = mcp_tool_record({**ATTRIBUTES, "gen_ai.tool.call.result": "by zero", "error.type": "tool_error"})
+    assert (reported.is_error, reported.error, reported.result) == (True, None, "by zero")  # an isError result
+    raised = mcp_tool_record(ATTRIBUTES, error="ToolServerError: the server exited")
+    assert (raised.is_error, raised.error, raised.result) == (True, "ToolServerError: the server exited", None)
+    unnamed = {k: v for k, v in ATTRIBUTES.items() if k != "gen_ai.tool.name"}
+    assert mcp_tool_record(unnamed, span_name="tools/call divide").name == "divide"
+
+
+def test_the_span_processor_reads_an_mcp_span_with_the_same_mapping(plain) -> None:
+    from art_adapters import mcp_tool_record
+
+    tracer, processor = plain
+    with tracer.start_as_current_span("tools/call divide", attributes=ATTRIBUTES) as span:
+        span.set_attribute("gen_ai.tool.call.result", "0.5")
+    (record,) = processor.trajectory.tool_records
+    expected = mcp_tool_record({**ATTRIBUTES, "gen_ai.tool.call.result": "0.5"})
+    assert comparable(record) == comparable(expected)
