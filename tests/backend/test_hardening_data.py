@@ -1,5 +1,8 @@
 """Data safety of the real backend over HTTP when the disk refuses writes.
 
+The server is a process of its own on the fake engine (``FakeLocalBackend``): the records, registry
+and restarts are the subject, not the model.
+
 A full disk is simulated honestly: the running server's ``RLIMIT_FSIZE`` is lowered from
 outside (``prlimit``), so its writes past that size fail with ``EFBIG`` exactly where a full
 disk fails with ``ENOSPC`` (Python ignores ``SIGXFSZ``, so the server gets the error and
@@ -17,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from art_adapters import LocalBackend
+from tests.helpers.fake_serve import FakeLocalBackend
 
 MODEL = "smollm2-135m-instruct"
 
@@ -25,7 +28,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="prlimit on anot
 
 
 @contextmanager
-def _disk_full_past(backend: LocalBackend, size: int) -> Iterator[None]:
+def _disk_full_past(backend: FakeLocalBackend, size: int) -> Iterator[None]:
     """While inside, the backend process cannot grow any file past ``size`` bytes."""
     assert backend.process is not None
     pid = backend.process.pid
@@ -43,12 +46,11 @@ def _chat(words: int) -> dict:
     return {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 2, "temperature": 0}
 
 
-@pytest.mark.slow
 async def test_a_failed_record_append_is_cut_off_and_the_next_record_survives_a_restart(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     records = run_dir / "completions.jsonl"
     body = _chat(2200)
-    async with LocalBackend(run_dir=run_dir) as backend:
+    async with FakeLocalBackend(run_dir=run_dir) as backend:
         async with httpx.AsyncClient(base_url=backend.base_url, timeout=120) as http:
             first = await http.post("/v1/chat/completions", json=body)
             assert first.status_code == 200
@@ -69,18 +71,17 @@ async def test_a_failed_record_append_is_cut_off_and_the_next_record_survives_a_
             acknowledged = after.json()["id"]
             assert (await http.get(f"/art/completions/{acknowledged}")).status_code == 200
 
-    async with LocalBackend(run_dir=run_dir) as restarted:
+    async with FakeLocalBackend(run_dir=run_dir) as restarted:
         assert (await restarted.get_token_record(first.json()["id"]))["id"] == first.json()["id"]
         assert (await restarted.get_token_record(acknowledged))["id"] == acknowledged
     lines = records.read_bytes().split(b"\n")
     assert len(lines) == 3 and lines[-1] == b""  # two whole records, nothing glued
 
 
-@pytest.mark.slow
 async def test_a_registration_the_disk_refused_is_not_made_and_a_retry_creates_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     registry = run_dir / "registry.json"
-    async with LocalBackend(run_dir=run_dir) as backend:
+    async with FakeLocalBackend(run_dir=run_dir) as backend:
         async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as http:
             first = {"name": "first", "project": "p", "base_model": MODEL}
             assert (await http.post("/art/models", json=first)).status_code == 201
@@ -100,6 +101,6 @@ async def test_a_registration_the_disk_refused_is_not_made_and_a_retry_creates_i
             assert retry.status_code == 201, retry.text  # created now, not "already there"
             assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".registry")]
 
-    async with LocalBackend(run_dir=run_dir) as restarted:
+    async with FakeLocalBackend(run_dir=run_dir) as restarted:
         names = [m["name"] for m in (await restarted.request("GET", "/art/models"))["data"]]
         assert names == ["first", "second-model"]

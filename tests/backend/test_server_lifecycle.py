@@ -1,4 +1,8 @@
-"""Servers of their own: restart keeps the registry and records, API-key enforcement, exposure refused."""
+"""Servers of their own: restart keeps the registry and records, API-key enforcement, exposure refused.
+
+The restart and API-key test runs the server process on the fake engine (``FakeLocalBackend``): its
+subject is the server's settings and stores, not the model.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from art_adapters import BackendRequestError, LocalBackend
+from art_adapters import BackendRequestError
+from tests.helpers.fake_serve import FakeLocalBackend
 
 MODEL = "smollm2-135m-instruct"
 KEY = "test-key-123"
 
 
-@pytest.mark.slow
 async def test_api_key_is_enforced_and_restart_keeps_registry_and_records(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    async with LocalBackend(run_dir=run_dir, api_key=KEY) as backend:
+    async with FakeLocalBackend(run_dir=run_dir, api_key=KEY) as backend:
         async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as http:
             assert (await http.get("/health")).status_code == 200  # open without a key
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
@@ -38,7 +42,7 @@ async def test_api_key_is_enforced_and_restart_keeps_registry_and_records(tmp_pa
         await backend.register_model(name="kept", project="p", base_model=MODEL)  # the client sends the key
     assert backend.process is None
 
-    async with LocalBackend(run_dir=run_dir, api_key=KEY) as restarted:
+    async with FakeLocalBackend(run_dir=run_dir, api_key=KEY) as restarted:
         record = await restarted.get_model("kept")
         assert record["name"] == "kept" and record["steps"] == [0] and record["base_model"] == MODEL
         served = {m["id"] for m in (await restarted.request("GET", "/v1/models"))["data"]}
