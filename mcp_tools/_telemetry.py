@@ -50,7 +50,7 @@ def tool_call_attributes(
 def tool_call_span(
     tool: str, attributes: dict[str, Any], *, tracer_provider: TracerProvider | None = None
 ) -> Iterator[Span]:
-    """Open the ``tools/call <tool>`` span with ``attributes`` around one call (current span while it runs)."""
+    """Open the ``tools/call <tool>`` span with ``attributes`` around one call (current while it runs)."""
     tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
     with tracer.start_as_current_span(
         f"tools/call {tool}",

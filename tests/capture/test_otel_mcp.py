@@ -190,10 +190,10 @@ def test_mcp_tool_record_reads_an_mcp_spans_attributes() -> None:
         "divide", "d1", {"a": 1, "b": 0}, "0.5", False, None
     )  # fmt: skip
     assert (ok.server, ok.session_id, ok.source, ok.duration_s) == ("calc", "s1", "mcp", 0.25)
-    reported = mcp_tool_record({**ATTRIBUTES, "gen_ai.tool.call.result": "by zero", "error.type": "tool_error"})
-    assert (reported.is_error, reported.error, reported.result) == (True, None, "by zero")  # an isError result
-    raised = mcp_tool_record(ATTRIBUTES, error="ToolServerError: the server exited")
-    assert (raised.is_error, raised.error, raised.result) == (True, "ToolServerError: the server exited", None)
+    reported = mcp_tool_record({**ATTRIBUTES, "gen_ai.tool.call.result": "by zero", "error.type": "x"})
+    assert (reported.is_error, reported.error, reported.result) == (True, None, "by zero")  # isError
+    raised = mcp_tool_record(ATTRIBUTES, error="ToolServerError: gone")
+    assert (raised.is_error, raised.error, raised.result) == (True, "ToolServerError: gone", None)
     unnamed = {k: v for k, v in ATTRIBUTES.items() if k != "gen_ai.tool.name"}
     assert mcp_tool_record(unnamed, span_name="tools/call divide").name == "divide"
 
