@@ -23,23 +23,36 @@ Import: :func:`trajectories_from_otlp_json`, :func:`trajectories_from_langfuse`.
 Metrics and plots: :class:`MetricsHistory`, :func:`group_metrics`, :func:`plot_run`.
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import threading as _threading
+from collections.abc import Iterable as _Iterable
+from collections.abc import Mapping as _Mapping
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
-
+from art_adapters._trajectory import TrajectoryGroup as _TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
-from art_adapters.observe._importer import (
-    trajectories_from_langfuse,
-    trajectories_from_otlp_json,
-    trajectories_from_spans,
-)
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory, group_metrics
 from art_adapters.observe._observer import Observer
-from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
 from art_adapters.observe._plot import plot_run
-from art_adapters._trajectory import TrajectoryGroup
+
+if _TYPE_CHECKING:
+    from art_adapters.observe._importer import (
+        trajectories_from_langfuse,
+        trajectories_from_otlp_json,
+        trajectories_from_spans,
+    )
+    from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
+
+# Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
+# training loop (it imports this package for its metrics file) does not need until it exports.
+_LAZY: dict[str, str] = {
+    "OtlpJsonFileExporter": "._otlp_json",
+    "otlp_json_request": "._otlp_json",
+    "trajectories_from_langfuse": "._importer",
+    "trajectories_from_otlp_json": "._importer",
+    "trajectories_from_spans": "._importer",
+}
 
 __all__ = [
     "METRICS_FILE",
@@ -62,10 +75,10 @@ __all__ = [
 ]
 
 _default: Observer | None = None
-_default_lock = threading.Lock()
+_default_lock = _threading.Lock()
 
 
-def configure(**settings: Any) -> Observer:
+def configure(**settings: _Any) -> Observer:
     """Build the default :class:`Observer` from the environment plus ``settings`` (``ObserveConfig`` fields).
 
     Replaces (and shuts down) a previous default observer. Extra keyword arguments
@@ -85,7 +98,7 @@ def configure(**settings: Any) -> Observer:
 
 
 def configure_langfuse(
-    public_key: str, secret_key: str, base_url: str = "https://cloud.langfuse.com", **settings: Any
+    public_key: str, secret_key: str, base_url: str = "https://cloud.langfuse.com", **settings: _Any
 ) -> Observer:
     """Turn Langfuse on with these keys (default: Cloud EU; or the US region, or self-hosted)."""
     return configure(
@@ -102,16 +115,29 @@ def get_observer() -> Observer:
         return _default
 
 
-def log_rollouts(groups: Iterable[TrajectoryGroup], **kwargs: Any) -> list[str]:
+def log_rollouts(groups: _Iterable[_TrajectoryGroup], **kwargs: _Any) -> list[str]:
     """:meth:`Observer.log_rollouts` on the default observer."""
     return get_observer().log_rollouts(groups, **kwargs)
 
 
-def log_scores(group: TrajectoryGroup) -> int:
+def log_scores(group: _TrajectoryGroup) -> int:
     """:meth:`Observer.log_scores` on the default observer."""
     return get_observer().log_scores(group)
 
 
-def log_train_metrics(step: int, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+def log_train_metrics(step: int, metrics: _Mapping[str, _Any], **kwargs: _Any) -> None:
     """:meth:`Observer.log_train_metrics` on the default observer."""
     get_observer().log_train_metrics(step, metrics, **kwargs)
+
+
+def __getattr__(name: str) -> _Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -13,13 +13,11 @@ stdout and written to ``--port-file``). ``--debug-tools`` (or
 ``MCP_TOOLS_DEBUG_TOOLS=1``) adds ``crash`` and ``sleep`` tools for failure tests.
 """
 
-from __future__ import annotations
-
-import sys
+import sys as _sys
 
 __all__ = ["server_command"]
 
 
 def server_command(name: str, *args: str) -> list[str]:
     """The stdio command line of a bundled server with this interpreter, e.g. ``server_command("notes")``."""
-    return [sys.executable, "-m", f"mcp_tools.servers.{name}", *args]
+    return [_sys.executable, "-m", f"mcp_tools.servers.{name}", *args]

@@ -31,7 +31,7 @@ from typing import Any
 from mcp_tools import _compat
 from mcp_tools.servers._runner import base_parser, serve
 
-__all__ = ["NotesStore", "StoreRegistry", "build_server", "load_seed", "main"]
+__all__ = ["NoteError", "NotesStore", "StoreRegistry", "build_server", "load_seed", "main"]
 
 #: Per-session stores kept at once over HTTP (least recently used dropped first).
 MAX_SESSIONS = 512
