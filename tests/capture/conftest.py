@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 from langchain_core.tools import BaseTool
+
+from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 
 
 @pytest.fixture

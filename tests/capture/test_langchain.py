@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from tests.helpers.capture_fakes import PolicyChatModel, completion_id_for, react_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, StateGraph
@@ -17,6 +16,7 @@ from langgraph.prebuilt import ToolNode
 import art_adapters as aa
 from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._trajectory import Trajectory
+from tests.helpers.capture_fakes import PolicyChatModel, completion_id_for, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 

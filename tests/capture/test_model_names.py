@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 import pytest
-from tests.helpers.capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, PolicyChatModel, review_graph
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -22,6 +21,7 @@ from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._capture.recorder import TrajectoryRecorder
 from art_adapters._trajectory import Message, Trajectory
+from tests.helpers.capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, PolicyChatModel, review_graph
 
 QUESTION = {"messages": [("user", "Why is the sky blue?")]}
 REVIEW = "Mention Rayleigh scattering."

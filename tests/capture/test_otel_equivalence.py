@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, review_graph
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
-from tests.capture.test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
-from tests.capture.test_model_names import QUESTION as REVIEW_QUESTION
-from tests.capture.test_model_names import REVIEW, answer
 
 from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._trajectory import Trajectory
+from tests.capture.test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
+from tests.capture.test_model_names import QUESTION as REVIEW_QUESTION
+from tests.capture.test_model_names import REVIEW, answer
+from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, review_graph
 
 
 def _openinference() -> Any:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.helpers.capture_fakes import PolicyChatModel, react_agent
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -22,6 +21,7 @@ from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._trajectory import ToolCallRecord
 from mcp_tools.servers import server_command
+from tests.helpers.capture_fakes import PolicyChatModel, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3")]}
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
-from tests.capture.test_otel import CALL, FINAL, RESULT, USER, chat, tool
 
 from art_adapters._capture.otel import TrajectorySpanProcessor
+from tests.capture.test_otel import CALL, FINAL, RESULT, USER, chat, tool
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, TypedDict
 
-from tests.helpers.capture_fakes import add
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, AnyMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
@@ -22,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._trajectory import Trajectory
+from tests.helpers.capture_fakes import add
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:

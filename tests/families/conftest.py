@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from art_adapters import LocalBackend
 from tests.helpers.families_support import (
     HERMES_CALL,
     LLAMA3_JSON_CALL,
@@ -26,8 +28,6 @@ from tests.helpers.families_support import (
     qwen3_chat_template,
     tiny_qwen3_path,
 )
-
-from art_adapters import LocalBackend
 
 FAMILIES = ["qwen3", "smollm2", "llama3-json-flags"]
 

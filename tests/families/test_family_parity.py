@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from tests.helpers.families_support import SYSTEM, TOOLS, Family
 
 

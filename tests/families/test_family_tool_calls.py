@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+
 from tests.helpers.families_support import ADD, SET_MODE, SYSTEM, TOOLS, Family
 
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2 + 3?"}]

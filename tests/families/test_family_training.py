@@ -17,12 +17,12 @@ from typing import Annotated, Any
 
 import pytest
 import torch
-from tests.helpers.families_support import SYSTEM, Family
 from langchain_core.tools import tool
 from pydantic import Field
 
 from art_adapters import TrainableModel, TrainConfig, TrajectoryCallbackHandler, TrajectoryGroup
 from art_adapters._trajectory import Trajectory
+from tests.helpers.families_support import SYSTEM, Family
 
 #: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]

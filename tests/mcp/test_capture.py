@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -22,6 +21,7 @@ from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._errors import ConfigError, ToolServerError
 from mcp_tools.servers import server_command
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 

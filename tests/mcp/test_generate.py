@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from tests.helpers.scripted_generator import ScriptedGenerator
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import Field
@@ -16,6 +15,7 @@ import mcp_tools
 from art_adapters._errors import ConfigError
 from mcp_tools import ScenarioGenerationError, generate_scenarios, normalize_task
 from mcp_tools.servers import server_command
+from tests.helpers.scripted_generator import ScriptedGenerator
 
 NOTES_TOOLS = [
     {

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.scripted_generator import ScriptedGenerator as Scripted
 from langchain_openai import ChatOpenAI
 
 import mcp_tools
@@ -26,6 +25,7 @@ from mcp_tools import ScenarioGenerationError, generate_scenarios, load_scenario
 from mcp_tools._answers import named_tool
 from mcp_tools._generate import SYSTEM_PROMPT, describe_tools
 from mcp_tools.servers import server_command
+from tests.helpers.scripted_generator import ScriptedGenerator as Scripted
 
 TOOLS = [
     {"name": "search_notes", "description": "Find notes containing words.", "inputSchema": {"type": "object"}},

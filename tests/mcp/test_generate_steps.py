@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.scripted_generator import ScriptedGenerator
 from langchain_core.messages import HumanMessage, SystemMessage
 
 import mcp_tools
@@ -25,6 +24,7 @@ from mcp_tools._generate import (
     _tool_specs,
 )
 from mcp_tools._generate_prompt import Prompt, describe_tools
+from tests.helpers.scripted_generator import ScriptedGenerator
 
 TOOLS = [
     {"name": "search_notes", "description": "Find notes.", "inputSchema": {"type": "object"}},

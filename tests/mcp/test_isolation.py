@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.third_party import node_server, python_server
 
 import mcp_tools
 from art_adapters._errors import ConfigError
 from mcp_tools._config import parse_servers, parse_state_option
+from tests.helpers.third_party import node_server, python_server
 
 SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import typer
-from tests.helpers.capture_fakes import PolicyChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from typer.testing import CliRunner
 
@@ -30,6 +29,7 @@ from art_adapters.apps._train_mcp import (
 )
 from mcp_tools import Scenario
 from mcp_tools.servers import server_command
+from tests.helpers.capture_fakes import PolicyChatModel
 
 
 def notes_policy(messages: list[BaseMessage]) -> AIMessage:

@@ -14,10 +14,10 @@ import logging
 import sys
 
 import pytest
-from tests.helpers.third_party import everything_http, node_server, python_server
 
 import mcp_tools
 from art_adapters._errors import ToolServerError
+from tests.helpers.third_party import everything_http, node_server, python_server
 
 
 def by_name(tools: list) -> dict:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 
 import art_adapters as aa
 from art_adapters.observe import OtlpJsonFileExporter
+from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
+from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 
 
 def comparable(trajectory: aa.Trajectory) -> dict:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.phoenix_server import PhoenixServer, ensure_venv
 
 import art_adapters as aa
 from art_adapters import observe
 from art_adapters.observe import ObserveConfig, Observer
+from tests.helpers.phoenix_server import PhoenixServer, ensure_venv
 
 
 @pytest.fixture(scope="module")

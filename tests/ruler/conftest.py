@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.helpers.judge_server import JudgeServer
 from langchain_openai import ChatOpenAI
+
+from tests.helpers.judge_server import JudgeServer
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers.judge_server import JudgeServer
 from langchain_openai import ChatOpenAI
-from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
+from tests.helpers.judge_server import JudgeServer
+from tests.ruler.test_score import answer, make_group
 
 
 async def test_a_judge_with_other_sampling_settings_misses_the_cache(

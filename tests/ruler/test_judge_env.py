@@ -10,10 +10,10 @@ from __future__ import annotations
 import socket
 
 import pytest
-from tests.helpers.judge_server import JudgeServer
 
 import art_adapters as aa
 from art_adapters.ruler import judge_from_env
+from tests.helpers.judge_server import JudgeServer
 
 VARIABLES = (
     "ART_ADAPTERS_JUDGE_MODEL", "ART_ADAPTERS_JUDGE_BASE_URL", "ART_ADAPTERS_JUDGE_API_KEY", "OPENAI_API_KEY",

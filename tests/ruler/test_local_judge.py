@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
+from tests.ruler.test_score import answer, make_group
 
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.helpers.judge_server import JudgeServer, scores
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 import art_adapters as aa
+from tests.helpers.judge_server import JudgeServer, scores
 
 SYSTEM = "You are a careful calculator. Marker SYS-PIPE."
 SCENARIOS = [{"id": "add-2-3", "a": 2, "b": 3}, {"id": "add-4-4", "a": 4, "b": 4}]

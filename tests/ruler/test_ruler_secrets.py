@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers.judge_server import JudgeServer
 from langchain_openai import ChatOpenAI
-from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
 from art_adapters.ruler._judges import LangChainJudge, _with_settings
+from tests.helpers.judge_server import JudgeServer
+from tests.ruler.test_score import answer, make_group
 
 SECRET = "hunter2-secret"
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.judge_server import JudgeServer, request_ids, scores
 from langchain_openai import ChatOpenAI
 
 import art_adapters as aa
 from art_adapters._errors import ConfigError
 from art_adapters.ruler import LiteLLMJudge, RulerCache
+from tests.helpers.judge_server import JudgeServer, request_ids, scores
 
 SYSTEM = "You are a calculator agent. Use the add tool. Marker SYS-7f3a."
 USER = "What is 2 + 3? Marker USR-91c2."

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.helpers.judge_server import JudgeServer, good_answer
 from langchain_openai import ChatOpenAI
-from tests.ruler.test_score import answer, make_group
 
 import art_adapters as aa
+from tests.helpers.judge_server import JudgeServer, good_answer
+from tests.ruler.test_score import answer, make_group
 
 
 def rejects_response_format(body: dict[str, Any]) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers.sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup, load_groups
 from art_adapters._trajectory import Message
+from tests.helpers.sampled_groups import group_from_choices
 
 
 async def _group(model: TrainableModel, seed: int) -> TrajectoryGroup:

@@ -19,10 +19,10 @@ from pathlib import Path
 import openai
 import pytest
 from art_adapters_backend.engine.vllm_engine import vllm_available
-from tests.helpers.sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig
 from art_adapters._trajectory import Message
+from tests.helpers.sampled_groups import group_from_choices
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers.sampled_groups import group_from_choices
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_adapters._trajectory import Message
+from tests.helpers.sampled_groups import group_from_choices
 
 STEPS = 4
 TRAIN_PROMPTS = 4  # prompts a step
