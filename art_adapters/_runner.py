@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._config import Count, PositiveCount, resolve_config
 from ._errors import ConfigError, RolloutBudgetError, RolloutError
+from ._gather import gather_or_cancel
 from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup
 
 __all__ = [
@@ -395,27 +396,22 @@ async def run_groups(
         )
         for slot in slots
     ]
-    failures: list[RolloutFailure] = []
+
+    def check_budget() -> None:
+        failures = [s.exception for s in slots if s.exception is not None]
+        if budget is not None and setting is not None and len(failures) > budget:
+            raise RolloutBudgetError(
+                _budget_message(failures, budget, total, setting, getattr(run, setting)),
+                exceptions=failures,
+                budget=budget,
+                total=total,
+                setting=setting,
+            )
+
     try:
-        pending: set[asyncio.Task[None]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # re-raises a ConfigError from a rollout; cancellation propagates
-            failures = [s.exception for s in slots if s.exception is not None]
-            if budget is not None and setting is not None and len(failures) > budget:
-                raise RolloutBudgetError(
-                    _budget_message(failures, budget, total, setting, getattr(run, setting)),
-                    exceptions=failures,
-                    budget=budget,
-                    total=total,
-                    setting=setting,
-                )
+        # A ConfigError from a rollout, or the budget running out, cancels the other rollouts.
+        await gather_or_cancel(tasks, check=check_budget)
     finally:
-        for task in tasks:
-            task.cancel()
-        # Wait for the cancelled rollouts to unwind (their finally blocks run) before returning.
-        await asyncio.gather(*tasks, return_exceptions=True)
         display.close()
 
     groups: list[TrajectoryGroup] = []

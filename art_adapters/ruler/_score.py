@@ -24,6 +24,7 @@ from typing import Any
 
 from .._config import resolve_config
 from .._errors import ConfigError, JudgeError
+from .._gather import gather_or_cancel
 from .._redact import redact_text
 from .._trajectory import TrajectoryGroup
 from ._answer import InvalidAnswer, JudgeScore, parse_answer
@@ -208,18 +209,7 @@ async def ruler_score_groups(
         async with semaphore:
             return await _score(group, judge, ruler)
 
-    tasks = [asyncio.create_task(one(group)) for group in groups]
-    try:
-        pending: set[asyncio.Task[TrajectoryGroup]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # raises the first failure; the finally cancels the rest
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return [task.result() for task in tasks]
+    return await gather_or_cancel([asyncio.create_task(one(group)) for group in groups])
 
 
 def combine_rewards(group: TrajectoryGroup, weights: Mapping[str, float]) -> TrajectoryGroup:
