@@ -1,15 +1,8 @@
 """``BatchStore``: the training loop's rollouts on disk, so a crash before the train step loses none.
 
 Rollouts are the expensive part of a step (a real agent may take minutes per scenario), and
-scoring can fail (a judge endpoint down). :func:`~art_adapters.train_loop` therefore writes
-each batch's groups under ``run_dir/batches/`` as soon as they exist, and again once scored::
-
-    batch-000004.rollouts.jsonl   the groups as run_groups returned them
-    batch-000004.scored.jsonl     the same groups with rewards
-
-A restarted loop that comes to the same batch at the same model step reuses them: scored
-groups go straight to training, unscored ones are scored first. Groups made at another step
-(the policy has changed since) or for other scenarios are not reused.
+scoring can fail (a judge endpoint down): :func:`~art_adapters.train_loop` saves each batch's groups
+here (``run_dir/batches/``) before and after scoring, and a restarted loop reuses them.
 """
 
 from __future__ import annotations
@@ -37,7 +30,15 @@ class StoredBatch:
 
 
 class BatchStore:
-    """The ``batches/`` folder of one training run (see the module docstring).
+    """The ``batches/`` folder of one training run.
+
+    The loop writes each batch's groups as soon as they exist, and again once scored::
+
+        batch-000004.rollouts.jsonl   the groups as run_groups returned them
+        batch-000004.scored.jsonl     the same groups with rewards
+
+    A restarted loop that comes to the same batch at the same model step reuses them (see
+    :meth:`load`): scored groups go straight to training, unscored ones are scored first.
 
     Args:
         run_dir: the loop's run directory.
@@ -59,7 +60,8 @@ class BatchStore:
     def load(self, batch: int, step: int, scenario_ids: list[str]) -> StoredBatch | None:
         """``batch``'s groups if they were sampled at ``step`` for exactly ``scenario_ids``, else ``None``.
 
-        The scored file is preferred; a file that cannot be read is logged and ignored.
+        The scored file is preferred; a file that cannot be read is logged and ignored. Groups made
+        at another step (the policy has changed since) or for other scenarios are not reused.
         """
         for scored in (True, False):
             path = self.path(batch, scored=scored)

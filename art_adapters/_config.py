@@ -1,9 +1,8 @@
 """How a component's config object meets its keyword settings: one merge, one error type.
 
-``run_groups(..., config=RunConfig(...), max_concurrency=2)`` and
-``ruler_score_group(..., config=RulerConfig(...), max_retries=0)`` both lay the keyword
-settings over the config object and validate the result with pydantic; a bad value is a
-:class:`~art_adapters.ConfigError` carrying pydantic's message.
+``run_groups`` and ``ruler_score_group(s)`` take a pydantic config model plus keyword overrides;
+:func:`resolve_config` is the one place that merges and validates them, so a bad setting is always
+a :class:`~art_adapters.ConfigError` carrying pydantic's message.
 """
 
 from __future__ import annotations
@@ -40,6 +39,10 @@ def resolve_config(
     hints: Mapping[str, str] | None = None,
 ) -> _Config:
     """``config`` (or the defaults) with the keyword ``settings`` laid over it, validated.
+
+    ``run_groups(..., config=RunConfig(...), max_concurrency=2)`` and
+    ``ruler_score_group(..., config=RulerConfig(...), max_retries=0)`` both come through here: the
+    config is returned as is when no setting is given, else re-validated with the settings on top.
 
     Raises:
         ConfigError: ``config`` is not a ``model``, a setting is unknown (``hints`` maps retired

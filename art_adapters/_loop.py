@@ -1,17 +1,9 @@
 """The training loop: rollouts -> scores -> one GRPO step, repeated; held-out evaluation every k steps.
 
-::
-
-    config = aa.LoopConfig(steps=8, groups_per_step=4, rollouts_per_group=4, eval_every=2, run_dir="runs/a")
-    result = await aa.train_loop(
-        model, rollout, train_scenarios,
-        score=aa.verifiable_scorer(lambda t, scenario: check(t, scenario)),  # or aa.ruler_scorer(judge)
-        val_scenarios=held_out, eval_rollout=greedy_rollout, config=config,
-    )
-
 :func:`train_loop` is a short loop over named steps (:func:`next_batch`, :func:`scored_groups`,
 :func:`train_step`, :func:`record_step`, :func:`evaluate`), each a function of its own that a test
-can call without a backend.
+can call without a backend; the scorers (:func:`verifiable_scorer`, :func:`ruler_scorer`,
+:func:`combined_scorer`) are how rewards get in.
 """
 
 from __future__ import annotations
@@ -487,6 +479,15 @@ async def train_loop(
     progress: Callable[[Any], None] | None = None,
 ) -> LoopResult:
     """Train ``model`` from its current step up to ``config.steps``, evaluating on the way.
+
+    ::
+
+        config = aa.LoopConfig(steps=8, groups_per_step=4, eval_every=2, run_dir="runs/a")
+        result = await aa.train_loop(
+            model, rollout, train_scenarios,
+            score=aa.verifiable_scorer(lambda t, scenario: check(t, scenario)),  # or aa.ruler_scorer(judge)
+            val_scenarios=held_out, eval_rollout=greedy_rollout, config=config,
+        )
 
     Each iteration takes the next batch of ``groups_per_step`` training scenarios, rolls each out
     ``rollouts_per_group`` times and scores the groups, trains one step on the groups that could

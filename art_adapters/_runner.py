@@ -1,22 +1,8 @@
-"""The group runner: replay every scenario N times, concurrently, and collect groups.
+"""The group runner: run every scenario N times, concurrently, and collect one group per scenario.
 
-::
-
-    async def rollout(scenario: dict) -> aa.Trajectory:
-        handler = aa.TrajectoryCallbackHandler()
-        await graph.ainvoke({"messages": [...]}, config={"callbacks": [handler]})
-        return handler.trajectory
-
-    groups = await aa.run_groups(rollout, scenarios, n=4, max_concurrency=8, timeout_s=120)
-    tolerant = aa.RunConfig(max_failures=2, max_failure_rate=None, retries=1)  # a count, not a fraction
-    groups = await aa.run_groups(rollout, scenarios, config=tolerant)
-
-Every rollout runs under a concurrency limit and its own timeout; a rollout that raises
-(or times out) is retried and, if it still fails, is kept on its group as a
-:class:`~art_adapters._trajectory.RolloutFailure`. Failures count against one budget
-(:class:`RunConfig`): past it the rest is cancelled and :class:`RolloutBudgetError` is raised.
-Cancellation of the caller cancels every rollout and propagates: nothing here catches
-``BaseException``. :func:`run_groups_sync` is the blocking shell for scripts.
+Rollouts are the slow and failure-prone part of RL on an agent: :func:`run_groups` runs them under
+one :class:`RunConfig` (concurrency, timeout, retries, failure budget) and keeps a failed rollout as
+data on its group instead of losing the batch; :func:`run_groups_sync` is its blocking shell.
 """
 
 from __future__ import annotations
@@ -337,6 +323,23 @@ async def run_groups(
     **settings: Any,
 ) -> list[TrajectoryGroup]:
     """Run ``rollout`` ``n`` times on every scenario and return one group per scenario.
+
+    ::
+
+        async def rollout(scenario: dict) -> aa.Trajectory:
+            handler = aa.TrajectoryCallbackHandler()
+            await graph.ainvoke({"messages": [...]}, config={"callbacks": [handler]})
+            return handler.trajectory
+
+        groups = await aa.run_groups(rollout, scenarios, n=4, max_concurrency=8, timeout_s=120)
+        tolerant = aa.RunConfig(max_failures=2, max_failure_rate=None, retries=1)  # a count, not a fraction
+        groups = await aa.run_groups(rollout, scenarios, config=tolerant)
+
+    Every rollout runs under the concurrency limit and its own timeout; one that raises (or times
+    out) is retried and, if it still fails, is kept on its group as a
+    :class:`~art_adapters.RolloutFailure`. Failures count against one budget: past it
+    the remaining rollouts are cancelled and :class:`RolloutBudgetError` is raised. Cancelling the
+    caller cancels every rollout and propagates: nothing here catches ``BaseException``.
 
     Args:
         rollout: ``async def rollout(scenario) -> Trajectory``, called once per rollout.

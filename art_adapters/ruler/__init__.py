@@ -1,12 +1,12 @@
 """RULER: an LLM judge scores a group's trajectories relative to each other.
 
-* ``_prompt``: the judge's prompt (shared prefix once, identical trajectories once).
-* ``_judges``: LangChain chat model or litellm string, behind one call.
-* ``_answer``: parse and validate the answer (ids, range, duplicates).
-* ``_cache``: answers on disk, keyed by a content hash.
-* ``_config``: :class:`RulerConfig`, every setting of the scorer.
-* ``_judge_env``: :func:`judge_from_env`, the judge named by the environment.
-* ``_score``: :func:`ruler_score_group`, :func:`ruler_score_groups`, :func:`combine_rewards`.
+No reward function to write: the judge compares the rollouts of one scenario against a rubric.
+
+::
+
+    judge = ChatOpenAI(base_url="http://127.0.0.1:8000/v1", model="judge", api_key="-")
+    scored = await ruler_score_group(group, judge=judge)
+    groups = await ruler_score_groups(groups, judge=judge, config=RulerConfig(swallow_exceptions=True))
 """
 
 from ._answer import JudgeScore

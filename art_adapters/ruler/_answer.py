@@ -1,8 +1,7 @@
 """Parse and validate the judge's answer: JSON, one score in [0, 1] per trajectory id.
 
-Every defect raises :class:`InvalidAnswer` with a message the judge can be shown on the
-retry ("score of t2 is 1.5, outside [0, 1]"); the scorer turns the last one into a
-:class:`~art_adapters._errors.JudgeError` naming the group.
+Validation is the same for every judge adapter, and its messages are written for the judge to read
+on a retry.
 """
 
 from __future__ import annotations
@@ -22,7 +21,11 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
 class InvalidAnswer(JudgeError, ValueError):
-    """The judge's answer was not valid JSON of the expected shape (one attempt; the scorer retries)."""
+    """The judge's answer was not valid JSON of the expected shape (one attempt; the scorer retries).
+
+    The message is one the judge can be shown on the retry ("score of t2 is 1.5, outside [0, 1]");
+    the scorer turns the last one into a :class:`~art_adapters.JudgeError` naming the group.
+    """
 
 
 class JudgeScore(BaseModel):

@@ -1,11 +1,6 @@
 """The RULER score cache: one JSON file per judge request, keyed by a content hash.
 
-The key hashes the judge's id (model, endpoint and sampling settings), the prompt version and the exact
-request (rubric and trajectories' content are in it) together with the answer schema,
-so re-scoring the same group with the same judge and rubric costs no judge call, and any
-change to either misses. Files are written to a temporary name, fsynced and renamed (a
-crash never leaves an empty answer behind); an unreadable file is treated as a miss and
-overwritten.
+Re-scoring the same group with the same judge and rubric costs no judge call.
 """
 
 from __future__ import annotations
@@ -27,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
-    """``$ART_ADAPTERS_CACHE_DIR/ruler``, else ``$XDG_CACHE_HOME/art-adapters/ruler``, else ``~/.cache/...``."""
+    """``$ART_ADAPTERS_CACHE_DIR/ruler``, else ``$XDG_CACHE_HOME/art-adapters/ruler``, else
+    ``~/.cache/art-adapters/ruler``."""
     if root := os.environ.get("ART_ADAPTERS_CACHE_DIR"):
         return Path(root) / "ruler"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -35,7 +31,7 @@ def default_cache_dir() -> Path:
 
 
 class RulerCache:
-    """Judge answers on disk under ``directory`` (created on first write).
+    """Judge answers on disk under ``directory`` (created on first write), one file per request.
 
     Args:
         directory: where to keep the files; :func:`default_cache_dir` when ``None``.
@@ -46,7 +42,11 @@ class RulerCache:
 
     @staticmethod
     def key(judge_id: str, request: JudgeRequest) -> str:
-        """The SHA-256 of the judge id, prompt version, messages and schema."""
+        """The SHA-256 of the judge id, prompt version, messages and schema.
+
+        The judge id carries the model, endpoint and sampling settings, the messages carry the rubric
+        and the trajectories' content: any change to one of them misses.
+        """
         payload = json.dumps(
             {"v": PROMPT_VERSION, "judge": judge_id, "messages": request.messages, "schema": request.schema},
             sort_keys=True,
@@ -58,7 +58,11 @@ class RulerCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str, labels: list[str]) -> dict[str, JudgeScore] | None:
-        """The cached scores for ``key``, or ``None`` on a miss (or an unreadable entry)."""
+        """The cached scores for ``key``, or ``None`` on a miss.
+
+        An unreadable entry, or one whose ids do not match ``labels``, is logged and counts as a miss
+        (the next :meth:`put` overwrites it).
+        """
         path = self._path(key)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -74,9 +78,12 @@ class RulerCache:
         return scores
 
     def put(self, key: str, judge_id: str, scores: dict[str, JudgeScore]) -> None:
-        """Store ``scores`` under ``key`` (atomically); a failure to write is logged, not raised.
+        """Store ``scores`` under ``key``; a failure to write is logged, not raised.
 
-        The cache folder is made private (``0o700``): the judge saw every prompt it scored."""
+        The file is written atomically (:func:`~art_adapters.files.write_atomic`: a crash never leaves
+        an empty answer behind). The cache folder is made private (``0o700``): the judge saw every
+        prompt it scored.
+        """
         from ..files import private_dir
 
         path = self._path(key)

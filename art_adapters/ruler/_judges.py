@@ -1,17 +1,8 @@
 """Judge adapters: a LangChain chat model or a litellm model string, behind one call.
 
-Both adapters take the request's plain ``{"role", "content"}`` messages and the answer's
-JSON schema and return the judge's raw text; parsing and validation happen in
-:mod:`art_adapters.ruler._answer`, the same for every judge.
-
-* A LangChain ``BaseChatModel`` (``ChatOpenAI`` pointed at any OpenAI-compatible
-  endpoint, our backend's models included) is asked through
-  ``with_structured_output(method="json_schema", include_raw=True)``, which sends
-  ``response_format={"type": "json_schema", ...}`` so endpoints that support it constrain
-  the output. Models without that method, and (with ``structured="auto"``) endpoints that
-  answer such a request with HTTP 400/422, are asked plainly; the prompt states the format.
-* A string is a litellm model name (``"openai/gpt-4.1-mini"``, ``"hosted_vllm/..."``),
-  called with ``litellm.acompletion``; it needs ``pip install 'art-adapters[litellm]'``.
+Both take the request's plain ``{"role", "content"}`` messages and the answer's JSON schema and
+return the judge's raw text (:class:`Judge`), so the scorer, the cache and the answer's validation
+(:mod:`art_adapters.ruler._answer`) are the same for every judge.
 """
 
 from __future__ import annotations
@@ -60,7 +51,12 @@ class Judge(Protocol):
 
 
 class LangChainJudge:
-    """A LangChain chat model as the judge.
+    """A LangChain chat model as the judge (``ChatOpenAI`` on any OpenAI-compatible endpoint, ours too).
+
+    It is asked through ``with_structured_output(method="json_schema", include_raw=True)``, which
+    sends ``response_format={"type": "json_schema", ...}`` so endpoints that support it constrain
+    the output. Models without that method, and (with ``structured="auto"``) endpoints that answer
+    such a request with HTTP 400/422, are asked plainly; the prompt states the format.
 
     Args:
         model: any ``BaseChatModel``.
@@ -134,6 +130,8 @@ class LangChainJudge:
 class LiteLLMJudge:
     """A litellm model string as the judge (``litellm.acompletion`` with a json_schema format).
 
+    Needs ``pip install 'art-adapters[litellm]'``.
+
     Args:
         model: the litellm model name, e.g. ``"openai/gpt-4.1-mini"``.
         structured: see :data:`StructuredMode` (``auto`` sends the schema).
@@ -186,8 +184,8 @@ _NOT_VERDICT = frozenset(
      "request_timeout", "stream", "_type", "client", "http_client", "http_async_client", "max_retries",
      "api_base", "base_url", "openai_api_base", "organization", "openai_organization", "openai_proxy"}
 )  # fmt: skip
-#: Names of credentials (``api_key``, ``aws_secret_access_key``, ``azure_ad_token``, ``vertex_credentials``...);
-#: ``max_tokens`` and other budgets do not match.
+#: Names of credentials (``api_key``, ``aws_secret_access_key``, ``azure_ad_token``,
+#: ``vertex_credentials``...); ``max_tokens`` and other budgets do not match.
 _CREDENTIAL = re.compile(
     r"(?:^|_)(?:key|token|secret|password|credentials?)$|^aws_|^azure_ad_|header", re.IGNORECASE
 )
@@ -203,7 +201,11 @@ def _with_settings(model_id: str, settings: Mapping[str, Any]) -> str:
 
 
 def resolve_judge(judge: Any, *, structured: StructuredMode = "auto") -> Judge:
-    """Turn the ``judge=`` argument into an adapter, or raise a :class:`ConfigError` saying what to pass."""
+    """Turn the ``judge=`` argument into an adapter, or raise a :class:`ConfigError` saying what to pass.
+
+    A string is a litellm model name (``"openai/gpt-4.1-mini"``, ``"hosted_vllm/..."``); an object with
+    ``ainvoke`` and ``with_structured_output`` is a LangChain chat model; an adapter is used as is.
+    """
     if judge is None:
         raise ConfigError(
             "ruler_score_group needs a judge: pass judge=ChatOpenAI(base_url=..., model=...) "

@@ -1,15 +1,7 @@
 """The judge's prompt for one group: shared prefix once, each distinct remainder once.
 
-Pure functions, no I/O. :func:`build_request` renders a :class:`TrajectoryGroup` as two
-chat messages (system: role and rubric; user: the shared context, then one
-``<trajectory id="tN">`` block per *distinct* trajectory) plus the JSON schema the
-answer must follow, and remembers which trajectories each label stands for.
-
-With ``dedup=True`` (the default) the messages that every trajectory of the group starts
-with (typically the system prompt and the task) are written once in ``<context>``, and
-trajectories whose remainders are identical share one label, so the judge reads each
-distinct piece of text once. ``dedup=False`` writes every trajectory out in full; it
-exists to measure what deduplication saves (``bench/ruler.py``).
+Pure functions, no I/O. A group's rollouts mostly repeat each other (same system prompt, same task,
+sometimes the same answer): written out once, the judge reads fewer tokens and compares what differs.
 """
 
 from __future__ import annotations
@@ -174,7 +166,17 @@ def _body(trajectory: Trajectory, rendered: list[str], start: int, *, tools: boo
 def build_request(
     group: TrajectoryGroup, rubric: str, *, dedup: bool = True, max_explanation_chars: int | None = None
 ) -> JudgeRequest:
-    """Render ``group`` for the judge (see the module docstring).
+    """Render ``group`` for the judge: two chat messages, the answer's schema, and the label map.
+
+    The system message holds the judge's role and the rubric; the user message the shared context,
+    then one ``<trajectory id="tN">`` block per *distinct* trajectory, then the answer format. The
+    request remembers which trajectories each label stands for (:meth:`JudgeRequest.label_of`).
+
+    With ``dedup=True`` (the default) the messages that every trajectory of the group starts with
+    (typically the system prompt and the task), and the tool list when all offer the same tools,
+    are written once in ``<context>``, and trajectories whose remainders are identical share one
+    label, so the judge reads each distinct piece of text once. ``dedup=False`` writes every
+    trajectory out in full; it exists to measure what deduplication saves (``bench/ruler.py``).
 
     Args:
         group: the group to score; it must hold at least one trajectory.

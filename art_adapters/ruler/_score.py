@@ -1,17 +1,7 @@
 """RULER scoring: one judge call per group, scores matched by id, retried, cached.
 
-::
-
-    judge = ChatOpenAI(base_url="http://127.0.0.1:8000/v1", model="judge", api_key="-")
-    scored = await aa.ruler_score_group(group, judge=judge)
-    groups = await aa.ruler_score_groups(groups, judge=judge, swallow_exceptions=True)
-
-A scored group is a copy of the input: each trajectory's ``reward`` becomes the judge's
-score (also in ``metrics["ruler_score"]``), the reward it had before is kept as
-``metrics["independent_reward"]``, the explanation goes to
-``metadata["ruler_explanation"]`` and ``logs``, and ``group.metadata["ruler"]`` records
-the status, the judge and whether the cache answered. :func:`combine_rewards` mixes the
-two rewards (or any metrics) with weights.
+Relative scores need no reward function: the judge compares the rollouts of one scenario. An answer
+that stays invalid after its retries raises (or leaves the group unscored), never a made-up reward.
 """
 
 from __future__ import annotations
@@ -51,7 +41,13 @@ def _describe(group: TrajectoryGroup) -> str:
 async def _ask(
     judge: Judge, request: JudgeRequest, group: TrajectoryGroup, *, timeout_s: float | None, max_retries: int
 ) -> tuple[dict[str, JudgeScore], int]:
-    """Ask until the answer validates; return the scores and the number of attempts."""
+    """Ask until the answer validates; return the scores and the number of attempts.
+
+    An invalid answer is shown back to the judge with the reason (:data:`_FEEDBACK`) on the next
+    attempt; a timeout or an endpoint error is simply retried. A
+    :class:`ConfigError` is raised at once; after ``max_retries`` further attempts, a
+    :class:`JudgeError` listing every attempt's reason.
+    """
     messages = list(request.messages)
     errors: list[str] = []
     for attempt in range(1, max_retries + 2):
@@ -129,7 +125,11 @@ async def ruler_score_group(
             over ``config``.
 
     Returns:
-        The scored copy (see the module docstring for where everything goes).
+        The scored copy: each trajectory's ``reward`` becomes the judge's score (also in
+        ``metrics["ruler_score"]``), the reward it had before is kept as
+        ``metrics["independent_reward"]``, the explanation goes to ``metadata["ruler_explanation"]``
+        and ``logs``, and ``group.metadata["ruler"]`` records the status, the judge and whether the
+        cache answered. :func:`combine_rewards` mixes the two rewards (or any metrics) with weights.
 
     Raises:
         JudgeError: no valid answer after the retries (unless ``swallow_exceptions``).
