@@ -1,4 +1,9 @@
-"""Odd but valid requests and adversarial model text: a clear answer, never a 500."""
+"""Odd but valid requests and adversarial model text: a clear answer, never a 500.
+
+Over HTTP the server is the real app on the fake engine (``fake_backend``): the requests' handling
+(validation, chat template, constraints compiled by the real grammar compiler) is the subject, not
+what the model writes.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
 from art_adapters_backend.tool_parser import HermesToolParser
 from art_adapters_backend.openai_types import ChatCompletionRequest
 
-from art_adapters import LocalBackend
+from tests.helpers.fake_backend import FakeBackend
 
 MODEL = "smollm2-135m-instruct"
 
@@ -31,8 +36,8 @@ def template() -> ChatTemplate:
 
 
 @pytest.fixture(scope="module")
-async def http(local_backend: LocalBackend) -> Any:
-    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as client:
+async def http(fake_backend: FakeBackend) -> Any:
+    async with httpx.AsyncClient(base_url=fake_backend.base_url, timeout=60) as client:
         yield client
 
 

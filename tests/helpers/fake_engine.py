@@ -11,7 +11,9 @@ deterministic scheme instead of a forward pass:
   ``seed`` (and the choice index) when given, else by a per-engine draw counter, so replies at
   temperature 1 differ in length and words;
 - a constrained request (forced tool call, ``response_format``) yields ``prefix + JSON + suffix``
-  with a JSON instance of the schema (:func:`schema_instance`);
+  with a JSON instance of the schema (:func:`schema_instance`); the constraint is compiled by the real
+  engine's ``GrammarCache`` (xgrammar) and those tokens must be accepted by its grammar, so a schema
+  the real engine refuses is refused here too;
 - stop strings, ``min_tokens`` and streaming deltas use the backend's own ``TextTracker``;
 - a token's log-probability is a fixed function of its id, scaled by the temperature, and
   ``top_logprobs`` lists it first with lower-scored alternatives.
@@ -19,6 +21,7 @@ deterministic scheme instead of a forward pass:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -54,13 +57,22 @@ def _digest(*parts: Any) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
-def schema_instance(schema: Any, rng: random.Random, defs: dict[str, Any] | None = None) -> Any:
+def _resolve(root: Any, ref: str) -> Any:
+    """The subschema a local ``$ref`` (``#/$defs/...``, a JSON pointer into ``root``) points at."""
+    node = root
+    for part in ref.removeprefix("#").strip("/").split("/"):
+        if part:
+            node = node.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(node, dict) else {}
+    return node
+
+
+def schema_instance(schema: Any, rng: random.Random, root: Any = None) -> Any:
     """A small value matching the JSON ``schema`` (the subset tool and response schemas use)."""
     if not isinstance(schema, dict):
         return None
-    defs = defs if defs is not None else {**schema.get("$defs", {}), **schema.get("definitions", {})}
+    root = schema if root is None else root
     if "$ref" in schema:
-        return schema_instance(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), rng, defs)
+        return schema_instance(_resolve(root, str(schema["$ref"])), rng, root)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -68,18 +80,18 @@ def schema_instance(schema: Any, rng: random.Random, defs: dict[str, Any] | None
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
             options = [o for o in schema[key] if not (isinstance(o, dict) and o.get("type") == "null")]
-            return schema_instance((options or schema[key])[0], rng, defs)
+            return schema_instance((options or schema[key])[0], rng, root)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
         properties: dict[str, Any] = schema.get("properties", {})
-        return {name: schema_instance(sub, rng, defs) for name, sub in properties.items()}
+        return {name: schema_instance(sub, rng, root) for name, sub in properties.items()}
     if kind == "array":
         count = max(int(schema.get("minItems", 1)), 1)
         if "maxItems" in schema:
             count = min(count, int(schema["maxItems"]))
-        return [schema_instance(schema.get("items", {}), rng, defs) for _ in range(count)]
+        return [schema_instance(schema.get("items", {}), rng, root) for _ in range(count)]
     if kind == "integer":
         low = int(schema.get("minimum", 1))
         return max(low, min(int(schema.get("maximum", low + 8)), low + rng.randrange(9)))
@@ -104,10 +116,10 @@ class FakeEngine:
         context_length: the context length it reports (the model's own by default, see :meth:`for_model`).
     """
 
-    def __init__(self, tokenizer: Any, *, context_length: int = 8192) -> None:
+    def __init__(self, tokenizer: Any, *, context_length: int = 8192, vocab_size: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.context_length = context_length
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = vocab_size or len(tokenizer)
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.words = [self._word_id(w) for w in WORDS]
         self.adapters: dict[str, Path] = {}
@@ -115,12 +127,14 @@ class FakeEngine:
         self._draws = 0
         self._closed = False
         self._started = False
+        self._grammars: Any = None  # the real engine's GrammarCache, built on the first constraint
 
     @classmethod
     def for_model(cls, model_path: Path, tokenizer: Any) -> FakeEngine:
         """The engine of a model folder: tokenizer and ``max_position_embeddings`` (an ``EngineFactory``)."""
         config = json.loads((Path(model_path) / "config.json").read_text("utf-8"))
-        return cls(tokenizer, context_length=int(config.get("max_position_embeddings") or 8192))
+        return cls(tokenizer, context_length=int(config.get("max_position_embeddings") or 8192),
+                   vocab_size=config.get("vocab_size"))  # fmt: skip
 
     def _word_id(self, word: str) -> int:
         ids = self.tokenizer.encode(" " + word, add_special_tokens=False)
@@ -191,23 +205,37 @@ class FakeEngine:
         self._draws += 1
         return random.Random(_digest(request.prompt_token_ids, self._draws, index))
 
-    def _planned(self, request: GenerationRequest, rng: random.Random) -> list[int]:
+    def _compile(self, request: GenerationRequest) -> Any:
+        """The real engine's compiled grammar of the request's constraint (its errors are the engine's)."""
+        from art_adapters_backend.engine.constraint import GrammarCache
+
+        if self._grammars is None:
+            self._grammars = GrammarCache(self.tokenizer, self.vocab_size, [self.eos_token_id])
+        return self._grammars.compile(request.constraint)
+
+    def _planned(self, request: GenerationRequest, rng: random.Random, grammar: Any) -> list[int]:
         """The token ids this choice would produce without a length limit (EOS last)."""
         if request.constraint is not None:
+            import xgrammar as xgr
+
             c = request.constraint
             text = c.prefix + json.dumps(schema_instance(c.json_schema, rng)) + c.suffix
-            return [*self.tokenizer.encode(text, add_special_tokens=False), self.eos_token_id]
+            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.eos_token_id]
+            matcher = xgr.GrammarMatcher(grammar)
+            if not all(matcher.accept_token(t) for t in ids) or not matcher.is_terminated():
+                raise RuntimeError(f"the fake engine's constrained output {text!r} does not fit the grammar")
+            return ids
         count = max(rng.randint(1, MAX_WORDS), request.params.min_tokens)
         return [self.words[rng.randrange(len(self.words))] for _ in range(count)] + [self.eos_token_id]
 
     def _logprob(self, token_id: int, temperature: float) -> float:
         return -(0.05 + (token_id * 2654435761 % 1000) / 400) / (temperature if temperature > 0 else 1.0)
 
-    def _choice(self, request: GenerationRequest, index: int) -> Iterator[SequenceDelta]:
+    def _choice(self, request: GenerationRequest, index: int, grammar: Any) -> Iterator[SequenceDelta]:
         params = request.params
         stop = () if request.constraint is not None else params.stop
         tracker = TextTracker(self.tokenizer, stop, min_tokens=params.min_tokens)
-        planned = self._planned(request, self._rng(request, index))
+        planned = self._planned(request, self._rng(request, index), grammar)
         for position, token_id in enumerate(planned[: params.max_tokens]):
             eos = token_id == self.eos_token_id and position == len(planned) - 1
             if not eos:
@@ -230,11 +258,12 @@ class FakeEngine:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[SequenceDelta]:
         """Yield each choice's tokens one delta at a time, choices one after the other."""
         self._validate(request)
+        grammar = await asyncio.to_thread(self._compile, request) if request.constraint is not None else None
         self._stats.requests += 1
         self._stats.sequences += request.n
         self._stats.max_batch_size_seen = max(self._stats.max_batch_size_seen, request.n)
         for index in range(request.n):
-            for delta in self._choice(request, index):
+            for delta in self._choice(request, index, grammar):
                 yield delta
 
     async def generate(self, request: GenerationRequest) -> list[GeneratedSequence]:
