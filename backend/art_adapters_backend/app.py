@@ -5,13 +5,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from .auth import ApiKeyMiddleware
-from .body_limit import BodyLimitMiddleware, BodyTooLargeError
-from .engine.base import ContextLengthError
-from .errors import BadRequestError, install_error_handlers
+from .body_limit import BodyLimitMiddleware
+from .errors import install_error_handlers
 from .host_check import HostOriginMiddleware
 from .routes_art import health_router
 from .routes_art import router as art_router
@@ -22,16 +20,6 @@ from .state import ServerState
 __all__ = ["create_app"]
 
 logger = logging.getLogger(__name__)
-
-
-async def _body_too_large(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, BodyTooLargeError)
-    return exc.response()
-
-
-async def _engine_value_error(request: Request, exc: Exception) -> JSONResponse:
-    code = "context_length_exceeded" if isinstance(exc, ContextLengthError) else "invalid_value"
-    return BadRequestError(str(exc), code=code).response()
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -53,14 +41,6 @@ def create_app(state: ServerState) -> FastAPI:
     # 413 past --max-request-bytes (training: --max-train-request-bytes), before the body is parsed
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes,
                        max_train_bytes=limits.max_train_request_bytes)  # fmt: skip
-    app.add_exception_handler(BodyTooLargeError, _body_too_large)
-    app.add_exception_handler(ContextLengthError, _engine_value_error)
-    try:
-        from .engine.constraint import ConstraintError
-    except ImportError:  # pragma: no cover - engine without constrained decoding
-        pass
-    else:
-        app.add_exception_handler(ConstraintError, _engine_value_error)
     app.include_router(health_router)
     app.include_router(openai_router)
     app.include_router(art_router)

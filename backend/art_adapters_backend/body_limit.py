@@ -10,41 +10,36 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from fastapi import HTTPException
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import error_body
+from .errors import APIError
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 
 logger = logging.getLogger(__name__)
 
 
-class BodyTooLargeError(HTTPException):
+class BodyTooLargeError(APIError, HTTPException):
     """413: the request body is larger than the server accepts on this route.
 
-    An ``HTTPException``: raised while FastAPI reads the body, it is answered by the app's
-    HTTP error handler (an OpenAI-style body) instead of being turned into a 400.
+    Also an ``HTTPException``: FastAPI lets only those through while it reads the body (any
+    other error there becomes a 400), so the app's one :class:`APIError` handler answers it.
     """
+
+    status_code = 413
+    code = "request_too_large"
 
     def __init__(self, limit: int, flag: str, size: int | None = None) -> None:
         what = f"is {size} bytes" if size is not None else "is larger than that"
-        super().__init__(
-            status_code=413,
-            detail=f"the request body {what}; this server accepts at most {limit} bytes here "
-            f"(serve {flag}): send less, e.g. fewer or shorter messages or groups",
+        message = (
+            f"the request body {what}; this server accepts at most {limit} bytes here "
+            f"(serve {flag}): send less, e.g. fewer or shorter messages or groups"
         )
-
-    def body(self) -> dict[str, Any]:
-        """The OpenAI-style error body (``code: request_too_large``)."""
-        return error_body(str(self.detail), "invalid_request_error", None, "request_too_large")
-
-    def response(self) -> JSONResponse:
-        """This error as a response (the app's handler for it)."""
-        return JSONResponse(self.body(), status_code=413)
+        super().__init__(message)
+        self.detail = message  # HTTPException's fields
+        self.headers = None
 
 
 def _is_train_path(path: str) -> bool:

@@ -10,14 +10,21 @@ Every error the server returns has the body OpenAI uses::
     ├── BadRequestError         400: the request is malformed or asks for the impossible
     ├── AuthenticationError     401: missing or wrong API key
     ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
+    │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (engine.base)
+    │   ├── ConstraintError     400: a JSON schema cannot be compiled (engine.constraint)
+    │   └── ExportError         400: a checkpoint cannot be exported (export)
+    │       ├── ExportNotFoundError  404: no such run directory, model or step
+    │       └── ExportExistsError    409: the output folder exists and is not empty
     ├── NotFoundError           404: unknown model, completion id or route
     ├── ConflictError           409: the request contradicts existing state
+    ├── BodyTooLargeError       413: a body past the size limit (body_limit; also an HTTPException)
     ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
     ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
     ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
     └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
 
-:func:`install_error_handlers` turns these, FastAPI's validation errors (one readable
+:func:`install_error_handlers` turns these (one handler: each class carries its status, type and
+default code), FastAPI's validation errors (one readable
 message instead of pydantic's list) and any unexpected exception (logged with its
 traceback, answered as a 500 without it) into such bodies.
 """
@@ -58,30 +65,42 @@ _UNION_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 class APIError(Exception):
-    """An error answered with ``status_code`` and an OpenAI-style body.
+    """An error answered with its class's ``status_code`` and an OpenAI-style body.
+
+    A subclass sets ``status_code``, ``error_type`` and, where it has one, a default ``code``
+    (class attributes); the app's one handler answers every subclass from them.
 
     Args:
         message: what is wrong and, where it helps, what to do instead.
         param: the request field at fault (``"messages[1].content"``), if any.
-        code: a short machine-readable code (``"model_not_found"``), if any.
+        code: a short machine-readable code (``"model_not_found"``), instead of the class's.
     """
 
     status_code: int = 400
     error_type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
+        Exception.__init__(self, message)  # not super(): a subclass may also be an HTTPException
         self.message = message
-        self.param = param
-        self.code = code
+        if param is not None:
+            self.param = param
+        if code is not None:
+            self.code = code
 
     def body(self) -> dict[str, Any]:
         """The JSON body of this error."""
         return error_body(self.message, self.error_type, self.param, self.code)
 
+    def response_headers(self) -> dict[str, str]:
+        """Headers the response carries (none but for a subclass's own)."""
+        return {}
+
     def response(self) -> JSONResponse:
         """This error as a response."""
-        return JSONResponse(self.body(), status_code=self.status_code)
+        headers = self.response_headers() or None
+        return JSONResponse(self.body(), status_code=self.status_code, headers=headers)
 
 
 class BadRequestError(APIError):
@@ -122,16 +141,16 @@ class ServerBusyError(APIError):
 
     status_code = 429
     error_type = "rate_limit_error"
+    code = "server_busy"
 
     def __init__(self, message: str, *, retry_after: int = 1, param: str | None = None,
-                 code: str | None = "server_busy") -> None:  # fmt: skip
+                 code: str | None = None) -> None:  # fmt: skip
         super().__init__(message, param=param, code=code)
         self.retry_after = retry_after
 
-    def response(self) -> JSONResponse:
-        """This error with its ``Retry-After`` header."""
-        headers = {"Retry-After": str(self.retry_after)}
-        return JSONResponse(self.body(), status_code=self.status_code, headers=headers)
+    def response_headers(self) -> dict[str, str]:
+        """The ``Retry-After`` header."""
+        return {"Retry-After": str(self.retry_after)}
 
 
 class CheckpointUnavailableError(APIError):
@@ -157,11 +176,7 @@ class StorageUnavailableError(APIError):
 
     status_code = 503
     error_type = "server_error"
-
-    def __init__(
-        self, message: str, *, param: str | None = None, code: str | None = "storage_unavailable"
-    ) -> None:
-        super().__init__(message, param=param, code=code)
+    code = "storage_unavailable"
 
 
 def error_body(

@@ -37,6 +37,7 @@ from typing import Any
 from art_adapters.files import atomic_directory
 
 from .bundled import is_bundled, resolve_model_path
+from .errors import BadRequestError
 from .model_family import ModelFamily
 from .registry import ModelRecord, Registry
 from .state import SERVING_SETTINGS
@@ -68,16 +69,23 @@ _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 _REF = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(?P<step>0|[1-9][0-9]*))?")
 
 
-class ExportError(ValueError):
-    """A checkpoint cannot be exported; the message says what to change."""
+class ExportError(BadRequestError, ValueError):
+    """A checkpoint cannot be exported; the message says what to change (a 400)."""
 
 
 class ExportNotFoundError(ExportError):
-    """The run directory, the model or the step does not exist."""
+    """The run directory, the model or the step does not exist (a 404)."""
+
+    status_code = 404
+    code = "checkpoint_not_found"
 
 
 class ExportExistsError(ExportError):
-    """The output folder exists and is not empty (pass ``force=True`` / ``--force`` to replace it)."""
+    """The output folder exists and is not empty (pass ``force=True`` / ``--force`` to replace it; a 409)."""
+
+    status_code = 409
+    code = "export_exists"
+    param = "out"
 
 
 @dataclass(frozen=True)

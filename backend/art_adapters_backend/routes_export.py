@@ -15,8 +15,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import BadRequestError, ConflictError, NotFoundError
-from .export import EXPORT_MANIFEST, ExportError, ExportExistsError, ExportNotFoundError, export_checkpoint
+from .errors import BadRequestError
+from .export import EXPORT_MANIFEST, export_checkpoint
 from .state import ServerState
 
 __all__ = ["ExportRequest", "router"]
@@ -51,17 +51,11 @@ async def export_model(name: str, body: ExportRequest, request: Request) -> dict
             f"out must be an absolute path on the backend's machine, got {body.out!r}", param="out"
         )
     step = record.steps[-1] if body.step is None else body.step
-    try:
-        # the lease keeps retention from deleting the step while its files are read
-        async with state.checkpoint_leases.reading(name, step):
-            path = await asyncio.to_thread(
-                export_checkpoint, state.config.run_dir, name, step, out=body.out, merged=body.merged,
-                force=body.force, cache_dir=state.config.cache_dir,
-            )  # fmt: skip
-    except ExportNotFoundError as exc:
-        raise NotFoundError(str(exc), code="checkpoint_not_found") from exc
-    except ExportExistsError as exc:
-        raise ConflictError(str(exc), param="out", code="export_exists") from exc
-    except ExportError as exc:
-        raise BadRequestError(str(exc)) from exc
+    # the lease keeps retention from deleting the step while its files are read; an ExportError
+    # carries its own status (400, 404 or 409)
+    async with state.checkpoint_leases.reading(name, step):
+        path = await asyncio.to_thread(
+            export_checkpoint, state.config.run_dir, name, step, out=body.out, merged=body.merged,
+            force=body.force, cache_dir=state.config.cache_dir,
+        )  # fmt: skip
     return json.loads((path / EXPORT_MANIFEST).read_text(encoding="utf-8"))

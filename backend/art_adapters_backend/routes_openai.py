@@ -21,7 +21,6 @@ from starlette.types import Receive, Scope, Send
 
 from .chat import PreparedChat, choice_record, make_record, prepare_chat, response_body
 from .engine.base import ContextLengthError
-from .errors import BadRequestError
 from .openai_types import ChatCompletionRequest
 from .state import ServerState
 from .streaming import open_stream
@@ -120,9 +119,10 @@ async def _stream(
 
     try:
         events = await open_stream(prepared, state, on_close=on_close)
-    except ContextLengthError as exc:
+    except ContextLengthError as exc:  # a 400 already; name the field at fault
         on_close()
-        raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+        exc.param = "messages"
+        raise
     except BaseException:
         on_close()
         raise
@@ -143,8 +143,9 @@ async def _complete(prepared: PreparedChat, request: Request, state: ServerState
     adapter = prepared.generation.adapter
     try:
         sequences = await _unless_disconnected(request, state.engine.generate(prepared.generation))
-    except ContextLengthError as exc:
-        raise BadRequestError(str(exc), param="messages", code="context_length_exceeded") from exc
+    except ContextLengthError as exc:  # a 400 already; name the field at fault
+        exc.param = "messages"
+        raise
     except _ClientGone:
         logger.info("completion %s: the client went away; decoding stopped", prepared.completion_id)
         return Response(status_code=499)  # nobody reads it; nothing was acknowledged or recorded

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -108,3 +111,32 @@ async def test_sdk_raises_with_the_message_and_the_server_keeps_serving(fake_bac
     ok = await client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=2, temperature=0)  # type: ignore[arg-type]
     await client.close()
     assert ok.choices[0].message.content is not None
+
+
+def test_each_error_carries_its_status_and_one_handler_answers_them_all(tmp_path: Path) -> None:
+    from art_adapters_backend.app import create_app
+    from art_adapters_backend.body_limit import BodyTooLargeError
+    from art_adapters_backend.config import ServeConfig
+    from art_adapters_backend.engine.base import ContextLengthError
+    from art_adapters_backend.engine.constraint import ConstraintError
+    from art_adapters_backend.errors import APIError, ServerBusyError
+    from art_adapters_backend.export import ExportError, ExportExistsError, ExportNotFoundError
+
+    app = create_app(SimpleNamespace(config=ServeConfig(run_dir=tmp_path)))  # type: ignore[arg-type]
+    handled = [c for c in app.exception_handlers if isinstance(c, type) and issubclass(c, APIError)]
+    assert handled == [APIError]  # no handler per class: the class says its status
+    expected = [  # (error, status, code, param)
+        (ContextLengthError("too long"), 400, "context_length_exceeded", None),
+        (ConstraintError("bad schema"), 400, "invalid_value", None),
+        (ExportError("step 0 needs merged"), 400, None, None),
+        (ExportNotFoundError("no step 9"), 404, "checkpoint_not_found", None),
+        (ExportExistsError("not empty"), 409, "export_exists", "out"),
+        (BodyTooLargeError(10, "--max-request-bytes", 11), 413, "request_too_large", None),
+        (ServerBusyError("busy", retry_after=3), 429, "server_busy", None),
+    ]
+    for error, status, code, param in expected:
+        response = error.response()
+        body = json.loads(bytes(response.body))["error"]
+        assert (response.status_code, body["code"], body["param"]) == (status, code, param), error
+        assert body["message"] == error.message
+    assert ServerBusyError("busy", retry_after=3).response().headers["Retry-After"] == "3"

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..errors import BadRequestError
+
 __all__ = [
     "Constraint",
     "ContextLengthError",
@@ -178,8 +180,10 @@ class SequenceDelta:
         return self.token_ids[:-1] if self.eos else self.token_ids
 
 
-class ContextLengthError(ValueError):
-    """The prompt plus ``max_tokens`` does not fit in the model's context length."""
+class ContextLengthError(BadRequestError, ValueError):
+    """The prompt plus ``max_tokens`` does not fit in the model's context length (a 400)."""
+
+    code = "context_length_exceeded"
 
 
 @dataclass

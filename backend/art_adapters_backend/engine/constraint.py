@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import BadRequestError
 from .base import Constraint
 
 if TYPE_CHECKING:
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
 __all__ = ["ConstrainedDecoder", "ConstraintError", "GrammarCache"]
 
 
-class ConstraintError(ValueError):
-    """A constraint's JSON schema cannot be compiled; the message says why."""
+class ConstraintError(BadRequestError, ValueError):
+    """A constraint's JSON schema cannot be compiled; the message says why (a 400)."""
+
+    code = "invalid_value"
 
 
 class GrammarCache:
