@@ -68,7 +68,7 @@ def check_rollout_traces(
         kinds = sorted(s["span_kind"] for s in members)
         (root,) = [s for s in members if s["parent_id"] is None]
         assert root["span_kind"] == "AGENT"  # Phoenix read our GenAI attributes
-        assert root["attributes"]["art_adapters._trajectory.id"] == trajectory.id
+        assert root["attributes"]["art_adapters.trajectory.id"] == trajectory.id
         assert root["attributes"]["session.id"] in {g.id for g in groups}
         llm = sorted((s for s in members if s["span_kind"] == "LLM"), key=lambda s: s["start_time"])
         assert len(llm) == 2 and all(s["attributes"]["gen_ai.request.model"] == model for s in llm)
