@@ -3,9 +3,10 @@
 The servers are the registries' own, started for real (``tests.helpers.third_party``): ``mcp-server-time``
 (PyPI, Python, stdio), ``@modelcontextprotocol/server-memory`` (npm, Node, stdio, its memory
 file copied per rollout) and ``@modelcontextprotocol/server-everything`` (npm, Node,
-streamable HTTP). On them: a captured rollout whose first call is forced, on the real backend
-with the bundled model; ``generate_scenarios`` with a scripted generator; and
-``art-adapters train-mcp --steps 1`` end to end with the scripted RULER judge.
+streamable HTTP). On them: a captured rollout whose first call is forced; ``generate_scenarios``
+with a scripted generator; and ``art-adapters train-mcp --steps 1`` end to end with the scripted RULER
+judge. The servers are the subject, not the model: the backend is the real app on the fake engine and
+trainer (``fake_backend``), whose forced calls are valid calls of each tool's schema.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import art_adapters as aa
 import mcp_tools
 from art_adapters.apps._train_mcp import build_agent, make_rollout, select_tools
+from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.judge_server import JudgeServer  # the RULER tests' scripted judge
 from tests.helpers.scripted_generator import ScriptedGenerator
 from tests.helpers.third_party import everything_http, node_server, python_server
@@ -53,7 +55,7 @@ def time_command() -> list[str]:
 
 
 async def _forced_rollouts(
-    backend: aa.LocalBackend, server: Any, name: str, choice: str, task: str, offer: list[str] | None = None
+    backend: aa.Backend, server: Any, name: str, choice: str, task: str, offer: list[str] | None = None
 ) -> list[aa.Trajectory]:
     """Two rollouts of the bundled model offered *server*'s *offer* tools, the first turn forced to *choice*.
 
@@ -72,7 +74,7 @@ async def _forced_rollouts(
 
 
 async def _assert_captured(
-    backend: aa.LocalBackend, trajectory: aa.Trajectory, server: str, tool: str, max_tokens: int
+    backend: aa.Backend, trajectory: aa.Trajectory, server: str, tool: str, max_tokens: int
 ) -> aa.ToolCallRecord | None:
     """The first assistant turn called *tool* of *server*; its MCP record and exact tokens were captured.
 
@@ -116,16 +118,15 @@ def _check_memory_record(record: aa.ToolCallRecord) -> None:
     assert [e["name"] for e in json.loads(record.result)["entities"]] == ["Ada"]
 
 
-@pytest.mark.slow
 async def test_a_forced_first_call_on_a_node_server_over_streamable_http(
-    local_backend: aa.LocalBackend, everything_url: str
+    fake_backend: FakeBackend, everything_url: str
 ) -> None:
     """server-everything over HTTP: the echo comes back from the server, under its own Mcp-Session-Id."""
     trajectories = await _forced_rollouts(
-        local_backend, everything_url, "everything", "echo", "Say hello back to me.",
+        fake_backend, everything_url, "everything", "echo", "Say hello back to me.",
         offer=["echo", "get-sum"],
     )
-    records = [await _assert_captured(local_backend, t, "everything", "echo", 48) for t in trajectories]
+    records = [await _assert_captured(fake_backend, t, "everything", "echo", 48) for t in trajectories]
     ran = [r for r in records if r is not None]
     assert ran, "no forced call completed within the token limit"
     for record in ran:
@@ -196,7 +197,7 @@ async def test_generate_scenarios_for_a_node_server_over_http_lists_its_tools_it
 
 
 async def _train_mcp(
-    backend: aa.LocalBackend, server: list[str], tasks: list[str], tmp_path: Path, *extra: str
+    backend: aa.Backend, server: list[str], tasks: list[str], tmp_path: Path, *extra: str
 ) -> tuple[int, str, Path]:
     """``art-adapters train-mcp SERVER --steps 1`` in its own process: (exit code, output, run dir)."""
     scenarios = mcp_tools.save_scenarios(
@@ -230,7 +231,7 @@ async def _train_mcp(
 
 
 async def _check_run(
-    backend: aa.LocalBackend, output: str, run_dir: Path, server: str, tool: str, max_tokens: int = 48
+    backend: aa.Backend, output: str, run_dir: Path, server: str, tool: str, max_tokens: int = 48
 ) -> list[aa.ToolCallRecord]:
     """One trained step, its tool-call rate in the console and metrics.jsonl; its rollouts captured the
     forced first call to *tool*, the server's answer and the exact tokens (checked on the backend).
@@ -254,12 +255,11 @@ async def _check_run(
     return ran
 
 
-@pytest.mark.slow
 async def test_train_mcp_one_step_on_a_python_server_over_stdio(
-    local_backend: aa.LocalBackend, tmp_path: Path
+    fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
     code, output, run_dir = await _train_mcp(
-        local_backend,
+        fake_backend,
         time_command(),
         ["What time is it in Tokyo right now?", "What time is it in Lima now?"],
         tmp_path,
@@ -269,17 +269,16 @@ async def test_train_mcp_one_step_on_a_python_server_over_stdio(
     # named after what the command runs (the module), as its tool records are; never after an option's value
     assert f"MCP server 'mcp_server_time' ({' '.join(time_command())}): 2 tools;" in output, output
     assert "offering get_current_time, convert_time; first turn tool_choice 'get_current_time'" in output
-    for record in await _check_run(local_backend, output, run_dir, "mcp_server_time", "get_current_time"):
+    for record in await _check_run(fake_backend, output, run_dir, "mcp_server_time", "get_current_time"):
         _check_time_record(record)
 
 
-@pytest.mark.slow
 async def test_train_mcp_one_step_on_a_node_server_with_state(
-    local_backend: aa.LocalBackend, memory_file: Path, tmp_path: Path
+    fake_backend: FakeBackend, memory_file: Path, tmp_path: Path
 ) -> None:
     original = memory_file.read_bytes()
     code, output, run_dir = await _train_mcp(
-        local_backend,
+        fake_backend,
         node_server("mcp-server-memory"),
         ["Who is in my knowledge graph?", "What do you know about Ada?"],
         tmp_path,
@@ -291,7 +290,7 @@ async def test_train_mcp_one_step_on_a_node_server_with_state(
     assert "MCP server 'mcp-server-memory' (" in output
     assert "9 tools; offering create_entities, read_graph, search_nodes (left out: " in output
     assert "per-rollout state isolation" not in output  # --state isolates it: no warning
-    for record in await _check_run(local_backend, output, run_dir, "mcp-server-memory", "read_graph"):
+    for record in await _check_run(fake_backend, output, run_dir, "mcp-server-memory", "read_graph"):
         _check_memory_record(record)
     assert memory_file.read_bytes() == original
     assert sorted(p.name for p in memory_file.parent.iterdir()) == ["memory.jsonl"]
