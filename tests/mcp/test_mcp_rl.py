@@ -30,6 +30,7 @@ from art_adapters.apps._train_mcp import (
 from mcp_tools import Scenario
 from mcp_tools.servers import server_command
 from tests.helpers.capture_fakes import PolicyChatModel
+from tests.helpers.fake_backend import FakeBackend
 
 
 def notes_policy(messages: list[BaseMessage]) -> AIMessage:
@@ -176,13 +177,14 @@ def test_train_mcp_help_and_bad_inputs_fail_fast(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "rollouts_per_group" in result.output
 
 
-@pytest.mark.slow
-async def test_a_forced_first_turn_makes_the_real_model_call_a_tool(local_backend: aa.LocalBackend) -> None:
-    """With ``first_tool_choice`` the bundled model calls a tool in every rollout (it never does unprompted);
-    a named tool is the one called; only the first turn is forced."""
+async def test_a_forced_first_turn_makes_the_model_call_a_tool(fake_backend: FakeBackend) -> None:
+    """With ``first_tool_choice`` the model calls a tool in every rollout (the bundled model never does
+    unprompted); a named tool is the one called; only the first turn is forced. The agent's forcing is the
+    subject, so the backend is the real app on the fake engine (the real model's forced calls are covered
+    end to end by tests/capture/test_end_to_end.py and test_train_mcp.py)."""
     tools = await mcp_tools.load_tools(server_command("calculator"))
     model = aa.TrainableModel(name="forced-first", project="mcp-tests")
-    await model.register(local_backend)
+    await model.register(fake_backend)
     chat = model.chat_model(temperature=1.0, max_tokens=48)
     scenario = {"task": "What is 17 + 25?", "difficulty": 1}
     for choice, expected in (("required", {t.name for t in tools}), ("multiply", {"multiply"})):
