@@ -1,45 +1,7 @@
 """``TrajectorySpanProcessor``: an OpenTelemetry span processor that turns traces into trajectories.
 
-Add it to any ``TracerProvider`` beside your exporters::
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # e.g. to Langfuse
-    capture = aa.TrajectorySpanProcessor()
-    provider.add_span_processor(capture)
-    LangChainInstrumentor().instrument(tracer_provider=provider)  # or any GenAI instrumentation
-    graph.invoke(...)
-    trajectory = capture.trajectory
-
-Spans in the OTel GenAI conventions, the OpenInference conventions and MCP
-``tools/call`` spans are understood (see :mod:`.otel_genai`, :mod:`.otel_openinference`).
-One trajectory is assembled per trace, when the trace's local root span ends; runs
-that share a trace (concurrent local roots under one remote or foreign parent) get one
-trajectory each, holding the calls made under their own root.
-
-How it stays out of the way: ``on_end`` runs on the thread that ended the span, so it
-only checks a few attribute keys and puts the span (or, for spans of no interest, a
-three-int parent link) on a capped queue; it never blocks, never raises, and never
-touches the span's data beyond that. A span is its trace's local root when it has no
-parent, a remote parent, or a parent this provider never started (another provider's
-span): a trajectory is assembled when that span ends. A daemon worker thread
-parses spans and assembles trajectories.
-
-MCP ``tools/call`` spans made under a tool span that was never made current
-(OpenInference's) are kept with the graph's trace all the same, so that the MCP record
-(with server and session) replaces the tool span's record of the same call id
-(``gen_ai.tool.call.id``) instead of adding a second record or a one-call trajectory:
-
-- an MCP span whose parent is another provider's span, in a trace with spans of this
-  provider still open, does not end that trace; it is merged there by call id;
-- an MCP span that starts a trace of its own while spans of other traces are open is
-  held back by the worker (``on_end`` notes which traces: the tool span around the call
-  is in one, and ends after it). The first of them to end with a tool call of the same
-  id takes it in; once they have all ended without one (or at shutdown, or when more
-  than ``max_pending_traces`` are held) it is emitted on its own.
-
-Reading :attr:`~TrajectorySpanProcessor.trajectories`
-first waits (bounded) for the worker to drain what was queued before the call, so a
-trajectory is there as soon as the run that produced it has returned.
+Added to any ``TracerProvider`` beside the exporters, it builds one trajectory per trace on a worker
+thread, so the traced code never waits on it.
 """
 
 from __future__ import annotations
@@ -104,6 +66,45 @@ class _Held:
 
 class TrajectorySpanProcessor(SpanProcessor):
     """Assembles one :class:`~art_adapters._trajectory.Trajectory` per trace from GenAI spans.
+
+    Add it to any ``TracerProvider`` beside your exporters::
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # e.g. to Langfuse
+        capture = aa.TrajectorySpanProcessor()
+        provider.add_span_processor(capture)
+        LangChainInstrumentor().instrument(tracer_provider=provider)  # or any GenAI instrumentation
+        graph.invoke(...)
+        trajectory = capture.trajectory
+
+    Spans in the OTel GenAI conventions, the OpenInference conventions and MCP ``tools/call``
+    spans are understood (see :mod:`.otel_genai`, :mod:`.otel_openinference`). One trajectory
+    is assembled per trace, when the trace's local root span ends: a span with no parent, a
+    remote parent, or a parent this provider never started (another provider's span). Runs
+    that share a trace (concurrent local roots under one remote or foreign parent) get one
+    trajectory each, holding the calls made under their own root.
+
+    :meth:`on_end` runs on the thread that ended the span, so it only checks a few attribute
+    keys and puts the span (or, for spans of no interest, a three-int parent link) on a capped
+    queue; it never blocks, never raises, and never touches the span's data beyond that. A
+    daemon worker thread parses spans and assembles trajectories.
+
+    MCP ``tools/call`` spans made under a tool span that was never made current
+    (OpenInference's) are kept with the graph's trace all the same, so that the MCP record
+    (with server and session) replaces the tool span's record of the same call id
+    (``gen_ai.tool.call.id``) instead of adding a second record or a one-call trajectory:
+
+    - an MCP span whose parent is another provider's span, in a trace with spans of this
+      provider still open, does not end that trace; it is merged there by call id;
+    - an MCP span that starts a trace of its own while spans of other traces are open is
+      held back by the worker (``on_end`` notes which traces: the tool span around the call
+      is in one, and ends after it). The first of them to end with a tool call of the same
+      id takes it in; once they have all ended without one (or at shutdown, or when more
+      than ``max_pending_traces`` are held) it is emitted on its own.
+
+    Reading :attr:`trajectories` first waits (bounded) for the worker to drain what was
+    queued before the call, so a trajectory is there as soon as the run that produced it
+    has returned.
 
     Args:
         on_trajectory: called with each finished trajectory, on the processor's worker
