@@ -1,30 +1,9 @@
 """Turning recorded model and tool calls into a :class:`~art_adapters._trajectory.Trajectory`.
 
-Both capture paths — the LangChain callback handler (:mod:`.recorder`) and the
-OpenTelemetry span processor (:mod:`.otel_trace`) — end with the same material: the
-run's chat-model calls in start order (each with its input messages, the tools it was
-offered, its output message, token usage and error) and its tool executions. This
-module assembles that material, so both paths build trajectories the same way:
-
-* each model call's conversation is its input messages plus its output (tool results
-  without a ``name`` get the name of the function call they answer);
-* a conversation that extends an earlier one replaces it; one already contained in an
-  earlier one is dropped (its completion ids copied over); one that diverges is kept
-  as an additional history, so no history is ever lost;
-* the longest conversation is the trajectory's ``messages``;
-* each assistant turn is marked ``generated=True`` when it is the output of one of the
-  run's model calls, and ``generated=False`` when it only ever appeared in model inputs
-  (a hand-written few-shot example, history carried over from an earlier run), so
-  training keeps it out of the loss; ``None`` (unknown) when an earlier call of the run
-  has no recorded output and so might have produced it;
-* each assistant turn a model call produced carries that call's model name
-  (``Message.model``), also where the turn reappears in another call's input, so a graph
-  with several models (a planner, a summariser, the trained policy) says whose turn is whose;
-* each model call's token usage is kept on its output message (``Message.usage``) and
-  summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and each failed model
-  call gets a line in ``logs``.
-
-Nothing here knows about LangChain, OpenTelemetry or threads.
+Both capture paths (the LangChain callback handler in :mod:`.recorder` and the OpenTelemetry span
+processor in :mod:`.otel_trace`) end with the same material: the run's model calls and tool executions.
+Assembling it here makes both build trajectories the same way. Nothing here knows about LangChain,
+OpenTelemetry or threads.
 """
 
 from __future__ import annotations
@@ -219,6 +198,24 @@ def assemble(
     calls: Sequence[ModelCallLike], tool_records: Sequence[ToolCallRecord], **fields: Any
 ) -> Trajectory:
     """The trajectory of one run from its model calls (in start order) and tool records (in order).
+
+    * each model call's conversation is its input messages plus its output (tool results
+      without a ``name`` get the name of the function call they answer);
+    * a conversation that extends an earlier one replaces it; one already contained in an
+      earlier one is dropped (its completion ids copied over); one that diverges is kept
+      as an additional history, so no history is ever lost;
+    * the longest conversation is the trajectory's ``messages``;
+    * each assistant turn is marked ``generated=True`` when it is the output of one of the
+      run's model calls, and ``generated=False`` when it only ever appeared in model inputs
+      (a hand-written few-shot example, history carried over from an earlier run), so
+      training keeps it out of the loss; ``None`` (unknown) when an earlier call of the run
+      has no recorded output and so might have produced it;
+    * each assistant turn a model call produced carries that call's model name
+      (``Message.model``), also where the turn reappears in another call's input, so a graph
+      with several models (a planner, a summariser, the trained policy) says whose turn is whose;
+    * each model call's token usage is kept on its output message (``Message.usage``) and
+      summed into ``metrics`` with ``model_calls`` and ``tool_calls``, and each failed model
+      call gets a line in ``logs``.
 
     Args:
         calls: the run's chat-model calls, ordered by start.

@@ -1,28 +1,7 @@
 """``TrajectoryCallbackHandler``: a LangChain callback handler that records each root run as a trajectory.
 
-Pass it in the config of any LangGraph graph or LangChain runnable; nothing in the
-graph changes::
-
-    handler = aa.TrajectoryCallbackHandler()
-    await graph.ainvoke(inputs, config={"callbacks": [handler]})   # or invoke / astream / astream_events
-    trajectory = handler.trajectory                                  # the run that ended last
-    everything = handler.trajectories                                # one per root run
-
-Sync and async: the handler is a plain ``BaseCallbackHandler`` with ``run_inline =
-True``, which LangChain calls directly on both paths (``invoke`` on the caller's or a
-worker thread, ``ainvoke`` inline on the event loop — no executor hop, so events keep
-their order). It only translates events into calls on a
-:class:`~art_adapters._capture.recorder.TrajectoryRecorder`, keyed by ``run_id`` /
-``parent_run_id``; the recorder does the bookkeeping (thread-safe) and the assembly.
-Message conversion and assembly are deferred until a trajectory is read, so the
-captured run only pays for bookkeeping (see ``bench/capture.py``).
-
-What is recorded: every chat-model call's input messages (OpenAI format) and the tools
-bound to it, its output (content, tool calls, the provider's completion id, token
-usage, the model's name: the response's, else the requested one), every tool's result
-or error, and the MCP ``tools/call`` records that :mod:`mcp_tools` reports as the custom
-event :data:`TOOL_RECORD_EVENT`. Callback errors are logged by LangChain and never break
-the run (``raise_error = False``).
+Passed in the config of any LangGraph graph or LangChain runnable, it captures the run without changing
+the graph; it only translates LangChain's callbacks into :class:`.recorder.TrajectoryRecorder` calls.
 """
 
 from __future__ import annotations
@@ -76,6 +55,30 @@ def _name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> st
 
 class TrajectoryCallbackHandler(BaseCallbackHandler):
     """Records every root run it sees as one :class:`~art_adapters._trajectory.Trajectory`.
+
+    Pass it in the config of any LangGraph graph or LangChain runnable; nothing in the
+    graph changes::
+
+        handler = aa.TrajectoryCallbackHandler()
+        await graph.ainvoke(inputs, config={"callbacks": [handler]})   # or invoke / astream / astream_events
+        trajectory = handler.trajectory                                  # the run that ended last
+        everything = handler.trajectories                                # one per root run
+
+    Sync and async: the handler is a plain ``BaseCallbackHandler`` with ``run_inline =
+    True``, which LangChain calls directly on both paths (``invoke`` on the caller's or a
+    worker thread, ``ainvoke`` inline on the event loop: no executor hop, so events keep
+    their order). It only translates events into calls on a
+    :class:`~art_adapters._capture.recorder.TrajectoryRecorder`, keyed by ``run_id`` /
+    ``parent_run_id``; the recorder does the bookkeeping (thread-safe) and the assembly.
+    Message conversion and assembly are deferred until a trajectory is read, so the
+    captured run only pays for bookkeeping (see ``bench/capture.py``).
+
+    What is recorded: every chat-model call's input messages (OpenAI format) and the tools
+    bound to it, its output (content, tool calls, the provider's completion id, token
+    usage, the model's name: the response's, else the requested one), every tool's result
+    or error, and the MCP ``tools/call`` records that :mod:`mcp_tools` reports as the custom
+    event :data:`TOOL_RECORD_EVENT`. Callback errors are logged by LangChain and never break
+    the run (``raise_error = False``).
 
     Args:
         on_trajectory: called with each finished trajectory, on the thread that ended

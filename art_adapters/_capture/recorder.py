@@ -1,29 +1,8 @@
 """``TrajectoryRecorder``: run events keyed by ``run_id`` / ``parent_run_id`` in, trajectories out.
 
-The recorder is what the LangChain callback handler (:mod:`.langchain`) drives, but it
-knows nothing about LangChain: its inputs are run ids (any hashable), OpenAI-format
-:class:`~art_adapters._trajectory.Message`\\ s and plain values, so it is tested on its
-own. Its rules:
-
-* A run with no parent (or whose parent was never seen) is a *root*: each root run
-  becomes one trajectory, assembled by :func:`.assembly.assemble` when the root ends
-  (normally or with an error, which is kept in ``Trajectory.error``).
-* Every other run belongs to its parent's root, so concurrent roots sharing one
-  recorder never mix, and nested runs (subgraphs, nodes, tools) land in their root.
-* Model calls and tool executions are kept in the order they started.
-* An MCP record (from ``mcp_tools``) reported inside a tool run (or from elsewhere in
-  the root, carrying that run's ``tool_call_id``) replaces the tool run's own record,
-  keeping its ``tool_call_id``: it knows the server, the session and ``isError``.
-  Otherwise it is appended.
-
-All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
-raise on unknown or repeated run ids: capture must never break the captured run.
-
-Cheap on the run's hot path: a model call's ``messages``, ``tools``, ``output``,
-``usage`` and ``model`` may each be given as a zero-argument callable producing the value; it is
-called when the trajectory is assembled, and assembly itself happens when a trajectory
-is first read (or at once when ``on_trajectory`` is set). So a run pays for a few dict
-operations per event, and converting and assembling happen off its critical path.
+It knows nothing about LangChain (its inputs are run ids, OpenAI-format messages and plain values), so
+the LangChain callback handler (:mod:`.langchain`) stays a thin translation and the bookkeeping is
+tested on its own.
 """
 
 from __future__ import annotations
@@ -99,6 +78,29 @@ class _Root:
 
 class TrajectoryRecorder:
     """Collects run events into one :class:`~art_adapters._trajectory.Trajectory` per root run.
+
+    Its inputs are run ids (any hashable), OpenAI-format
+    :class:`~art_adapters._trajectory.Message`\\ s and plain values. Its rules:
+
+    * A run with no parent (or whose parent was never seen) is a *root*: each root run
+      becomes one trajectory, assembled by :func:`.assembly.assemble` when the root ends
+      (normally or with an error, which is kept in ``Trajectory.error``).
+    * Every other run belongs to its parent's root, so concurrent roots sharing one
+      recorder never mix, and nested runs (subgraphs, nodes, tools) land in their root.
+    * Model calls and tool executions are kept in the order they started.
+    * An MCP record (from ``mcp_tools``) reported inside a tool run (or from elsewhere in
+      the root, carrying that run's ``tool_call_id``) replaces the tool run's own record,
+      keeping its ``tool_call_id``: it knows the server, the session and ``isError``.
+      Otherwise it is appended.
+
+    All methods are thread-safe (LangGraph runs sync tool calls on a thread pool) and never
+    raise on unknown or repeated run ids: capture must never break the captured run.
+
+    Cheap on the run's hot path: a model call's ``messages``, ``tools``, ``output``,
+    ``usage`` and ``model`` may each be given as a zero-argument callable producing the value; it is
+    called when the trajectory is assembled, and assembly itself happens when a trajectory
+    is first read (or at once when ``on_trajectory`` is set). So a run pays for a few dict
+    operations per event, and converting and assembling happen off its critical path.
 
     Args:
         on_trajectory: called with each finished trajectory (on the thread that ended
