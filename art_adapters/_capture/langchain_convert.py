@@ -1,10 +1,8 @@
 """LangChain objects -> the OpenAI-format records of :mod:`art_adapters._trajectory`.
 
-Pure functions used by the callback handler. They read LangChain messages by their
-public attributes (``type``, ``content``, ``tool_calls``, ``tool_call_id``, ``name``,
-``response_metadata``, ``usage_metadata``, ``llm_output``), so this module imports nothing from
-LangChain at run time. Records are built with ``model_construct`` from values already
-checked here (LangChain validated the messages), which keeps conversion cheap.
+Pure functions used by the callback handler. They read LangChain messages by their public attributes,
+so this module imports nothing from LangChain at run time, and build records with ``model_construct``
+(LangChain already validated the messages), which keeps conversion cheap.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """Spans that follow the OpenTelemetry GenAI semantic conventions, and MCP ``tools/call`` spans.
 
-Understood, for a chat span (``gen_ai.operation.name`` = ``chat``, ``text_completion``
-or ``generate_content``):
-
-- the current form: ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and
-  ``gen_ai.output.messages`` as JSON arrays of ``{"role", "parts": [...]}`` with
-  ``text``, ``tool_call`` and ``tool_call_response`` parts; ``gen_ai.tool.definitions``;
-  ``gen_ai.response.id``; ``gen_ai.usage.input_tokens`` / ``output_tokens``;
-  ``gen_ai.response.model``, else ``gen_ai.request.model``, as the turn's model (else
-  LangChain's ``ls_model_name`` as OpenLLMetry passes it on,
-  ``traceloop.association.properties.ls_model_name``: it writes ``"unknown"`` as the
-  request model of a chat model that LangChain cannot serialise);
-- the older forms: span events ``gen_ai.content.prompt`` / ``gen_ai.content.completion``
-  carrying ``gen_ai.prompt`` / ``gen_ai.completion`` JSON, and the flattened
-  ``gen_ai.prompt.{i}.role/content/...`` and ``gen_ai.completion.{i}...`` attributes.
-
-A tool span (``execute_tool``) gives ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``. An MCP span
-(``mcp.method.name`` = ``tools/call``) gives the same plus ``mcp.session.id``; an
-error result is marked by ``error.type`` or an error status.
+They become the neutral :mod:`.otel_records` calls the span processor assembles, whichever GenAI
+instrumentation (current or older attribute forms) produced them.
 """
 
 from __future__ import annotations
@@ -55,7 +38,26 @@ CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 
 def parse_genai_span(span: Any) -> SpanModelCall | SpanToolCall | None:
-    """Turn a finished GenAI span into a model call or a tool call; ``None`` for other spans."""
+    """Turn a finished GenAI span into a model call or a tool call; ``None`` for other spans.
+
+    Understood, for a chat span (``gen_ai.operation.name`` = ``chat``, ``text_completion``
+    or ``generate_content``):
+
+    - the current form: ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and
+      ``gen_ai.output.messages`` as JSON arrays of ``{"role", "parts": [...]}`` with
+      ``text``, ``tool_call`` and ``tool_call_response`` parts; ``gen_ai.tool.definitions``;
+      ``gen_ai.response.id``; ``gen_ai.usage.input_tokens`` / ``output_tokens``;
+      ``gen_ai.response.model``, else ``gen_ai.request.model``, as the turn's model (else
+      LangChain's ``ls_model_name`` as OpenLLMetry passes it on,
+      ``traceloop.association.properties.ls_model_name``: it writes ``"unknown"`` as the
+      request model of a chat model that LangChain cannot serialise);
+    - the older forms: span events ``gen_ai.content.prompt`` / ``gen_ai.content.completion``
+      carrying ``gen_ai.prompt`` / ``gen_ai.completion`` JSON, and the flattened
+      ``gen_ai.prompt.{i}.role/content/...`` and ``gen_ai.completion.{i}...`` attributes.
+
+    A tool span (``execute_tool``) gives ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+    ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``.
+    """
     attributes = span.attributes or {}
     operation = attributes.get("gen_ai.operation.name")
     if operation == "execute_tool":
@@ -66,7 +68,13 @@ def parse_genai_span(span: Any) -> SpanModelCall | SpanToolCall | None:
 
 
 def parse_mcp_span(span: Any) -> SpanToolCall | None:
-    """Turn an MCP ``tools/call`` span into a tool call (``source="mcp"``); ``None`` otherwise."""
+    """Turn an MCP ``tools/call`` span into a tool call (``source="mcp"``); ``None`` otherwise.
+
+    An MCP span (``mcp.method.name`` = ``tools/call``) gives what a GenAI tool span gives
+    (``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments``,
+    ``gen_ai.tool.call.result``) plus ``mcp.session.id``; an error result is marked by
+    ``error.type`` or an error status.
+    """
     attributes = span.attributes or {}
     if attributes.get("mcp.method.name") != "tools/call":
         return None

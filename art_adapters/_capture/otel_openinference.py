@@ -1,17 +1,7 @@
 """Spans that follow the OpenInference conventions (Arize Phoenix, ``openinference-instrumentation-*``).
 
-An ``LLM`` span (``openinference.span.kind``) is one model call: its flattened
-``llm.input_messages.{i}.message.*`` and ``llm.output_messages.{i}.message.*``
-(``role``, ``content`` or ``contents.{j}.message_content.*``, ``name``,
-``tool_call_id``, ``tool_calls.{j}.tool_call.{id,function.name,function.arguments}``),
-its tools ``llm.tools.{i}.tool.json_schema``, token counts ``llm.token_count.*`` and
-the model's name ``llm.model_name``. OpenInference has no attribute for the provider's response id,
-so the completion id is read from ``output.value`` (an OpenAI response's ``id``, or
-LangChain's ``llm_output.id`` / the message's ``response_metadata.id``).
-
-A ``TOOL`` span is one tool execution: ``tool.name``, ``tool_call.id`` when present,
-``input.value`` (the arguments) and ``output.value`` (the result; a serialised
-LangChain ``ToolMessage`` is unwrapped to its content and ``tool_call_id``).
+Arize Phoenix and the OpenInference instrumentations flatten messages into indexed attributes; this
+module reads them back into the neutral :mod:`.otel_records` calls.
 """
 
 from __future__ import annotations
@@ -44,7 +34,19 @@ __all__ = ["parse_openinference_span"]
 
 
 def parse_openinference_span(span: Any) -> SpanModelCall | SpanToolCall | None:
-    """Turn a finished OpenInference ``LLM`` or ``TOOL`` span into a model or tool call."""
+    """Turn a finished OpenInference ``LLM`` or ``TOOL`` span into a model or tool call.
+
+    An ``LLM`` span (``openinference.span.kind``) is one model call: its flattened
+    ``llm.input_messages.{i}.message.*`` and ``llm.output_messages.{i}.message.*``
+    (``role``, ``content`` or ``contents.{j}.message_content.*``, ``name``,
+    ``tool_call_id``, ``tool_calls.{j}.tool_call.{id,function.name,function.arguments}``),
+    its tools ``llm.tools.{i}.tool.json_schema``, token counts ``llm.token_count.*`` and
+    the model's name ``llm.model_name``; the completion id comes from :func:`_completion_id`.
+
+    A ``TOOL`` span is one tool execution: ``tool.name``, ``tool_call.id`` when present,
+    ``input.value`` (the arguments) and ``output.value`` (the result; a serialised
+    LangChain ``ToolMessage`` is unwrapped to its content and ``tool_call_id``).
+    """
     attributes = span.attributes or {}
     kind = attributes.get("openinference.span.kind")
     if kind == "LLM":
@@ -168,7 +170,12 @@ def _tools(root: dict[str, Any]) -> list[ToolSchema] | None:
 
 
 def _completion_id(output_value: Any) -> str | None:
-    """The provider's response id from ``output.value``, when the instrumentation recorded it."""
+    """The provider's response id from ``output.value``, when the instrumentation recorded it.
+
+    OpenInference has no attribute for the provider's response id, so it is read from
+    ``output.value``: an OpenAI response's ``id``, or LangChain's ``llm_output.id`` / the
+    message's ``response_metadata.id``.
+    """
     data = load_json(output_value)
     if not isinstance(data, Mapping):
         return None

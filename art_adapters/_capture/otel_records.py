@@ -1,15 +1,9 @@
 """The neutral form that span parsers produce, and the helpers they share.
 
-Each span convention (:mod:`.otel_genai`, :mod:`.otel_openinference`) turns one
-finished span into at most one :class:`SpanModelCall` (a chat-model call: its input
-messages, the tools offered, its output message) or one :class:`SpanToolCall` (a tool
-execution as a :class:`~art_adapters._trajectory.ToolCallRecord`, built by
-:func:`tool_record`, the one tool-span-to-record mapping). The span processor
-collects these per trace and assembles them into a
-:class:`~art_adapters._trajectory.Trajectory`; nothing here knows about threads.
-
-Attribute values come from other people's instrumentation, so every helper here is
-total: malformed input gives ``None`` or an empty result, never an exception.
+Each span convention (:mod:`.otel_genai`, :mod:`.otel_openinference`) turns a finished span into at most
+one :class:`SpanModelCall` or :class:`SpanToolCall`, which the span processor assembles per trace.
+Attribute values come from other people's instrumentation, so every helper here is total: malformed
+input gives ``None`` or an empty result, never an exception.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """One trace's spans, collected and assembled into a :class:`~art_adapters._trajectory.Trajectory`.
 
-:class:`TraceState` is fed finished spans (in end order, from one thread) and parses
-each with the convention it follows. :meth:`TraceState.build` then orders the model
-calls by start time, merges calls that two instrumentations reported for the same
-request (nested model-call spans) and MCP ``tools/call`` spans with the tool span of the
-same call (the span that wraps them, or else the one with the same tool call id), and
-hands the calls to :func:`.assembly.assemble`, which the LangChain callback handler
-shares: a conversation that extends an earlier one replaces it, one that diverges is
-kept as an additional history, the longest is ``messages``.
-
-An instrumentation that never makes its tool span current (OpenInference) leaves the
-MCP span outside that tool span: a sibling in the same trace, or, with no enclosing
-span, a trace of its own. :attr:`TraceState.mcp_only` and :meth:`TraceState.adopt` let
-the span processor move such a trace into the trace that holds its tool call.
+The span processor keeps one :class:`TraceState` per open trace; it builds the trajectory with the same
+:func:`.assembly.assemble` the LangChain callback handler uses.
 """
 
 from __future__ import annotations
@@ -46,6 +35,14 @@ def parse_span(span: Any) -> SpanModelCall | SpanToolCall | None:
 @dataclass
 class TraceState:
     """What has been seen of one trace so far.
+
+    It is fed finished spans (in end order, from one thread) and parses each with the
+    convention it follows; :meth:`build` assembles them.
+
+    An instrumentation that never makes its tool span current (OpenInference) leaves the
+    MCP span outside that tool span: a sibling in the same trace, or, with no enclosing
+    span, a trace of its own. :attr:`mcp_only` and :meth:`adopt` let the span processor
+    move such a trace into the trace that holds its tool call.
 
     Attributes:
         trace_id: the trace's id.
@@ -142,7 +139,15 @@ class TraceState:
         return rest
 
     def build(self, root: Any | None = None) -> Trajectory:
-        """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error."""
+        """Assemble the trajectory; ``root`` (the trace's root span) supplies times and the error.
+
+        The model calls are ordered by start time; calls that two instrumentations reported for
+        the same request (nested model-call spans) are merged, and MCP ``tools/call`` spans with
+        the tool span of the same call (the span that wraps them, or else the one with the same
+        tool call id). The calls then go to :func:`.assembly.assemble`: a conversation that
+        extends an earlier one replaces it, one that diverges is kept as an additional history,
+        the longest is ``messages``.
+        """
         trajectory = assemble(
             self._merged_model_calls(),
             [t.record for t in self._merged_tool_calls()],
