@@ -10,17 +10,8 @@ The API a training loop calls (all cheap, never raising for export problems)::
     obs.log_train_metrics(step, result.metrics) # train-step trace, metrics file, W&B
     obs.shutdown()
 
-``configure()`` builds an :class:`Observer` from :class:`ObserveConfig` (the environment
-variables ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY`` / ``LANGFUSE_BASE_URL`` (or
-``LANGFUSE_HOST``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
-``OTEL_EXPORTER_OTLP_HEADERS``, overridden by keyword arguments), makes it the default
-observer and returns it; :func:`configure_langfuse` does the same with keys passed in.
-With nothing configured the observer is disabled (off by default). The module-level
-:func:`log_rollouts`, :func:`log_scores` and :func:`log_train_metrics` use the default
-observer (created from the environment on first use).
-
-Import: :func:`trajectories_from_otlp_json`, :func:`trajectories_from_langfuse`.
-Metrics and plots: :class:`MetricsHistory`, :func:`group_metrics`, :func:`plot_run`.
+Traces import back with :func:`trajectories_from_otlp_json` / :func:`trajectories_from_langfuse`;
+:class:`MetricsHistory`, :func:`group_metrics` and :func:`plot_run` chart a run.
 """
 
 import importlib as _importlib
@@ -80,6 +71,13 @@ _default_lock = _threading.Lock()
 
 def configure(**settings: _Any) -> Observer:
     """Build the default :class:`Observer` from the environment plus ``settings`` (``ObserveConfig`` fields).
+
+    The environment variables are ``LANGFUSE_PUBLIC_KEY`` / ``LANGFUSE_SECRET_KEY`` /
+    ``LANGFUSE_BASE_URL`` (or ``LANGFUSE_HOST``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_HEADERS``, overridden by
+    ``settings``. With nothing configured the observer is disabled (off by default). The
+    module-level :func:`log_rollouts`, :func:`log_scores` and :func:`log_train_metrics` use the
+    default observer (created from the environment on first use).
 
     Replaces (and shuts down) a previous default observer. Extra keyword arguments
     ``span_processors`` / ``span_exporter`` go to :class:`Observer`.

@@ -1,27 +1,8 @@
 """The :class:`Observer`: rollouts, RULER scores and training metrics out to Langfuse and any OTLP backend.
 
-Call it from a training loop (or anywhere)::
-
-    from art_adapters import observe
-
-    obs = observe.configure()                       # from LANGFUSE_* / OTEL_EXPORTER_OTLP_* env vars
-    # or observe.configure_langfuse(public_key=..., secret_key=..., base_url=...)
-    # or observe.configure(otlp_endpoint="http://127.0.0.1:6006", metrics_path="runs/x/metrics.jsonl")
-    groups = await aa.run_groups(rollout, scenarios, n=4)
-    groups = await aa.ruler_score_groups(groups, judge=judge)
-    obs.log_rollouts(groups, step=3, model="agent@3")  # one trace per rollout, scores included
-    obs.log_train_metrics(3, result.metrics)           # a train-step trace + metrics file + W&B
-    obs.shutdown()                                      # flush (bounded) at the end
-
-Every ``log_*`` call only builds spans and hands them to an OpenTelemetry
-``BatchSpanProcessor``: the export happens on its thread, bounded by
-``export_timeout_s`` (the OTLP exporter's retries included); a batch that cannot be
-sent is dropped with one warning (counted in :attr:`Observer.dropped_spans`). So an
-unreachable endpoint never breaks or slows a rollout. When nothing is configured the
-observer is disabled and every call returns at once (metrics files are still written
-if ``metrics_path`` is set).
-
-The OTLP exporter, the Langfuse SDK and ``wandb`` are imported only when used.
+Exports never break or slow a rollout: spans go to a background batch processor, bounded, and a batch
+that cannot be sent is dropped with a warning. The OTLP exporter, the Langfuse SDK and ``wandb`` are
+imported only when used.
 """
 
 from __future__ import annotations
@@ -89,7 +70,28 @@ def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer)
 
 
 class Observer:
-    """Exports rollouts, scores and training metrics; see the module docstring.
+    """Exports rollouts, scores and training metrics.
+
+    Call it from a training loop (or anywhere)::
+
+        from art_adapters import observe
+
+        obs = observe.configure()                       # from LANGFUSE_* / OTEL_EXPORTER_OTLP_* env vars
+        # or observe.configure_langfuse(public_key=..., secret_key=..., base_url=...)
+        # or observe.configure(otlp_endpoint="http://127.0.0.1:6006", metrics_path="runs/x/metrics.jsonl")
+        groups = await aa.run_groups(rollout, scenarios, n=4)
+        groups = await aa.ruler_score_groups(groups, judge=judge)
+        obs.log_rollouts(groups, step=3, model="agent@3")  # one trace per rollout, scores included
+        obs.log_train_metrics(3, result.metrics)           # a train-step trace + metrics file + W&B
+        obs.shutdown()                                      # flush (bounded) at the end
+
+    Every ``log_*`` call only builds spans and hands them to an OpenTelemetry
+    ``BatchSpanProcessor``: the export happens on its thread, bounded by
+    ``export_timeout_s`` (the OTLP exporter's retries included); a batch that cannot be
+    sent is dropped with one warning (counted in :attr:`dropped_spans`). So an
+    unreachable endpoint never breaks or slows a rollout. When nothing is configured the
+    observer is disabled and every call returns at once (metrics files are still written
+    if ``metrics_path`` is set).
 
     Args:
         config: destinations and limits (default: :meth:`ObserveConfig.from_env`).

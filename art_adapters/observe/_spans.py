@@ -1,32 +1,8 @@
 """Trajectories, scores and training metrics as span descriptions (pure: no OpenTelemetry SDK here).
 
-One rollout is one trace:
-
-* the root span is the graph run, an *agent* observation
-  (``gen_ai.operation.name = invoke_agent``, ``langfuse.observation.type = agent``), carrying
-  the trace-level attributes Langfuse reads (``langfuse.trace.name``, ``langfuse.trace.tags``,
-  ``langfuse.session.id`` / ``session.id`` = the group id, ``langfuse.trace.metadata.*``) and our
-  own ``art_adapters.*`` attributes (trajectory id, scenario id, group id, rollout index, step,
-  reward, metrics);
-* each chat-model call is a *generation* child (``gen_ai.operation.name = chat``, the GenAI
-  ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.tool.definitions`` /
-  ``gen_ai.usage.*`` attributes, and Langfuse's ``langfuse.observation.model.name`` /
-  ``input`` / ``output`` / ``usage_details``), model = the served ``name@step``;
-* each tool execution is a *tool* child (``execute_tool {name}``); an MCP ``tools/call`` also
-  carries ``mcp.method.name``, ``mcp.session.id`` and ``mcp.server.name``;
-* a score (RULER's, or the reward) is an *evaluator* child ``score {name}`` with the value and
-  the judge's explanation as attributes and a ``gen_ai.evaluation.result`` event, so any OTLP
-  backend shows it; the Langfuse SDK path also sends it as a Langfuse score.
-
-Trace and root-span ids are derived from the trajectory id, so scores logged later land in
-the same trace. A trajectory keeps no per-call timestamps: tool spans use the recorded
-start and duration, generation spans are placed between them (``art_adapters.timing =
-estimated``). Per-call token usage is the assistant message's ``usage`` (which capture
-sets on every turn a model call of the run produced); for a message without it (a
-hand-built trajectory) it is known only when the run made a single model call; otherwise
-the totals are on the root.
-The GenAI attributes are what :mod:`art_adapters._capture.otel_genai` parses, so exported
-traces import back into the same trajectories (:mod:`art_adapters.observe._importer`).
+One rollout is one trace (an agent root with generation, tool and score children). The GenAI attributes
+are what :mod:`art_adapters._capture.otel_genai` parses, so exported traces import back into the same
+trajectories (:mod:`art_adapters.observe._importer`).
 """
 
 from __future__ import annotations
@@ -77,6 +53,8 @@ def _digest(*parts: str) -> bytes:
 
 def span_ids(trajectory_id: str, namespace: str = "") -> tuple[int, int]:
     """The (trace id, root span id) of a trajectory in a run (``namespace``); stable across calls.
+
+    Derived from the trajectory id, so scores logged later land in the same trace.
 
     Backends key spans by id, so the same trajectory exported by two runs gets different ids.
     """
@@ -219,7 +197,28 @@ def _generation_windows(
 def trajectory_spans(
     trajectory: Trajectory, context: RolloutContext, *, include_scores: bool = True
 ) -> list[SpanSpec]:
-    """The spans of one rollout: the agent root, its generations, tool calls and (optionally) scores."""
+    """The spans of one rollout: the agent root, its generations, tool calls and (optionally) scores.
+
+    * the root span is the graph run, an *agent* observation
+      (``gen_ai.operation.name = invoke_agent``, ``langfuse.observation.type = agent``), carrying
+      the trace-level attributes Langfuse reads (``langfuse.trace.name``, ``langfuse.trace.tags``,
+      ``langfuse.session.id`` / ``session.id`` = the group id, ``langfuse.trace.metadata.*``) and our
+      own ``art_adapters.*`` attributes (trajectory id, scenario id, group id, rollout index, step,
+      reward, metrics);
+    * each chat-model call is a *generation* child (``gen_ai.operation.name = chat``, the GenAI
+      ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.tool.definitions`` /
+      ``gen_ai.usage.*`` attributes, and Langfuse's ``langfuse.observation.model.name`` /
+      ``input`` / ``output`` / ``usage_details``), model = the served ``name@step``;
+    * each tool execution is a *tool* child (``execute_tool {name}``); an MCP ``tools/call`` also
+      carries ``mcp.method.name``, ``mcp.session.id`` and ``mcp.server.name``;
+    * the scores are :func:`score_spans`.
+
+    A trajectory keeps no per-call timestamps: tool spans use the recorded start and duration,
+    generation spans are placed between them (``art_adapters.timing = estimated``). Per-call
+    token usage is the assistant message's ``usage`` (which capture sets on every turn a model
+    call of the run produced); for a message without it (a hand-built trajectory) it is known
+    only when the run made a single model call; otherwise the totals are on the root.
+    """
     trace_id, root_id = span_ids(trajectory.id, context.namespace)
     meta = trajectory.metadata
     scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
@@ -429,7 +428,12 @@ def trajectory_scores(trajectory: Trajectory) -> list[tuple[str, float, str | No
 
 
 def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: str = "") -> list[SpanSpec]:
-    """One evaluator span per score, child of the rollout's root span (empty when unscored)."""
+    """One evaluator span per score, child of the rollout's root span (empty when unscored).
+
+    A score (RULER's, or the reward) is an *evaluator* span ``score {name}`` with the value and
+    the judge's explanation as attributes and a ``gen_ai.evaluation.result`` event, so any OTLP
+    backend shows it; the Langfuse SDK path also sends it as a Langfuse score.
+    """
     trace_id, root_id = span_ids(trajectory.id, namespace)
     end = _ns(trajectory.finished_at) or _ns(trajectory.started_at) or 0
     at = at_ns if at_ns is not None else end
