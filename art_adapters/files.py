@@ -1,10 +1,8 @@
 """Files that survive a crash and folders only their owner reads: one implementation for every package.
 
-Use :func:`write_atomic` for any file whose loss costs work (saved groups, RULER answers,
-registries, port files), :func:`atomic_directory` for a folder that must appear whole
-(checkpoints, exports), :func:`make_dirs` for folders created to hold one, :func:`private_dir`
-and :func:`open_private` for anything holding prompts (run folders, logs, caches). The
-backend and :mod:`mcp_tools` use these too.
+Use :func:`write_atomic` for any file whose loss costs work, :func:`atomic_directory` for a folder that
+must appear whole, :func:`private_dir` / :func:`open_private` for anything holding prompts. One
+implementation (one temp-name scheme, one fsync rule) that the backend and :mod:`mcp_tools` use too.
 """
 
 from __future__ import annotations
@@ -71,6 +69,8 @@ def make_dirs(path: str | os.PathLike[str]) -> Path:
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o666) -> Path:
     """Replace the file at ``path`` with ``data`` all at once; returns ``path``.
+
+    For any file whose loss costs work: saved groups, RULER answers, registries, port files.
 
     The data is fsynced before the rename and the folder after it: after a crash the file is
     the old or the new one, never empty or half, and once this returns it is the new one. On

@@ -1,15 +1,7 @@
 """Where observability data goes: :class:`ObserveConfig`, from arguments or the usual env variables.
 
-Nothing is exported unless a destination is configured. Destinations, any combination:
-
-* **Langfuse**: ``LANGFUSE_PUBLIC_KEY`` + ``LANGFUSE_SECRET_KEY`` (+ ``LANGFUSE_BASE_URL``, or the
-  older ``LANGFUSE_HOST``; default ``https://cloud.langfuse.com``). Spans go to its OTLP endpoint
-  ``{base_url}/api/public/otel/v1/traces`` (or ``{base_url}/{LANGFUSE_OTEL_TRACES_EXPORT_PATH}``)
-  with HTTP basic auth; with the ``langfuse`` package installed the SDK's own span processor is
-  used and scores are also sent as Langfuse scores (``create_score``).
-* **Any OTLP/HTTP backend**: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the full traces URL) or
-  ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL; ``/v1/traces`` is appended), with
-  ``OTEL_EXPORTER_OTLP_HEADERS`` (``key=value,key2=value2``).
+Nothing is exported unless a destination is configured: Langfuse, any OTLP/HTTP backend, or both,
+read from the same environment variables their own SDKs use.
 """
 
 from __future__ import annotations
@@ -138,7 +130,20 @@ class ObserveConfig(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ObserveConfig:
-        """A config from the environment variables named in the module docstring; ``overrides`` win."""
+        """A config from the environment variables; ``overrides`` win.
+
+        Destinations, any combination:
+
+        * **Langfuse**: ``LANGFUSE_PUBLIC_KEY`` + ``LANGFUSE_SECRET_KEY`` (+ ``LANGFUSE_BASE_URL``, or
+          the older ``LANGFUSE_HOST``; default ``https://cloud.langfuse.com``). Spans go to its OTLP
+          endpoint ``{base_url}/api/public/otel/v1/traces`` (or
+          ``{base_url}/{LANGFUSE_OTEL_TRACES_EXPORT_PATH}``) with HTTP basic auth; with the
+          ``langfuse`` package installed the SDK's own span processor is used and scores are also
+          sent as Langfuse scores (``create_score``).
+        * **Any OTLP/HTTP backend**: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the full traces URL) or
+          ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL; ``/v1/traces`` is appended), with
+          ``OTEL_EXPORTER_OTLP_HEADERS`` (``key=value,key2=value2``).
+        """
         environ = os.environ if environ is None else environ
         values: dict[str, object] = {}
         protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(

@@ -1,19 +1,7 @@
 """Traces from Langfuse or any OTel backend become trajectories (to seed scenarios and evaluation sets).
 
-Both importers feed OpenTelemetry SDK spans to the span processor's own per-trace
-assembly (:class:`art_adapters._capture.otel_trace.TraceState`), so an imported trace gives
-the trajectory the live :class:`~art_adapters.TrajectorySpanProcessor` would have built:
-GenAI, OpenInference and MCP spans are all understood.
-
-* :func:`trajectories_from_otlp_json`: OTLP JSON (``ExportTraceServiceRequest``), from a
-  file (one object, a list, or JSON Lines as :class:`~.otlp_json.OtlpJsonFileExporter`
-  writes) or a parsed dict. Traces exported by :class:`~.observer.Observer` come back with
-  their trajectory id, scenario id, rollout index, step, reward, metrics and scores.
-* :func:`trajectories_from_langfuse`: Langfuse's JSON export of traces with their
-  ``observations`` (the UI's "download trace" JSON, or ``GET /api/public/traces/{id}``);
-  generations become model calls (input/output as OpenAI messages), tool observations
-  and ``tools/call ...`` spans become tool calls, and the trace's scores are kept in
-  ``metadata["scores"]`` (a ``reward`` score, if any, becomes the reward).
+Both importers feed spans to the live span processor's own per-trace assembly, so an imported trace
+gives the trajectory :class:`~art_adapters.TrajectorySpanProcessor` would have built.
 """
 
 from __future__ import annotations
@@ -63,7 +51,14 @@ def trajectories_from_spans(spans: Sequence[ReadableSpan], *, keep_empty: bool =
 def trajectories_from_otlp_json(
     source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any], *, keep_empty: bool = False
 ) -> list[Trajectory]:
-    """Trajectories from OTLP JSON (a path or parsed value); see the module docstring.
+    """Trajectories from OTLP JSON (a path or parsed value).
+
+    OTLP JSON is an ``ExportTraceServiceRequest``, from a file (one object, a list, or JSON
+    Lines as :class:`~art_adapters.observe._otlp_json.OtlpJsonFileExporter` writes) or a parsed
+    dict. The spans go through :class:`art_adapters._capture.otel_trace.TraceState`, so GenAI,
+    OpenInference and MCP spans are all understood. Traces exported by
+    :class:`~art_adapters.observe.Observer` come back with their trajectory id, scenario id,
+    rollout index, step, reward, metrics and scores.
 
     Raises:
         ConfigError: the file is missing or holds no OTLP trace request.
@@ -252,6 +247,12 @@ def trajectories_from_langfuse(
     source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any],
 ) -> list[Trajectory]:
     """Trajectories from Langfuse trace exports (a path, one trace dict, a list, or ``{"data": [...]}``).
+
+    The exports are Langfuse's JSON of traces with their ``observations`` (the UI's "download
+    trace" JSON, or ``GET /api/public/traces/{id}``); generations become model calls
+    (input/output as OpenAI messages), tool observations and ``tools/call ...`` spans become
+    tool calls, and the trace's scores are kept in ``metadata["scores"]`` (a ``reward`` score,
+    if any, becomes the reward).
 
     Raises:
         ConfigError: the file is missing or holds no trace with observations.

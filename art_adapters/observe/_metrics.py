@@ -1,17 +1,7 @@
 """The metrics history of a run: one JSON line per (step, split), appended safely; and group statistics.
 
-A row looks like::
-
-    {"step": 3, "split": "train", "time": "2026-11-23T02:50:00+00:00",
-     "reward_mean": 0.42, "reward_std": 0.31, "exception_rate": 0.0, "trajectories": 16,
-     "prompt_tokens_mean": 310.5, "completion_tokens_mean": 42.0, "duration_s_mean": 1.8, ...}
-
-Rollout rows come from :func:`group_metrics`; training rows carry whatever the trainer
-reports (``loss``, ``kl``, ``grad_norm``, ``learning_rate``, ``step_time_s``...). Each row is
-written with one ``write`` on a file opened for appending and flushed, so concurrent
-writers do not interleave and a crash loses at most the row being written; a torn last
-line is skipped (with a warning) when the file is read, and the next row appended after it
-starts on a line of its own instead of being glued onto it.
+Rows are appended to a JSON Lines file a crash cannot corrupt beyond the row being written, so a run's
+history can be charted while it runs and after it dies.
 """
 
 from __future__ import annotations
@@ -104,6 +94,15 @@ def group_metrics(groups: Iterable[TrajectoryGroup]) -> dict[str, float | int]:
 class MetricsHistory:
     """A JSON Lines file of metric rows, one per (step, split).
 
+    A row looks like::
+
+        {"step": 3, "split": "train", "time": "2026-11-23T02:50:00+00:00",
+         "reward_mean": 0.42, "reward_std": 0.31, "exception_rate": 0.0, "trajectories": 16,
+         "prompt_tokens_mean": 310.5, "completion_tokens_mean": 42.0, "duration_s_mean": 1.8, ...}
+
+    Rollout rows come from :func:`group_metrics`; training rows carry whatever the trainer
+    reports (``loss``, ``kl``, ``grad_norm``, ``learning_rate``, ``step_time_s``...).
+
     Args:
         path: the file, or a run directory (then ``metrics.jsonl`` inside it).
     """
@@ -117,6 +116,11 @@ class MetricsHistory:
 
     def append(self, step: int, metrics: Mapping[str, Any], *, split: str = "train") -> dict[str, Any]:
         """Append one row and return it; non-JSON values are written as strings.
+
+        The row is written with one ``write`` on a file opened for appending and flushed, so
+        concurrent writers do not interleave and a crash loses at most the row being written; a
+        row appended after a torn last line starts on a line of its own instead of being glued
+        onto it (:meth:`rows` skips the torn line).
 
         Raises:
             ConfigError: ``step`` is not an int >= 0 or ``split`` is empty.

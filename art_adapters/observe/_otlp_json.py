@@ -1,10 +1,7 @@
 """OTLP JSON: spans to ``ExportTraceServiceRequest`` JSON (a file exporter), and back to SDK spans.
 
-The JSON follows the OTLP/HTTP JSON encoding: camelCase field names, trace and span ids
-as hex strings, enum values as integers, 64-bit integers as strings. Files written by
-:class:`OtlpJsonFileExporter` hold one request per line; :func:`read_otlp_json` also
-accepts a single request object, a list of them, or the ``{"resourceSpans": ...}`` shape
-other backends and collectors (``file`` exporter) write.
+Traces can be saved to a file without a collector and read back from any backend's export. The JSON
+follows the OTLP/HTTP JSON encoding (camelCase fields, hex ids, integer enums, 64-bit ints as strings).
 """
 
 from __future__ import annotations
@@ -83,6 +80,10 @@ def read_otlp_json(
     source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any],
 ) -> list[dict[str, Any]]:
     """The OTLP JSON requests in a path (one object, a list, or JSON Lines) or an already-parsed value.
+
+    Files written by :class:`OtlpJsonFileExporter` hold one request per line; the
+    ``{"resourceSpans": ...}`` shape other backends and collectors (``file`` exporter) write is
+    accepted too.
 
     Raises:
         ConfigError: the file is missing or holds no OTLP trace request.
