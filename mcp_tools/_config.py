@@ -128,7 +128,7 @@ class StdioServer(BaseModel):
 
     A stdio server's data files or folders may be declared as per-rollout *state* (:class:`StateCopy`,
     or ``{state:PATH}`` in its args, env or cwd): each session gets fresh copies of them (see
-    :mod:`mcp_tools._isolation`).
+    :class:`mcp_tools._isolation.SessionState`).
 
     Attributes:
         command: the executable (``"python"``, ``"npx"``...). A bare ``python`` or ``python3``

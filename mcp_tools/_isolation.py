@@ -1,40 +1,9 @@
 """State isolation for real servers: fresh copies of a server's data files for each session.
 
-A fresh MCP *session* per rollout isolates only servers that keep their state per
-session (like the bundled notes server). Most real servers keep it in a file or
-folder they are pointed at: a knowledge-graph JSON file, a SQLite database, a git
-repository. Two rollouts of such a server see each other's writes, and a rollout
-writes into the real data. So a stdio server config can name its *state*::
-
-    memory = mcp_tools.StdioServer(
-        command="npx", args=["-y", "@modelcontextprotocol/server-memory"],
-        state=[mcp_tools.StateCopy(source=Path("memory.jsonl"), env="MEMORY_FILE_PATH")],
-    )
-    git = "python -m mcp_server_git --repository {state:./repo}"     # a placeholder, in place
-    git = mcp_tools.with_state("python -m mcp_server_git", ["./repo=--repository"])  # the same
-
-Each :class:`~mcp_tools.McpSession` (so each :func:`mcp_tools.rollout`, which opens one
-session per tool set) then:
-
-1. copies every state source (file or folder, symlinks kept as links) into a new
-   temporary folder of its own, ``<tmp>/mcp-state-<server>-<random>/<n>/<name>``
-   (the original's name is kept, so extensions and repository names still match);
-2. starts its own server process with the copy's path in the environment variable
-   (``env=``), after the flag (``arg=``), or wherever ``{state:PATH}`` stood in the args,
-   env values or cwd;
-3. deletes the folder when the session closes, after the process has stopped. With
-   ``McpClientConfig(state_dir=...)`` the folders go there instead and are kept, to
-   inspect what a rollout did.
-
-The original is only ever read. A streamable-HTTP server is one process shared by
-every session: the client cannot hand it a copy, so state on an HTTP server is a
-:class:`art_adapters.ConfigError`.
-
-When a server's tools say by their MCP annotations that they write or destroy
-(``readOnlyHint: false`` or ``destructiveHint: true``) and the server has no state
-configured, :func:`warn_unisolated` logs a warning naming those tools and the fix.
-Tools without annotations are not counted (most servers written for a demo have
-none, and guessing would make the warning noise).
+A fresh MCP session per rollout isolates only servers that keep their state per session. Most real
+servers keep it in a file or folder they are pointed at (a knowledge-graph JSON file, a SQLite database,
+a git repository), so two rollouts would see each other's writes and write into the real data. A stdio
+server config can therefore name its *state*, copied afresh for each session.
 """
 
 from __future__ import annotations
@@ -66,6 +35,18 @@ __all__ = ["SessionState", "warn_unisolated", "with_state", "writing_tools"]
 
 def with_state(server: Any, state: Iterable[StateCopy | str]) -> StdioServer:
     """One stdio server with per-session *state* added to its config.
+
+    Three ways to say the same thing::
+
+        memory = mcp_tools.StdioServer(
+            command="npx", args=["-y", "@modelcontextprotocol/server-memory"],
+            state=[mcp_tools.StateCopy(source=Path("memory.jsonl"), env="MEMORY_FILE_PATH")],
+        )
+        git = "python -m mcp_server_git --repository {state:./repo}"     # a placeholder, in place
+        git = mcp_tools.with_state("python -m mcp_server_git", ["./repo=--repository"])  # the same
+
+    A streamable-HTTP server is one process shared by every session: the client cannot hand
+    it a copy, so state on an HTTP server is a :class:`art_adapters.ConfigError`.
 
     Args:
         server: a single stdio server as :func:`mcp_tools.load_tools` takes it (a command
@@ -113,6 +94,21 @@ def _rmtree(root: Path) -> None:
 
 class SessionState:
     """The fresh state copies of one session's servers; :meth:`remove` deletes them.
+
+    Each :class:`~mcp_tools.McpSession` (so each :func:`mcp_tools.rollout`, which opens one
+    session per tool set):
+
+    1. copies every state source (file or folder, symlinks kept as links) into a new
+       temporary folder of its own, ``<tmp>/mcp-state-<server>-<random>/<n>/<name>``
+       (the original's name is kept, so extensions and repository names still match);
+    2. starts its own server process with the copy's path in the environment variable
+       (``env=``), after the flag (``arg=``), or wherever ``{state:PATH}`` stood in the args,
+       env values or cwd;
+    3. deletes the folder when the session closes, after the process has stopped. With
+       ``McpClientConfig(state_dir=...)`` the folders go there instead and are kept, to
+       inspect what a rollout did.
+
+    The original is only ever read.
 
     Use :meth:`prepare`; it copies synchronously (call it in a worker thread for big folders).
 
@@ -201,7 +197,13 @@ def writing_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
 def warn_unisolated(
     servers: Mapping[str, StdioServer | HttpServer], listing: Mapping[str, list[dict[str, Any]]]
 ) -> None:
-    """Log a warning for each server whose tools write or destroy while it has no state isolation."""
+    """Log a warning for each server whose tools write or destroy while it has no state isolation.
+
+    A tool writes or destroys when its MCP annotations say so (``readOnlyHint: false`` or
+    ``destructiveHint: true``); the warning names those tools and the fix. Tools without
+    annotations are not counted (most servers written for a demo have none, and guessing
+    would make the warning noise).
+    """
     for name, tools in listing.items():
         spec = servers.get(name)
         if spec is None or (isinstance(spec, StdioServer) and spec.isolated):

@@ -1,21 +1,8 @@
 """``mcp_tools.rollout()``: the scope that gives each rollout its own MCP sessions.
 
-Tools from :func:`mcp_tools.load_tools` are not tied to a session. On their first
-call inside ``async with mcp_tools.rollout():`` they open one :class:`McpSession`
-for that rollout, every later call in the rollout reuses it, and it is closed when
-the block ends. So a stateful server sees one session per rollout, rollouts that
-run concurrently never share state, and a stdio server started per session (like
-the bundled notes server) gives each rollout a fresh copy of its data. A server that
-keeps its data in a file or folder needs per-rollout *state* in its config
-(:class:`mcp_tools.StateCopy`, ``{state:PATH}``): each rollout's session then starts
-its own server process on fresh copies, deleted when the rollout ends
-(:mod:`mcp_tools._isolation`).
-
-Why a context variable and not LangChain's run ids: a tool's callback config does
-not carry the root run id (only its own and its parent's), so the root run cannot
-be found from inside a tool without hooking every run. A context variable set
-around ``graph.ainvoke`` reaches every tool task the graph starts, costs nothing,
-and states the rollout's extent where the reader can see it.
+Tools from :func:`mcp_tools.load_tools` are not tied to a session; inside ``async with
+mcp_tools.rollout():`` they share one session per server, so a stateful server sees one session per
+rollout and concurrent rollouts never share state.
 """
 
 from __future__ import annotations
@@ -88,6 +75,20 @@ def current_scope() -> RolloutScope | None:
 @asynccontextmanager
 async def rollout(rollout_id: str | None = None) -> AsyncIterator[RolloutScope]:
     """Scope one rollout: MCP tools called inside share one session per server, closed at the end.
+
+    On their first call inside the block, the tools open one :class:`McpSession` for this
+    rollout, every later call in the rollout reuses it, and it is closed when the block ends.
+    A stdio server started per session (like the bundled notes server) gives each rollout a
+    fresh copy of its data; a server that keeps its data in a file or folder needs
+    per-rollout *state* in its config (:class:`mcp_tools.StateCopy`, ``{state:PATH}``): each
+    rollout's session then starts its own server process on fresh copies, deleted when the
+    rollout ends.
+
+    Why a context variable and not LangChain's run ids: a tool's callback config does not
+    carry the root run id (only its own and its parent's), so the root run cannot be found
+    from inside a tool without hooking every run. A context variable set around
+    ``graph.ainvoke`` reaches every tool task the graph starts, costs nothing, and states the
+    rollout's extent where the reader can see it.
 
     Example::
 

@@ -1,18 +1,7 @@
 """``McpSession``: one MCP session per server, opened together and closed together.
 
-A session is what a stateful server keys its state on, so one rollout must use one
-session for all its calls (the known complaint about langchain-mcp-adapters is a new
-session per call). Use it explicitly::
-
-    async with mcp_tools.McpSession({"calc": [...], "notes": "http://..."}) as session:
-        tools = await session.load_tools()
-        await graph.ainvoke(inputs, config={"callbacks": [handler]})
-
-or let :func:`mcp_tools.load_tools` open one lazily per :func:`mcp_tools.rollout`.
-
-A stdio server with per-rollout state (see :mod:`mcp_tools._isolation`) gets fresh
-copies of its data files for each session, and its own process working on them;
-the copies are deleted when the session closes.
+A stateful server keys its state on the session, so one rollout must use one session for all its calls
+(the known complaint about langchain-mcp-adapters is a new session per call).
 """
 
 from __future__ import annotations
@@ -40,6 +29,18 @@ __all__ = ["McpSession"]
 
 class McpSession:
     """Live MCP sessions with one or several servers, usable as ``async with``.
+
+    Use it explicitly::
+
+        async with mcp_tools.McpSession({"calc": [...], "notes": "http://..."}) as session:
+            tools = await session.load_tools()
+            await graph.ainvoke(inputs, config={"callbacks": [handler]})
+
+    or let :func:`mcp_tools.load_tools` open one lazily per :func:`mcp_tools.rollout`.
+
+    A stdio server with per-rollout state (see :func:`mcp_tools.with_state`) gets fresh
+    copies of its data files for each session, and its own process working on them;
+    the copies are deleted when the session closes.
 
     Args:
         server: a command, URL, or config dict (see :func:`mcp_tools.load_tools`).
