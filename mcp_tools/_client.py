@@ -1,17 +1,7 @@
 """``load_tools``: MCP servers as LangChain tools whose session follows the rollout.
 
-``await load_tools(server)`` lists the server's tools once and returns LangChain
-tools that are not bound to a session. Where a call finds its session:
-
-* inside ``async with mcp_tools.rollout():`` — the rollout's own session, opened on
-  the first call and closed when the block ends (one session per rollout);
-* outside any rollout — one shared session per tool set and event loop, opened on
-  the first call and kept until the loop ends (replaced on the next call if its
-  server crashed). Fine for a single interactive run;
-  a warning is logged once because concurrent or repeated rollouts would then share
-  server state.
-
-For an explicit lifetime, use :class:`mcp_tools.McpSession` and its ``load_tools()``.
+The tools are listed once and bound to no session: each call finds the session of the rollout it runs
+in, so one tool list serves every rollout. For an explicit lifetime, use :class:`mcp_tools.McpSession`.
 """
 
 from __future__ import annotations
@@ -113,8 +103,16 @@ async def load_tools(
 
     Returns:
         One :class:`~mcp_tools.McpTool` (a ``StructuredTool``) per server tool. Each
-        call is recorded in the current trajectory and traced; see the module
-        docstring for which MCP session it uses.
+        call is recorded in the current trajectory and traced, and finds its session:
+
+        * inside ``async with mcp_tools.rollout():``: the rollout's own session, opened on
+          the first call and closed when the block ends (one session per rollout);
+        * outside any rollout: one shared session per tool set and event loop, opened on
+          the first call and kept until the loop ends (replaced on the next call if its
+          server crashed). Fine for a single interactive run; a warning is logged once
+          because concurrent or repeated rollouts would then share server state.
+
+        For an explicit lifetime, use :class:`mcp_tools.McpSession` and its ``load_tools()``.
 
     Raises:
         ConfigError: *server* or an option is invalid.

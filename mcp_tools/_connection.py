@@ -1,12 +1,7 @@
 """One live MCP session with one server, owned by a dedicated asyncio task.
 
-The SDK's transports and ``ClientSession`` are anyio context managers that must be
-entered and exited by the same task. A rollout's tool calls come from whatever task
-LangGraph runs the tool node in, and the rollout ends in yet another, so each
-connection runs in its own *runner* task: it opens the transport, does the
-handshake, then waits to be told to close. Calls from any task go through the
-session's streams, bounded by a per-call timeout, and a transport that dies makes
-pending and later calls fail at once with :class:`ToolServerError` instead of hanging.
+The SDK's transports must be entered and exited by the same task, but a rollout's tool calls come from
+whatever task LangGraph runs them in; a dedicated task per connection makes that safe.
 """
 
 from __future__ import annotations
@@ -49,7 +44,16 @@ def _explain(failure: BaseException) -> str:
 
 
 class ServerConnection:
-    """A started MCP session with one server. Create with :meth:`open`, end with :meth:`aclose`."""
+    """A started MCP session with one server. Create with :meth:`open`, end with :meth:`aclose`.
+
+    The SDK's transports and ``ClientSession`` are anyio context managers that must be
+    entered and exited by the same task. A rollout's tool calls come from whatever task
+    LangGraph runs the tool node in, and the rollout ends in yet another, so each
+    connection runs in its own *runner* task: it opens the transport, does the
+    handshake, then waits to be told to close. Calls from any task go through the
+    session's streams, bounded by a per-call timeout, and a transport that dies makes
+    pending and later calls fail at once with :class:`ToolServerError` instead of hanging.
+    """
 
     def __init__(self, name: str, spec: StdioServer | HttpServer, config: McpClientConfig) -> None:
         self.name = name

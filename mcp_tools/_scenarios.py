@@ -1,17 +1,7 @@
 """Scenarios for MCP-RL: the record, the JSONL file you can edit, and the train/validation split.
 
-A scenario is one task a user might give the agent, with a difficulty from 1 (one simple
-tool call) to 5 (many steps). :func:`mcp_tools.generate_scenarios` writes them; this module
-keeps them::
-
-    mcp_tools.save_scenarios(scenarios, "scenarios.jsonl")   # one JSON object a line
-    append_scenarios([scenario], "scenarios.jsonl")          # one more line, on disk (fsynced)
-    scenarios = mcp_tools.load_scenarios("scenarios.jsonl")  # after editing by hand
-    train, val = mcp_tools.split_scenarios(scenarios, val_fraction=0.2, seed=0)
-
-A hand-written line needs only ``task`` and ``difficulty``; a missing ``id`` is derived
-from the task text. Blank lines are skipped. Any mistake is a :class:`ScenarioFileError`
-naming ``file:line``.
+A scenario is one task a user might give the agent. :func:`mcp_tools.generate_scenarios` writes them;
+this module keeps them in a JSONL file a person can read and edit between generating and training.
 """
 
 from __future__ import annotations
@@ -64,6 +54,13 @@ def _default_id(task: str) -> str:
 
 class Scenario(BaseModel):
     """One task for the agent.
+
+    Kept in a JSONL file::
+
+        mcp_tools.save_scenarios(scenarios, "scenarios.jsonl")   # one JSON object a line
+        append_scenarios([scenario], "scenarios.jsonl")          # one more line, on disk (fsynced)
+        scenarios = mcp_tools.load_scenarios("scenarios.jsonl")  # after editing by hand
+        train, val = mcp_tools.split_scenarios(scenarios, val_fraction=0.2, seed=0)
 
     Attributes:
         id: stable identifier (default: ``scn-`` and a hash of the normalised task), used
@@ -145,6 +142,9 @@ def _line_error(exc: ValidationError) -> str:
 
 def load_scenarios(path: str | Path) -> list[Scenario]:
     """Read scenarios written by :func:`save_scenarios` (or by hand).
+
+    A hand-written line needs only ``task`` and ``difficulty``; a missing ``id`` is derived
+    from the task text. Blank lines are skipped. Any mistake names ``file:line``.
 
     Raises:
         ScenarioFileError: the file is missing or empty, a line is not a JSON object, a

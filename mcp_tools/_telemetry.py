@@ -1,12 +1,8 @@
 """OpenTelemetry spans for MCP ``tools/call``, following the MCP and GenAI semantic conventions.
 
-One CLIENT span per call, named ``tools/call <tool>``, with ``mcp.method.name``,
-``mcp.session.id``, ``gen_ai.operation.name = execute_tool``, ``gen_ai.tool.name``,
-``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``
-(JSON / text). An MCP ``isError`` result or a failed call sets the span's status to
-ERROR with ``error.type``. Uses the global tracer provider unless one is passed. The caller
-keeps the attributes too and turns them into the call's record with
-:func:`art_adapters.mcp_tool_record`, the function the span processor reads the span with.
+The caller keeps the span's attributes too and turns them into the call's record with
+:func:`art_adapters.mcp_tool_record`, the function the span processor reads the span with, so a live
+record and an exported span say the same.
 """
 
 from __future__ import annotations
@@ -50,7 +46,15 @@ def tool_call_attributes(
 def tool_call_span(
     tool: str, attributes: dict[str, Any], *, tracer_provider: TracerProvider | None = None
 ) -> Iterator[Span]:
-    """Open the ``tools/call <tool>`` span with ``attributes`` around one call (current while it runs)."""
+    """Open the ``tools/call <tool>`` span with ``attributes`` around one call (current while it runs).
+
+    One CLIENT span per call, following the MCP and GenAI semantic conventions:
+    ``mcp.method.name``, ``mcp.session.id``, ``gen_ai.operation.name = execute_tool``,
+    ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments`` and (from
+    :func:`record_outcome`) ``gen_ai.tool.call.result`` (JSON / text). An MCP ``isError``
+    result or a failed call sets the span's status to ERROR with ``error.type``. Uses the
+    global tracer provider unless one is passed.
+    """
     tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
     with tracer.start_as_current_span(
         f"tools/call {tool}",

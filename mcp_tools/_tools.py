@@ -1,18 +1,7 @@
 """MCP tools as LangChain tools whose every ``tools/call`` is captured.
 
-Each call of an :class:`McpTool`:
-
-1. finds its session (the bound :class:`McpSession`, or the current rollout's);
-2. sends ``tools/call`` inside an OTel span ``tools/call <tool>``;
-3. dispatches a LangChain custom event (:data:`TOOL_RECORD_EVENT`) whose data is a
-   :class:`art_adapters.ToolCallRecord` as JSON (read from the span's attributes by
-   :func:`art_adapters.mcp_tool_record`, as the span processor reads the span), so the trajectory
-   callback handler records server, tool, arguments, result, ``isError``, duration
-   and session id; the event goes out for failures too, before the error is raised;
-4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
-   handled by the tool (the model sees the error text, the tool message has
-   ``status="error"``); a crashed or hung server raises
-   :class:`art_adapters.ToolServerError`, which ends the rollout.
+Each call records itself (an OTel span and a LangChain custom event the trajectory handler reads), so a
+rollout's MCP calls land in its trajectory with server, session and ``isError``.
 """
 
 from __future__ import annotations
@@ -68,6 +57,20 @@ def result_text(result: dict[str, Any]) -> str:
 
 class McpTool(StructuredTool):
     """A LangChain tool that calls one tool of one MCP server.
+
+    Each call:
+
+    1. finds its session (the bound :class:`McpSession`, or the current rollout's);
+    2. sends ``tools/call`` inside an OTel span ``tools/call <tool>``;
+    3. dispatches a LangChain custom event (:data:`TOOL_RECORD_EVENT`) whose data is a
+       :class:`art_adapters.ToolCallRecord` as JSON (read from the span's attributes by
+       :func:`art_adapters.mcp_tool_record`, as the span processor reads the span), so the trajectory
+       callback handler records server, tool, arguments, result, ``isError``, duration
+       and session id; the event goes out for failures too, before the error is raised;
+    4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
+       handled by the tool (the model sees the error text, the tool message has
+       ``status="error"``); a crashed or hung server raises
+       :class:`art_adapters.ToolServerError`, which ends the rollout.
 
     ``args_schema`` is the MCP tool's JSON schema. ``metadata`` holds ``mcp_server`` and
     ``mcp_tool`` (the name on the server, which differs from ``name`` when prefixed).
