@@ -1,13 +1,7 @@
 """The command line shared by the bundled servers: transport, address, debug tools.
 
-``--transport stdio`` (default) serves on stdin/stdout. ``--transport http`` serves
-streamable HTTP at ``http://HOST:PORT/mcp``; ``--port 0`` picks a free port, and the
-bound URL is printed on stdout as ``MCP server listening on <url>`` and written to
-``--port-file`` (the port number alone) so a parent process can find it.
-
-``--debug-tools`` (or the environment variable ``MCP_TOOLS_DEBUG_TOOLS=1``) adds two
-tools that exist only to test failure handling: ``crash`` (the process exits at once,
-mid-call) and ``sleep`` (the call hangs for the given seconds).
+Every bundled server takes the same options, so tests and the demo start any of them the same way over
+stdio or streamable HTTP.
 """
 
 from __future__ import annotations
@@ -33,7 +27,15 @@ DEBUG_ENV = "MCP_TOOLS_DEBUG_TOOLS"
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every bundled server has."""
+    """An argument parser with the options every bundled server has.
+
+    ``--transport stdio`` (default) serves on stdin/stdout. ``--transport http`` serves
+    streamable HTTP at ``http://HOST:PORT/mcp``; ``--port 0`` picks a free port, and the
+    bound URL is printed on stdout as ``MCP server listening on <url>`` and written to
+    ``--port-file`` (the port number alone) so a parent process can find it.
+    ``--debug-tools`` (or the environment variable ``MCP_TOOLS_DEBUG_TOOLS=1``) adds
+    :func:`add_debug_tools`'s tools.
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
@@ -52,7 +54,11 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 
 def add_debug_tools(server: Any) -> None:
-    """Register ``crash`` and ``sleep``: test-only ways to make the server die or hang mid-call."""
+    """Register ``crash`` and ``sleep``: test-only ways to make the server die or hang mid-call.
+
+    ``crash`` makes the process exit at once, mid-call; ``sleep`` hangs the call for the given
+    seconds. They exist only to test failure handling.
+    """
 
     @server.tool()
     async def crash(exit_code: int = 1) -> str:

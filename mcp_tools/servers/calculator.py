@@ -1,10 +1,8 @@
 """A stateless calculator MCP server: ``add``, ``subtract``, ``multiply``, ``divide``, ``power``, ``sqrt``.
 
-Results are plain numbers as text (``"12"``, ``"2.5"``). Mistakes the model can fix
-(dividing by zero, the square root of a negative number, an overflowing power) are
-MCP tool errors (``isError``) with a message saying what went wrong.
-
-Run: ``python -m mcp_tools.servers.calculator [--transport http --port 0] [--debug-tools]``.
+Results are plain numbers as text (``"12"``, ``"2.5"``). Mistakes the model can fix (dividing by zero,
+the square root of a negative number, an overflowing power) are MCP tool errors (``isError``) with a
+message saying what went wrong.
 """
 
 from __future__ import annotations
@@ -78,7 +76,10 @@ def build_server() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; see the module docstring."""
+    """Command-line entry point.
+
+    Run: ``python -m mcp_tools.servers.calculator [--transport http --port 0] [--debug-tools]``.
+    """
     parser = base_parser("Calculator MCP server (stateless arithmetic).")
     return serve(lambda _args: build_server(), parser, argv)
 

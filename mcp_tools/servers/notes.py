@@ -1,20 +1,7 @@
 """A stateful notes MCP server backed by SQLite: search, list, read, create, append, delete.
 
-State and isolation:
-
-* default: every MCP session gets its own database, a fresh copy of the seed
-  (``data/notes_seed.json``, or ``--seed FILE``). Over stdio that is one copy per
-  server process; over HTTP one per MCP session. Rollouts never see each other's
-  writes, and each starts from the same notes.
-* ``--db PATH``: all sessions share the SQLite file at PATH (created and seeded
-  when missing), and changes persist after the server stops.
-* ``--db PATH --seed-copy``: PATH is a template: every session gets its own copy
-  of it, and PATH itself is never written.
-
-Mistakes the model can fix (an unknown note id, an empty title) are MCP tool errors
-whose message says what to do.
-
-Run: ``python -m mcp_tools.servers.notes [--db PATH [--seed-copy]] [--transport http --port 0]``.
+Its state is per MCP session by default, so it shows (and tests) rollout isolation. Mistakes the model
+can fix (an unknown note id, an empty title) are MCP tool errors whose message says what to do.
 """
 
 from __future__ import annotations
@@ -190,7 +177,17 @@ class NotesStore:
 
 
 class StoreRegistry:
-    """Which store a request uses: one shared store, or one per MCP session (see the module docstring)."""
+    """Which store a request uses: one shared store, or one per MCP session.
+
+    * default: every MCP session gets its own database, a fresh copy of the seed
+      (``data/notes_seed.json``, or ``--seed FILE``). Over stdio that is one copy per
+      server process; over HTTP one per MCP session. Rollouts never see each other's
+      writes, and each starts from the same notes.
+    * ``--db PATH``: all sessions share the SQLite file at PATH (created and seeded
+      when missing), and changes persist after the server stops.
+    * ``--db PATH --seed-copy``: PATH is a template: every session gets its own copy
+      of it, and PATH itself is never written.
+    """
 
     def __init__(self, *, db: Path | None, seed_copy: bool, seed: list[dict[str, Any]]) -> None:
         self._db = db
@@ -291,7 +288,10 @@ def build_server(registry: StoreRegistry) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; see the module docstring."""
+    """Command-line entry point.
+
+    Run: ``python -m mcp_tools.servers.notes [--db PATH [--seed-copy]] [--transport http --port 0]``.
+    """
     parser = base_parser("Notes MCP server (stateful, SQLite).")
     parser.add_argument("--db", type=Path, help="shared SQLite file (created and seeded if missing)")
     parser.add_argument(
