@@ -1,32 +1,8 @@
 """OpenAI-shaped HTTP errors of the backend, and the handlers that produce them.
 
-Every error the server returns has the body OpenAI uses::
+Every error the server returns has the body OpenAI uses, so OpenAI clients raise their usual exceptions::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "...", "code": "..."}}
-
-::
-
-    APIError                    an error with an HTTP status (raise it anywhere in a request)
-    ├── BadRequestError         400: the request is malformed or asks for the impossible
-    ├── AuthenticationError     401: missing or wrong API key
-    ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
-    │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (engine.base)
-    │   ├── ConstraintError     400: a JSON schema cannot be compiled (engine.constraint)
-    │   └── ExportError         400: a checkpoint cannot be exported (export)
-    │       ├── ExportNotFoundError  404: no such run directory, model or step
-    │       └── ExportExistsError    409: the output folder exists and is not empty
-    ├── NotFoundError           404: unknown model, completion id or route
-    ├── ConflictError           409: the request contradicts existing state
-    ├── BodyTooLargeError       413: a body past the size limit (body_limit; also an HTTPException)
-    ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
-    ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
-    ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
-    └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
-
-:func:`install_error_handlers` turns these (one handler: each class carries its status, type and
-default code), FastAPI's validation errors (one readable
-message instead of pydantic's list) and any unexpected exception (logged with its
-traceback, answered as a 500 without it) into such bodies.
 """
 
 from __future__ import annotations
@@ -66,6 +42,25 @@ _UNION_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 class APIError(Exception):
     """An error answered with its class's ``status_code`` and an OpenAI-style body.
+
+    The tree::
+
+        APIError                    an error with an HTTP status (raise it anywhere in a request)
+        ├── BadRequestError         400: the request is malformed or asks for the impossible
+        │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (engine.base)
+        │   ├── ConstraintError     400: a JSON schema cannot be compiled (engine.constraint)
+        │   └── ExportError         400: a checkpoint cannot be exported (export)
+        │       ├── ExportNotFoundError  404: no such run directory, model or step
+        │       └── ExportExistsError    409: the output folder exists and is not empty
+        ├── AuthenticationError     401: missing or wrong API key
+        ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
+        ├── NotFoundError           404: unknown model, completion id or route
+        ├── ConflictError           409: the request contradicts existing state
+        ├── BodyTooLargeError       413: a body past the size limit (body_limit; also an HTTPException)
+        ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
+        ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
+        ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
+        └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
 
     A subclass sets ``status_code``, ``error_type`` and, where it has one, a default ``code``
     (class attributes); the app's one handler answers every subclass from them.
@@ -303,7 +298,12 @@ class UnexpectedErrorMiddleware:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer every error of ``app`` with an OpenAI-style JSON body (never a stack trace)."""
+    """Answer every error of ``app`` with an OpenAI-style JSON body (never a stack trace).
+
+    One handler answers every :class:`APIError` (each class carries its status, type and default
+    code); FastAPI's validation errors get one readable message instead of pydantic's list; any
+    unexpected exception is logged with its traceback and answered as a 500 without it.
+    """
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
