@@ -1,24 +1,7 @@
 """Export a trained checkpoint for deployment: a PEFT adapter folder, or a merged model, ready for vLLM.
 
-``export_checkpoint(run_dir, "agent", step=3, out="exports/agent-3")`` works offline on a backend's
-run directory (the backend need not run) and writes, all at once (a temporary folder renamed
-into place, never half-written):
-
-* **adapter** (default): the step's ``adapter_config.json`` (``base_model_name_or_path`` set to
-  what ``vllm serve`` needs: the resolved base-model folder, or the Hub id) and
-  ``adapter_model.safetensors``; the base model's tokenizer with the chat template the backend
-  rendered every prompt with; that template again as ``chat_template.jinja``; ``export.json``
-  (what was exported and from where); and a ``README.md`` with the exact
-  ``vllm serve BASE --enable-lora --lora-modules NAME=OUT --chat-template ... --tool-call-parser ...``
-  line.
-* **merged** (``merged=True``): the base weights with the adapter merged in (computed in fp32,
-  saved as safetensors in the base model's own dtype), the same tokenizer, template, manifest and
-  a README with ``vllm serve OUT ...``. Step 0 (the base weights) exports only this way.
-
-The template and parsers come from ``run_dir/serving.json`` and ``run_dir/chat_template.jinja``,
-written by the backend at every start-up: what you trained with is what you deploy with. A run
-directory without them (from an older backend) falls back to the defaults a backend would pick
-for the registered base model today, and the README says so.
+It works offline on a backend's run directory (the backend need not run), and exports with the chat
+template and parsers the run trained with, so what you trained with is what you deploy with.
 """
 
 from __future__ import annotations
@@ -173,6 +156,10 @@ def read_serving_settings(
     run_dir: str | os.PathLike[str], base_model: str | None = None, cache_dir: Path | None = None
 ) -> ServingSettings:
     """The template and parsers a run's backend used (``serving.json`` + ``chat_template.jinja``).
+
+    The backend writes ``run_dir/serving.json`` and ``run_dir/chat_template.jinja`` at every
+    start-up. A run directory without them (from an older backend) falls back to the defaults
+    a backend would pick for the registered base model today, and the export's README says so.
 
     Args:
         run_dir: the backend's run directory.
@@ -415,8 +402,22 @@ def export_checkpoint(
 ) -> Path:
     """Export checkpoint ``name@step`` of a backend run as a PEFT adapter folder or a merged model.
 
-    See the module docstring for what the folder holds. Blocking (a merged export loads the model:
-    seconds for the bundled one); needs the backend's dependencies, not a running backend.
+    Blocking (a merged export loads the model: seconds for the bundled one); needs the backend's
+    dependencies, not a running backend. The folder is written all at once (a temporary folder
+    renamed into place, never half-written) and holds:
+
+    * **adapter** (default): the step's ``adapter_config.json`` (``base_model_name_or_path`` set to
+      what ``vllm serve`` needs: the resolved base-model folder, or the Hub id) and
+      ``adapter_model.safetensors``; the base model's tokenizer with the chat template the backend
+      rendered every prompt with; that template again as ``chat_template.jinja``; ``export.json``
+      (what was exported and from where); and a ``README.md`` with the exact
+      ``vllm serve BASE --enable-lora --lora-modules NAME=OUT --chat-template ... --tool-call-parser ...``
+      line.
+    * **merged** (``merged=True``): the base weights with the adapter merged in (computed in fp32,
+      saved as safetensors in the base model's own dtype), the same tokenizer, template, manifest and
+      a README with ``vllm serve OUT ...``. Step 0 (the base weights) exports only this way.
+
+    The template and parsers come from :func:`read_serving_settings`.
 
     Args:
         run_dir: the backend's run directory (``serve --run-dir``).
