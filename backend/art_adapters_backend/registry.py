@@ -1,11 +1,8 @@
 """The model registry: trainable models, their checkpoint steps, and what a served name means.
 
-A registered model ``name`` has steps ``0, 1, ...``; step 0 is the base weights, every
-later step a LoRA adapter folder. ``name`` serves the latest step, ``name@step`` a given
-one; the base model id itself is always served. The registry lives in
-``run_dir/registry.json``, rewritten atomically (temp file, fsync, rename) on every
-change, so it survives restarts and crashes. The file is written before memory changes: a
-change the disk refused (503, :class:`~.errors.StorageUnavailableError`) is not made at all.
+A registered model ``name`` has steps ``0, 1, ...``; step 0 is the base weights, every later step a
+LoRA adapter folder. ``name`` serves the latest step, ``name@step`` a given one; the base model id
+itself is always served.
 """
 
 from __future__ import annotations
@@ -87,6 +84,10 @@ class ServedModel:
 
 class Registry:
     """Thread-safe registry persisted as ``run_dir/registry.json``.
+
+    The file is rewritten atomically (temp file, fsync, rename) on every change, so it survives
+    restarts and crashes. It is written before memory changes: a change the disk refused (503,
+    :class:`~.errors.StorageUnavailableError`) is not made at all.
 
     Args:
         run_dir: the run directory (created if missing).

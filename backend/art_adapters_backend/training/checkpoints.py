@@ -1,12 +1,7 @@
 """LoRA checkpoints on disk: written atomically, listed when complete, pruned by a retention policy.
 
-A checkpoint is a folder ``<root>/<step:06d>/`` holding a PEFT adapter (``adapter_config.json``,
-``adapter_model.safetensors``), optionally the optimizer state, and ``checkpoint.json`` (step,
-metrics, time, and the train request that made it: its ``Idempotency-Key``, body hash and
-result, so a retried request is answered from disk instead of training again). It is written
-under a hidden temporary name in the same folder, every file fsynced, then renamed into place
-(new parent folders fsynced into theirs): a reader sees a complete checkpoint or none, and a
-crash mid-write leaves only a ``.tmp-*`` folder, removed when the store is next opened.
+A reader sees a complete checkpoint or none, and a retried train request is answered from the
+checkpoint it made instead of training again.
 """
 
 from __future__ import annotations
@@ -35,6 +30,11 @@ MANIFEST = "checkpoint.json"
 
 class Checkpoint(BaseModel):
     """A complete checkpoint on disk.
+
+    A folder ``<root>/<step:06d>/`` holding a PEFT adapter (``adapter_config.json``,
+    ``adapter_model.safetensors``), optionally the optimizer state, and ``checkpoint.json``
+    (step, metrics, time, and the train request that made it: its ``Idempotency-Key``, body
+    hash and result, so a retried request is answered from disk instead of training again).
 
     Attributes:
         step: the training step that produced it.
@@ -94,6 +94,11 @@ class CheckpointStore:
         request: dict[str, Any] | None = None,
     ) -> Checkpoint:
         """Write checkpoint ``step`` atomically: ``writer(folder)`` fills a temporary folder.
+
+        The folder is written under a hidden temporary name in the same folder, every file
+        fsynced, then renamed into place (new parent folders fsynced into theirs): a reader sees
+        a complete checkpoint or none, and a crash mid-write leaves only a ``.tmp-*`` folder,
+        removed when the store is next opened (:meth:`cleanup_partial`).
 
         ``request`` (``request_key``, ``request_hash``, ``result``) goes into the manifest with it.
 
