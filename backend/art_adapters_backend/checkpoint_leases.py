@@ -1,10 +1,7 @@
 """Leases on checkpoint folders that are being read, so deleting one waits for its readers.
 
-An export reads a checkpoint's files for seconds (an adapter) to minutes (a merged model),
-in a thread. Retention or ``checkpoints/delete`` may remove the same step meanwhile; without
-coordination the export would fail half-way with a missing file. Readers hold a lease while
-they read; :meth:`CheckpointLeases.wait_released` lets a deleter wait for them. The step is
-taken out of the registry first, so no new reader starts on a step that is going away.
+An export reads a checkpoint's files for seconds to minutes, in a thread; retention or
+``checkpoints/delete`` removing the same step meanwhile would make it fail half-way with a missing file.
 """
 
 from __future__ import annotations
@@ -18,7 +15,12 @@ __all__ = ["CheckpointLeases"]
 
 
 class CheckpointLeases:
-    """Counts readers per ``(model, step)``; deleters wait until a step has none."""
+    """Counts readers per ``(model, step)``; deleters wait until a step has none.
+
+    Readers hold a lease while they read (:meth:`reading`); :meth:`wait_released` lets a
+    deleter wait for them. The deleter takes the step out of the registry first, so no new
+    reader starts on a step that is going away.
+    """
 
     def __init__(self) -> None:
         self._readers: Counter[tuple[str, int]] = Counter()

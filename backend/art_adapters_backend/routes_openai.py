@@ -1,10 +1,7 @@
 """The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``.
 
-A chat completion holds a place in the server's :class:`~.admission.AdmissionGate` until its
-response ends (429 with ``Retry-After`` when there is none), and stops decoding as soon as its
-client goes away: a stream when a chunk cannot be sent, a plain request when a poll of the
-connection (every :data:`DISCONNECT_POLL_S`) finds it closed. Either way the engine frees the
-choices' batch slots and no record is written (nothing was acknowledged).
+A chat completion is admitted within the server's limits, and stops decoding as soon as its client
+goes away, so an abandoned request never holds batch slots.
 """
 
 from __future__ import annotations
@@ -82,7 +79,11 @@ async def create_chat_completion(
     """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``).
 
     429 with ``Retry-After`` when the server is at ``--max-concurrent-requests`` or
-    ``--max-queued-sequences``.
+    ``--max-queued-sequences``. The request holds a place in the server's
+    :class:`~.admission.AdmissionGate` until its response ends, and stops decoding as soon as
+    its client goes away: a stream when a chunk cannot be sent, a plain request when a poll of
+    the connection (every :data:`DISCONNECT_POLL_S`) finds it closed. Either way the engine
+    frees the choices' batch slots and no record is written (nothing was acknowledged).
     """
     state = _state(request)
     admission = state.admission.admit(body.n or 1)  # before any work: 429 when full

@@ -1,10 +1,7 @@
 """Server-sent events for ``stream: true``, chunk for chunk as OpenAI sends them.
 
-Per choice: a first chunk with ``{"role": "assistant", "content": ""}``, content deltas
-(with ``logprobs`` when asked), tool-call deltas (id, type and name first, then the
-arguments) once the choice ends, a last chunk with ``finish_reason``; then, with
-``stream_options.include_usage``, a chunk with empty ``choices`` and the usage; then
-``data: [DONE]``. The exact-token record is written before the finish of the stream.
+OpenAI clients parse the stream with no special case, and the exact-token record is written before the
+stream finishes, so a client that saw ``[DONE]`` can fetch it.
 """
 
 from __future__ import annotations
@@ -182,6 +179,12 @@ async def open_stream(
     prepared: PreparedChat, state: ServerState, on_close: Callable[[], None] | None = None
 ) -> AsyncIterator[str]:
     """Start decoding and return the SSE event iterator.
+
+    Per choice: a first chunk with ``{"role": "assistant", "content": ""}``, content deltas
+    (with ``logprobs`` when asked), tool-call deltas (id, type and name first, then the
+    arguments) once the choice ends, a last chunk with ``finish_reason``; then, with
+    ``stream_options.include_usage``, a chunk with empty ``choices`` and the usage; then
+    ``data: [DONE]``. The exact-token record is written before the finish of the stream.
 
     The first engine delta is awaited before returning, so a request the engine refuses
     still gets a proper JSON error instead of a broken stream. ``on_close`` runs once the

@@ -1,12 +1,7 @@
 """Tool-call parsers by model family, named like vLLM's ``--tool-call-parser``.
 
-* ``hermes`` (Qwen2.5, Qwen3, Hermes, the bundled SmolLM2 template): ``<tool_call>{json}</tool_call>``
-  blocks, ``{"name": ..., "arguments": {...}}`` inside.
-* ``llama3_json`` (Llama 3.x): the reply is JSON, optionally after ``<|python_tag|>``:
-  ``{"name": ..., "parameters": {...}}``, several separated by ``;``.
-
-Each :class:`ToolCallParser` parses whole replies, streams, and says how a forced call is written in
-its syntax.
+Each :class:`ToolCallParser` parses whole replies, streams, and says how a forced call is written in its
+syntax: ``hermes`` (Qwen2.5, Qwen3, Hermes, the bundled SmolLM2 template) and ``llama3_json`` (Llama 3.x).
 """
 
 from __future__ import annotations
@@ -329,7 +324,10 @@ class ToolCallParser:
 
 
 class HermesToolParser(ToolCallParser):
-    """``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` blocks."""
+    """``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` blocks.
+
+    The syntax of Qwen2.5, Qwen3, Hermes and the bundled SmolLM2 template.
+    """
 
     name = "hermes"
     arguments_key = "arguments"
@@ -346,7 +344,10 @@ class HermesToolParser(ToolCallParser):
 
 
 class Llama3JsonToolParser(ToolCallParser):
-    """Llama 3.x JSON calls: ``{"name": ..., "parameters": {...}}`` (``arguments`` accepted too)."""
+    """Llama 3.x JSON calls: ``{"name": ..., "parameters": {...}}`` (``arguments`` accepted too).
+
+    The reply is JSON, optionally after ``<|python_tag|>``; several calls are separated by ``;``.
+    """
 
     name = "llama3_json"
     arguments_key = "parameters"
