@@ -1,10 +1,7 @@
 """Chat completions without HTTP: an OpenAI request -> an engine request -> OpenAI choices + a record.
 
-:func:`prepare_chat` checks everything that needs the server's state (model, tools,
-schemas, context length) and raises :class:`~.errors.APIError` with a readable message;
-:func:`choice_body`, :func:`response_body` and :func:`make_record` turn the engine's
-sequences into the response and the exact-token record. Streaming lives in
-:mod:`.streaming` and reuses these.
+Kept apart from the routes so the non-streaming path and :mod:`.streaming` share one validation and one
+response/record builder.
 """
 
 from __future__ import annotations
@@ -365,6 +362,9 @@ def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size:
 
 async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> PreparedChat:
     """Validate ``request`` against the server and build the engine request.
+
+    Everything that needs the server's state (model, tools, schemas, context length) is checked
+    here and raised as an :class:`~.errors.APIError` with a readable message.
 
     Cheap checks and the server's bounds run first; the CPU work (prompt rendering, the length
     bound, schema compilation, tokenisation) runs in a worker thread, so no request holds up
