@@ -1,9 +1,7 @@
 """``BodyLimitMiddleware``: refuse request bodies past the server's size limit with a 413.
 
-A body whose ``Content-Length`` is past the limit is refused before a byte of it is read; a
-body without one (chunked) is counted as it arrives and refused as soon as it passes the
-limit, so an oversized request never gets parsed, rendered or tokenised. Training requests
-(``POST /art/models/{name}/train``) carry whole trajectory groups and have a limit of their own.
+An oversized request never gets parsed, rendered or tokenised; training requests carry whole
+trajectory groups and have a limit of their own.
 """
 
 from __future__ import annotations
@@ -47,7 +45,11 @@ def _is_train_path(path: str) -> bool:
 
 
 class BodyLimitMiddleware:
-    """Pure ASGI middleware bounding request bodies (see the module docstring).
+    """Pure ASGI middleware bounding request bodies.
+
+    A body whose ``Content-Length`` is past the limit is refused before a byte of it is read; a
+    body without one (chunked) is counted as it arrives and refused as soon as it passes the
+    limit. Training requests (``POST /art/models/{name}/train``) have ``max_train_bytes``.
 
     Args:
         app: the wrapped application.
