@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._backends import Backend, LocalBackend, RemoteBackend
+from ._capture.events import TOOL_RECORD_EVENT
 from ._errors import (
     ArtAdaptersError,
     BackendError,
@@ -23,7 +24,6 @@ from ._errors import (
     ToolServerError,
 )
 from ._model import CheckpointInfo, TrainableModel, TrainResult
-from ._capture.events import TOOL_RECORD_EVENT
 from ._train_config import RetentionPolicy, TrainConfig
 from ._trajectory import (
     History,

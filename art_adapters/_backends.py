@@ -17,14 +17,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import quote
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 
-from .files import open_private, private_dir
 from ._errors import BackendRequestError, BackendUnavailableError
+from .files import open_private, private_dir
 
 __all__ = ["Backend", "LocalBackend", "RemoteBackend", "path_segment"]
 

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 from ._batch_store import BatchStore
 from ._config import resolve_config
 from ._errors import ConfigError
-from ._train_config import TrainConfig
 from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
+from ._train_config import TrainConfig
 from ._trajectory import Trajectory, TrajectoryGroup
 from .observe._metrics import MetricsHistory, group_metrics
 from .ruler import RulerConfig, combine_rewards, ruler_score_groups

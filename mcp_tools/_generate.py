@@ -146,7 +146,6 @@ def _is_server(tools: Any) -> bool:
 
 
 async def _server_listing(server: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from mcp_tools._session import McpSession
 
     async with McpSession(server) as session:
         listing = await session.list_tools()

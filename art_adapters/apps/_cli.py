@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from art_adapters_backend.cli import serve
 from rich.console import Console
 from rich.markup import escape
 
 from art_adapters import ArtAdaptersError, ConfigError
 from art_adapters.observe import plot_run
-from art_adapters_backend.cli import serve
 
 from ._demo import DemoConfig, run_demo
 from ._options import Setting, build_config, config_command

@@ -19,8 +19,8 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 from art_adapters._capture.otel_trace import TraceState
 from art_adapters._errors import ConfigError
-from art_adapters.observe._otlp_json import spans_from_otlp_json
 from art_adapters._trajectory import Trajectory
+from art_adapters.observe._otlp_json import spans_from_otlp_json
 
 __all__ = ["trajectories_from_langfuse", "trajectories_from_otlp_json", "trajectories_from_spans"]
 

@@ -16,6 +16,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 from art_adapters._errors import ConfigError
+from art_adapters._trajectory import TrajectoryGroup
+from art_adapters.observe._config import ObserveConfig
+from art_adapters.observe._metrics import MetricsHistory, group_metrics
 from art_adapters.observe._spans import (
     SpanSpec,
     failed_trajectory,
@@ -26,9 +29,6 @@ from art_adapters.observe._spans import (
     trajectory_scores,
     trajectory_spans,
 )
-from art_adapters.observe._config import ObserveConfig
-from art_adapters.observe._metrics import MetricsHistory, group_metrics
-from art_adapters._trajectory import TrajectoryGroup
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider

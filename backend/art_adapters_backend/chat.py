@@ -23,9 +23,9 @@ from .engine.base import Constraint, GeneratedSequence, GenerationRequest, Sampl
 from .errors import BadRequestError
 from .limits import ServeLimits
 from .openai_types import ChatCompletionRequest, NamedToolChoice
+from .reasoning import ReasoningParser, get_reasoning_parser
 from .records import ChoiceRecord, CompletionRecord
 from .registry import ServedModel
-from .reasoning import ReasoningParser, get_reasoning_parser
 from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
 
 if TYPE_CHECKING:

@@ -16,8 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_adapters import RetentionPolicy, TrainConfig
-from art_adapters import TrajectoryGroup
+from art_adapters import RetentionPolicy, TrainConfig, TrajectoryGroup
 
 from .errors import BadRequestError
 from .limits import ServeLimits

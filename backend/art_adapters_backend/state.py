@@ -15,8 +15,8 @@ from art_adapters.files import private_dir, write_atomic
 
 from .adapters import AdapterCache
 from .admission import AdmissionGate
-from .checkpoint_leases import CheckpointLeases
 from .chat_template import ChatTemplate
+from .checkpoint_leases import CheckpointLeases
 from .model_family import ModelFamily, resolve_model_family
 from .records import RecordStore
 from .registry import Registry

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from art_adapters_backend.chat import _constraint
 from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
-from art_adapters_backend.tool_parser import HermesToolParser
 from art_adapters_backend.openai_types import ChatCompletionRequest
+from art_adapters_backend.tool_parser import HermesToolParser
 
 from tests.helpers.fake_backend import FakeBackend
 

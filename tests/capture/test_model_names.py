@@ -21,7 +21,13 @@ from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._capture.recorder import TrajectoryRecorder
 from art_adapters._trajectory import Message, Trajectory
-from tests.helpers.capture_fakes import POLICY_SYSTEM, REVIEW_SYSTEM, NamedFakeChatModel, PolicyChatModel, review_graph
+from tests.helpers.capture_fakes import (
+    POLICY_SYSTEM,
+    REVIEW_SYSTEM,
+    NamedFakeChatModel,
+    PolicyChatModel,
+    review_graph,
+)
 
 QUESTION = {"messages": [("user", "Why is the sky blue?")]}
 REVIEW = "Mention Rayleigh scattering."

@@ -9,8 +9,8 @@ from pydantic import SecretStr
 
 from art_adapters import LocalBackend
 from art_adapters._backends import redact_command
-from art_adapters.observe._config import ObserveConfig
 from art_adapters._redact import redact_text, redact_url
+from art_adapters.observe._config import ObserveConfig
 
 KEY = "s3cret-key-123"
 

@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-from typer.testing import CliRunner
-
-from art_adapters.apps._cli import app as cli_app
 from art_adapters_backend.export import (
     CHAT_TEMPLATE_FILE,
     EXPORT_MANIFEST,
@@ -33,6 +30,9 @@ from art_adapters_backend.model_family import bundled_chat_template_path, resolv
 from art_adapters_backend.registry import Registry
 from art_adapters_backend.state import write_serving_settings
 from art_adapters_backend.training.checkpoints import CheckpointStore
+from typer.testing import CliRunner
+
+from art_adapters.apps._cli import app as cli_app
 
 NAME = "tiny"
 TOLERANCE = 1e-4
@@ -42,9 +42,8 @@ PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama folder on the bundled tokenizer, with the shipped tool template as its own."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from art_adapters_backend.bundled import resolve_model_path
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     folder = tmp_path_factory.mktemp("tiny-base")
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path("smollm2-135m-instruct")))
@@ -64,10 +63,9 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_run(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory as the backend leaves it: serving settings, registry, checkpoint 1 of ``tiny``."""
+    from art_adapters_backend.bundled import load_tokenizer
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    from art_adapters_backend.bundled import load_tokenizer
 
     run_dir = tmp_path_factory.mktemp("tiny-run")
     family = resolve_model_family(load_tokenizer(tiny_base), bundled=False)

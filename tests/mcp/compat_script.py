@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: the repository root, for tests.helpers
 
 from langchain_core.messages import AIMessage
-from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 import mcp_tools
 from art_adapters import TrajectoryCallbackHandler
 from mcp_tools.servers import server_command
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 

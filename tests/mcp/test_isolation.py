@@ -208,10 +208,9 @@ def memory_policy(messages: list) -> Any:
 
 async def test_train_mcp_state_option_isolates_its_rollouts(memory_file: Path) -> None:
     """train-mcp's wiring: ``--state`` turns the server into an isolated one, and its rollouts stay apart."""
-    from tests.helpers.capture_fakes import PolicyChatModel
-
     import art_adapters as aa
     from art_adapters.apps._train_mcp import TrainMcpConfig, _server, build_agent, make_rollout
+    from tests.helpers.capture_fakes import PolicyChatModel
 
     original = memory_file.read_bytes()
     config = TrainMcpConfig(

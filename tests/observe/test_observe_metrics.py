@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import art_adapters as aa
-from art_adapters.apps._cli import app
 from art_adapters._errors import ConfigError
+from art_adapters.apps._cli import app
 from art_adapters.observe import MetricsHistory, ObserveConfig, Observer, group_metrics, plot_run
 
 

@@ -407,10 +407,9 @@ def test_few_shot_assistant_turns_captured_from_a_langgraph_run_are_prompt_not_l
     """A graph whose prompt holds a hand-written worked example (user -> assistant tool call -> tool
     result -> answer): capture marks the example's assistant turns ``generated=False``, and they
     stay in the sequence as masked-out context instead of being trained as if the model wrote them."""
+    from art_adapters._capture.langchain import TrajectoryCallbackHandler
     from tests.capture.test_langchain import few_shot_graph
     from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply
-
-    from art_adapters._capture.langchain import TrajectoryCallbackHandler
 
     handler = TrajectoryCallbackHandler()
     graph = few_shot_graph(PolicyChatModel(policy=calculator_policy), [add, multiply])

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..errors import EngineUnavailableError
 from .base import (
     Constraint,
     ContextLengthError,
@@ -35,7 +36,6 @@ from .base import (
     SamplingParams,
     SequenceDelta,
 )
-from ..errors import EngineUnavailableError
 from .constraint import ConstraintError
 
 if TYPE_CHECKING:

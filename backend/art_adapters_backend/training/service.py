@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters import RetentionPolicy, TrainConfig
-from art_adapters import TrajectoryGroup
+from art_adapters import RetentionPolicy, TrainConfig, TrajectoryGroup
 from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
