@@ -8,8 +8,9 @@ deterministic scheme instead of a forward pass:
 - a reply is 1 to :data:`MAX_WORDS` whole-word tokens (``" hello"``, ``" two"``...), then the
   end-of-sequence token; at ``max_tokens`` it stops with ``"length"`` instead;
 - greedy (``temperature == 0``) picks by the prompt (the same prompt gets the same reply), sampling by
-  ``seed`` (and the choice index) when given, else by a per-engine draw counter, so replies at
-  temperature 1 differ in length and words;
+  ``seed`` (and the choice index) when given, else by how many times the same prompt was sampled
+  before, so replies at temperature 1 differ in length and words, and a group of rollouts of one
+  prompt gets the same replies whatever order its requests arrive in;
 - a constrained request (forced tool call, ``response_format``) yields ``prefix + JSON + suffix``
   with a JSON instance of the schema (:func:`schema_instance`); the constraint is compiled by the real
   engine's ``GrammarCache`` (xgrammar) and those tokens must be accepted by its grammar, so a schema
@@ -124,7 +125,7 @@ class FakeEngine:
         self.words = [self._word_id(w) for w in WORDS]
         self.adapters: dict[str, Path] = {}
         self._stats = EngineStats()
-        self._draws = 0
+        self._draws: dict[int, int] = {}  # per prompt: how many unseeded samples were drawn
         self._closed = False
         self._started = False
         self._grammars: Any = None  # the real engine's GrammarCache, built on the first constraint
@@ -202,8 +203,9 @@ class FakeEngine:
             return random.Random(_digest(request.prompt_token_ids, request.adapter, index))
         if params.seed is not None:
             return random.Random(_digest(request.prompt_token_ids, params.seed, index))
-        self._draws += 1
-        return random.Random(_digest(request.prompt_token_ids, self._draws, index))
+        prompt = _digest(request.prompt_token_ids, request.adapter)
+        self._draws[prompt] = draw = self._draws.get(prompt, 0) + 1
+        return random.Random(_digest(prompt, draw, index))
 
     def _compile(self, request: GenerationRequest) -> Any:
         """The real engine's compiled grammar of the request's constraint (its errors are the engine's)."""
