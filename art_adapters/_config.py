@@ -55,7 +55,8 @@ def resolve_config(
         raise ConfigError(f"config must be a {model.__name__}, got {type(config).__name__}")
     if config is not None and not settings:
         return config
-    base = dict(config) if config is not None else {}
+    # Only the fields set on ``config``: a default stays a default (RunConfig's budget depends on it).
+    base = {name: getattr(config, name) for name in config.model_fields_set} if config is not None else {}
     try:
         return model.model_validate({**base, **settings})
     except ValidationError as exc:

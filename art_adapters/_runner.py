@@ -65,10 +65,11 @@ class RunConfig(BaseModel):
             rollouts (``len(scenarios) * n``, rounded down); ``None``: no fraction limit.
             Default 0.1.
 
-    The run tolerates the stricter of ``max_failures`` and ``max_failure_rate`` where both are
-    set, so ``RunConfig(max_failures=3)`` still stops past 10%: pass ``max_failure_rate=None``
-    for a count alone. With both ``None`` any number of rollouts may fail. One failure more
-    than tolerated stops the run with :class:`RolloutBudgetError`, which names the setting.
+    A budget has one meaning: set one of the two and only that one applies
+    (``RunConfig(max_failures=3)`` tolerates 3 failures, whatever the run's size); set both and
+    the stricter applies; set neither and the default rate (10%) applies. With both ``None`` any
+    number of rollouts may fail. One failure more than tolerated stops the run with
+    :class:`RolloutBudgetError`, which names the setting.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,9 +86,11 @@ class RunConfig(BaseModel):
         ``(None, None)`` when neither limit is set (any number may fail).
         """
         limits: list[tuple[int, str]] = []
+        # A rate left at its default gives way to a count that was set: one setting, one meaning.
+        rate_applies = "max_failure_rate" in self.model_fields_set or "max_failures" not in self.model_fields_set
         if self.max_failures is not None:
             limits.append((self.max_failures, "max_failures"))
-        if self.max_failure_rate is not None:
+        if self.max_failure_rate is not None and rate_applies:
             limits.append((math.floor(self.max_failure_rate * total + 1e-9), "max_failure_rate"))
         if not limits:
             return None, None

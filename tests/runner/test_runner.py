@@ -382,3 +382,15 @@ async def test_a_cancelled_error_from_inside_a_rollout_is_a_failure_not_a_cancel
     failure = groups[1].exceptions[0]
     assert failure.type.endswith("RolloutError") and "CancelledError" in failure.message
     assert "await helper" in failure.traceback  # where it came from
+
+
+def test_a_budget_set_alone_has_one_meaning() -> None:
+    # A count set alone is the budget (the default rate gives way); a rate set alone too; both: the stricter.
+    assert aa.RunConfig(max_failures=3).budget(16) == (3, "max_failures")
+    assert aa.RunConfig(max_failure_rate=0.5).budget(16) == (8, "max_failure_rate")
+    assert aa.RunConfig(max_failures=3, max_failure_rate=0.1).budget(16) == (1, "max_failure_rate")
+    assert aa.RunConfig().budget(16) == (1, "max_failure_rate")
+    assert aa.RunConfig(max_failure_rate=None).budget(16) == (None, None)
+    # Laying settings over a config keeps what the config left at its default a default.
+    loop = aa.LoopConfig(steps=1, run=aa.RunConfig(max_failures=3))
+    assert loop.run.budget(100) == (3, "max_failures")
