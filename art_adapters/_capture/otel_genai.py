@@ -27,6 +27,7 @@ from art_adapters._capture.otel_records import (
     span_tool_call,
     tool_record,
     tool_schema_from_definition,
+    tool_span_call,
     unflatten,
 )
 from art_adapters._trajectory import Message, ToolCall, ToolCallRecord, ToolSchema
@@ -129,16 +130,13 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
         name = span.name.removeprefix("execute_tool").strip()
     if not name:
         return None
-    record = tool_record(
+    return tool_span_call(
+        span,
         name,
         attributes.get("gen_ai.tool.call.arguments"),
         attributes.get("gen_ai.tool.call.result"),
         call_id=attributes.get("gen_ai.tool.call.id"),
-        error=span_error(span),
-        duration_s=span_duration(span),
-        started_at=span_start(span),
     )
-    return span_tool_call(span, record)
 
 
 def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | None:

@@ -19,12 +19,9 @@ from art_adapters._capture.otel_records import (
     load_json,
     make_tool_call,
     normalise_role,
-    span_duration,
     span_error,
-    span_start,
-    span_tool_call,
-    tool_record,
     tool_schema_from_definition,
+    tool_span_call,
     unflatten,
     unwrap_langchain_message,
 )
@@ -80,16 +77,8 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
     name = attributes.get("tool.name")
     if not isinstance(name, str) or not name:
         name = span.name
-    record = tool_record(
-        name,
-        attributes.get("input.value"),
-        attributes.get("output.value"),
-        call_id=attributes.get("tool_call.id"),
-        error=span_error(span),
-        duration_s=span_duration(span),
-        started_at=span_start(span),
-    )
-    return span_tool_call(span, record)
+    arguments, result = attributes.get("input.value"), attributes.get("output.value")
+    return tool_span_call(span, name, arguments, result, call_id=attributes.get("tool_call.id"))
 
 
 def _messages(root: dict[str, Any]) -> list[Message]:

@@ -122,6 +122,21 @@ def span_tool_call(span: Any, record: ToolCallRecord) -> SpanToolCall:
     return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
 
 
+def tool_span_call(span: Any, name: str, arguments: Any, result: Any, *, call_id: Any = None) -> SpanToolCall:
+    """The tool call of a finished tool ``span`` whose convention gives these values: its record
+    (:func:`tool_record`, with the span's error, duration and start) and its place in the trace."""
+    record = tool_record(
+        name,
+        arguments,
+        result,
+        call_id=call_id,
+        error=span_error(span),
+        duration_s=span_duration(span),
+        started_at=span_start(span),
+    )
+    return span_tool_call(span, record)
+
+
 def load_json(value: Any) -> Any:
     """Parse ``value`` when it is a JSON string; return it unchanged otherwise (never raises)."""
     if isinstance(value, str | bytes):

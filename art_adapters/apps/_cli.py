@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from art_adapters_backend.cli import serve
+from art_adapters_backend.cli import configure_logging, serve
 from rich.console import Console
 from rich.markup import escape
 
@@ -34,16 +34,8 @@ app = typer.Typer(
 )
 console = Console()
 app.command()(serve)  # the backend's own command: it runs without the applications layer
+app.callback()(configure_logging)
 
-
-@app.callback()
-def _main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages.")] = False,
-) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def _quiet_http_logs() -> None:

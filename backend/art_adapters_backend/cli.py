@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-__all__ = ["app", "serve"]
+__all__ = ["app", "configure_logging", "serve"]
 
 console = Console()
 
@@ -168,11 +168,14 @@ app = typer.Typer(
 app.command()(serve)
 
 
-@app.callback()
-def _main(
+def configure_logging(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages.")] = False,
 ) -> None:
+    """The command line's global option: log at INFO, or DEBUG with ``--verbose`` (both CLIs use it)."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+app.callback()(configure_logging)
