@@ -15,12 +15,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.processes import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = Path(os.environ.get("ART_ADAPTERS_NODE_PREFIX", REPO / ".venv" / "node")) / "node_modules" / ".bin"
@@ -63,14 +64,7 @@ def everything_http() -> Iterator[str]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        seen = ""
-        while time.monotonic() < deadline and "listening on port" not in seen:
-            line = process.stderr.readline() if process.stderr else ""
-            if not line and process.poll() is not None:
-                raise RuntimeError(f"server-everything exited with {process.returncode}: {seen}")
-            seen += line
-        assert "listening on port" in seen, f"server-everything did not start: {seen}"
+        wait_for_line(process, process.stderr, "listening on port", "server-everything")
         # keep reading its log so a full pipe never blocks the server
         threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
         yield f"http://127.0.0.1:{port}/mcp"

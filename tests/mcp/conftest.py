@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
 
 from mcp_tools.servers import server_command
+from tests.helpers.processes import wait_for_line
 
 
 @contextmanager
@@ -26,13 +26,7 @@ def http_server(name: str, *args: str, port_file: Path | None = None) -> Iterato
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        line = ""
-        while time.monotonic() < deadline and "listening on" not in line:
-            line = process.stdout.readline() if process.stdout else ""
-            if not line and process.poll() is not None:
-                raise RuntimeError(f"server {name} exited with {process.returncode}")
-        assert "listening on" in line, f"server {name} did not announce its URL"
+        line = wait_for_line(process, process.stdout, "listening on", f"server {name}")
         yield line.rsplit(" ", 1)[-1].strip()
     finally:
         process.terminate()
