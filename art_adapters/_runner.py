@@ -19,14 +19,20 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._config import Count, PositiveCount, resolve_config
 from ._errors import ConfigError, RolloutBudgetError, RolloutError
 from ._gather import gather_or_cancel
-from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup
+from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup, _new_id
+from .observe._live import RolloutTracing
+from .observe._spans import RolloutContext
+
+if TYPE_CHECKING:
+    from .observe import Observer
 
 __all__ = [
     "RolloutFn",
@@ -213,6 +219,7 @@ class _Slot:
     index: int
     scenario: Any
     scenario_id: str
+    group_id: str
     trajectory: Trajectory | None = None
     exception: RolloutFailure | None = None
 
@@ -250,6 +257,28 @@ async def _attempt(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> 
     return value
 
 
+@dataclasses.dataclass
+class _Tracing:
+    """The live tracing of one run_groups call: the observer and the labels of its rollouts."""
+
+    observer: Observer | None
+    options: RolloutTracing
+
+    def start(self, slot: _Slot) -> Any:
+        if self.observer is None:
+            return None
+        context = RolloutContext(
+            group_id=slot.group_id,
+            scenario_id=slot.scenario_id,
+            step=self.options.step,
+            model=self.options.policy,
+            split=self.options.split,
+            agent_name=self.options.agent_name,
+            namespace=self.observer.config.run,
+        )
+        return self.observer.start_rollout(context, slot.index)
+
+
 async def _run_slot(
     rollout: RolloutFn,
     slot: _Slot,
@@ -259,61 +288,84 @@ async def _run_slot(
     retries: int,
     display: _Display,
     seen_ids: set[str],
+    tracing: _Tracing,
 ) -> None:
-    """Run one rollout with its retries; record a trajectory or an exception on ``slot``."""
-    failures: list[str] = []
+    """Run one rollout with its retries, under its live span; record a trajectory or an exception on ``slot``."""
     async with semaphore:
-        for attempt in range(retries + 1):
-            started = time.monotonic()
-            try:
-                trajectory = await _attempt(rollout, slot, timeout_s)
-            except ConfigError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
-                failures.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
-                if attempt < retries:
-                    display.retried += 1
-                    logger.info(
-                        "rollout %s of scenario %s failed (%s: %s); retrying",
-                        slot.index,
-                        slot.scenario_id,
-                        type(exc).__name__,
-                        exc,
-                    )
-                    continue
-                partial = getattr(exc, "trajectory", None)
-                slot.exception = RolloutFailure.from_exception(
-                    exc,
-                    scenario_id=slot.scenario_id,
-                    rollout_index=slot.index,
-                    trajectory=partial if isinstance(partial, Trajectory) else None,
-                    attempts=attempt + 1,
-                    previous_failures=failures[:-1],
-                )
-                logger.warning(
-                    "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
+        span = tracing.start(slot)
+        try:
+            with span.active() if span is not None else nullcontext():
+                await _attempts(rollout, slot, timeout_s=timeout_s, retries=retries, display=display, span=span)
+            if slot.trajectory is not None:
+                if slot.trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
+                    slot.trajectory.id = Trajectory().id
+                seen_ids.add(slot.trajectory.id)
+        finally:
+            if span is not None:
+                if slot.trajectory is not None:
+                    span.finished(slot.trajectory, keep_open=tracing.options.keep_open)
+                elif slot.exception is not None:
+                    span.failed(slot.exception)
+                else:
+                    span.cancelled()
+    display.finished(slot.trajectory)
+
+
+async def _attempts(
+    rollout: RolloutFn, slot: _Slot, *, timeout_s: float | None, retries: int, display: _Display, span: Any
+) -> None:
+    """The attempts of one rollout: the first success, or the last failure, lands on ``slot``."""
+    failures: list[str] = []
+    for attempt in range(retries + 1):
+        started = time.monotonic()
+        try:
+            trajectory = await _attempt(rollout, slot, timeout_s)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
+            failures.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
+            if attempt < retries:
+                display.retried += 1
+                if span is not None:
+                    span.retried(failures[-1])
+                logger.info(
+                    "rollout %s of scenario %s failed (%s: %s); retrying",
                     slot.index,
                     slot.scenario_id,
-                    attempt + 1,
                     type(exc).__name__,
                     exc,
                 )
-                break
-            trajectory = trajectory.model_copy()
-            if trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
-                trajectory.id = Trajectory().id
-            seen_ids.add(trajectory.id)
-            trajectory.metadata = {
-                **trajectory.metadata,
-                "scenario_id": slot.scenario_id,
-                "rollout_index": slot.index,
-                "attempts": attempt + 1,
-                "duration_s": round(time.monotonic() - started, 3),
-            }
-            trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
-            slot.trajectory = trajectory
-            break
-    display.finished(slot.trajectory)
+                continue
+            partial = getattr(exc, "trajectory", None)
+            slot.exception = RolloutFailure.from_exception(
+                exc,
+                scenario_id=slot.scenario_id,
+                rollout_index=slot.index,
+                trajectory=partial if isinstance(partial, Trajectory) else None,
+                attempts=attempt + 1,
+                previous_failures=failures[:-1],
+            )
+            logger.warning(
+                "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
+                slot.index,
+                slot.scenario_id,
+                attempt + 1,
+                type(exc).__name__,
+                exc,
+            )
+            return
+        trajectory = trajectory.model_copy()
+        trajectory.metadata = {
+            **trajectory.metadata,
+            "scenario_id": slot.scenario_id,
+            "group_id": slot.group_id,
+            "rollout_index": slot.index,
+            "attempts": attempt + 1,
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
+        slot.trajectory = trajectory
+        return
 
 
 async def run_groups(
@@ -323,6 +375,7 @@ async def run_groups(
     *,
     config: RunConfig | None = None,
     progress: bool | Callable[[RunProgress], None] = True,
+    tracing: RolloutTracing | None = None,
     **settings: Any,
 ) -> list[TrajectoryGroup]:
     """Run ``rollout`` ``n`` times on every scenario and return one group per scenario.
@@ -344,6 +397,13 @@ async def run_groups(
     the remaining rollouts are cancelled and :class:`RolloutBudgetError` is raised. Cancelling the
     caller cancels every rollout and propagates: nothing here catches ``BaseException``.
 
+    When Langfuse or an OTLP endpoint is configured (the ``LANGFUSE_*`` /
+    ``OTEL_EXPORTER_OTLP_*`` variables, or ``tracing.observer``), each rollout is one live trace:
+    a rollout span with the RL attributes (scenario, group, rollout index, step, policy version)
+    is the current OpenTelemetry span while it runs, so the spans of any instrumentation already
+    in place join it, and the captured generations and tool calls are added under it. With
+    nothing configured nothing is traced (and OpenTelemetry is not imported).
+
     Args:
         rollout: ``async def rollout(scenario) -> Trajectory``, called once per rollout.
         scenarios: the scenarios, in order; groups come back in the same order.
@@ -353,14 +413,18 @@ async def run_groups(
         progress: ``True`` shows a progress bar (done/total, mean reward, exceptions) when
             stderr is a terminal or in a notebook; ``False`` shows nothing; a callable receives a
             :class:`RunProgress` after every finished rollout instead.
+        tracing: where and with which labels (step, policy version, split) rollouts are traced
+            live (:class:`~art_adapters.observe.RolloutTracing`); ``None``: the default observer,
+            from the environment, without step labels.
         **settings: :class:`RunConfig` fields (``max_concurrency=2``, ``timeout_s=120``, ...),
             laid over ``config``.
 
     Returns:
         One :class:`TrajectoryGroup` per scenario: its successful trajectories in rollout
         order, its failed rollouts in ``exceptions``, and ``metadata`` with
-        ``scenario_id`` and ``n``. Every trajectory's metadata gains ``scenario_id``,
-        ``rollout_index``, ``attempts`` and ``duration_s``.
+        ``scenario_id``, ``group_id`` and ``n``. Every trajectory's metadata gains
+        ``scenario_id``, ``group_id``, ``rollout_index``, ``attempts`` and ``duration_s`` (and,
+        traced live, ``trace_id`` and ``rollout_span_id``).
 
     Raises:
         ConfigError: an argument or setting is invalid, or ``rollout`` is not an async function.
@@ -381,9 +445,15 @@ async def run_groups(
         logger.warning(
             "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
         )
+    group_ids = [_new_id("group") for _ in scenarios]
     slots = [
-        _Slot(g, i, s, sid) for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True)) for i in range(n)
+        _Slot(g, i, s, sid, group_ids[g])
+        for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True))
+        for i in range(n)
     ]
+    options = tracing if tracing is not None else RolloutTracing()
+    observer = options.resolve()
+    live = _Tracing(observer if observer.enabled else None, options)
     semaphore = asyncio.Semaphore(run.max_concurrency)
     display = _Display(progress, total)
     seen_ids: set[str] = set()
@@ -397,6 +467,7 @@ async def run_groups(
                 retries=run.retries,
                 display=display,
                 seen_ids=seen_ids,
+                tracing=live,
             ),
             name=f"rollout:{slot.scenario_id}:{slot.index}",
         )
@@ -423,7 +494,9 @@ async def run_groups(
     groups: list[TrajectoryGroup] = []
     for g, (scenario, sid) in enumerate(zip(scenarios, ids, strict=True)):
         mine = [s for s in slots if s.group == g]
-        metadata: dict[str, Any] = {"scenario_id": sid, "n": n}
+        metadata: dict[str, Any] = {"scenario_id": sid, "group_id": group_ids[g], "n": n}
+        if live.observer is not None:
+            metadata["traced"] = "live"
         try:
             json.dumps(_jsonable(scenario))
             metadata["scenario"] = _jsonable(scenario)
@@ -431,6 +504,7 @@ async def run_groups(
             logger.debug("scenario %s is not JSON-serialisable; not stored on its group", sid)
         groups.append(
             TrajectoryGroup(
+                id=group_ids[g],
                 trajectories=[s.trajectory for s in mine if s.trajectory is not None],
                 exceptions=[s.exception for s in mine if s.exception is not None],
                 metadata=metadata,

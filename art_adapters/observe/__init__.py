@@ -23,6 +23,7 @@ from typing import Any as _Any
 
 from art_adapters._trajectory import TrajectoryGroup as _TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
+from art_adapters.observe._live import RolloutSpan, RolloutTracing
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory, group_metrics
 from art_adapters.observe._observer import Observer
 from art_adapters.observe._plot import plot_run
@@ -51,6 +52,8 @@ __all__ = [
     "ObserveConfig",
     "Observer",
     "OtlpJsonFileExporter",
+    "RolloutSpan",
+    "RolloutTracing",
     "configure",
     "configure_langfuse",
     "get_observer",

@@ -19,14 +19,16 @@ from art_adapters._errors import ConfigError
 from art_adapters._trajectory import TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
 from art_adapters.observe._metrics import MetricsHistory, group_metrics
+from art_adapters.observe._live import RolloutSpan
 from art_adapters.observe._spans import (
+    RolloutContext,
     SpanSpec,
     failed_trajectory,
     group_context,
     score_spans,
-    span_ids,
     train_step_spans,
     trajectory_scores,
+    trajectory_span_ids,
     trajectory_spans,
 )
 
@@ -41,12 +43,27 @@ logger = logging.getLogger(__name__)
 _SCOPE = "art_adapters.observe"
 
 
+#: After a failed export, a destination is skipped (its batches dropped at once) for this long.
+DOWN_COOLDOWN_S = 30.0
+
+
 def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer) -> SpanExporter:
-    """Wrap an exporter: a failed or raising export is counted and warned about, then dropped."""
+    """Wrap an exporter: a failed or raising export is counted and warned about, then dropped.
+
+    A destination whose export failed is skipped for :data:`DOWN_COOLDOWN_S` (its batches are
+    dropped without trying), so an endpoint that is down costs one timeout, not one per batch,
+    and shutting down does not wait on it.
+    """
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     class _Guarded(SpanExporter):
+        down_until = 0.0
+        stopped = False
+
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            if self.stopped or time.monotonic() < self.down_until:
+                observer._dropped(len(spans), destination, "it failed recently; skipped")
+                return SpanExportResult.FAILURE
             try:
                 result = inner.export(spans)
             except Exception as exc:  # noqa: BLE001 - an exporter must never take the batch thread down
@@ -55,18 +72,28 @@ def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer)
             else:
                 reason = "the exporter reported a failure"
             if result is not SpanExportResult.SUCCESS:
+                self.down_until = time.monotonic() + DOWN_COOLDOWN_S
                 observer._dropped(len(spans), destination, reason)
             else:
+                self.down_until = 0.0
                 observer.exported_spans += len(spans)
             return result
 
+        @property
+        def down(self) -> bool:
+            return time.monotonic() < self.down_until
+
         def shutdown(self) -> None:
-            inner.shutdown()
+            if not self.stopped:
+                self.stopped = True
+                inner.shutdown()  # also interrupts an export waiting to retry
 
         def force_flush(self, timeout_millis: int = 30_000) -> bool:
             return inner.force_flush(timeout_millis)
 
-    return _Guarded()
+    guarded = _Guarded()
+    observer._exporters.append(guarded)
+    return guarded
 
 
 class Observer:
@@ -115,6 +142,7 @@ class Observer:
         self.config = config if config is not None else ObserveConfig.from_env()
         self.exported_spans = 0
         self._dropped_count = 0
+        self._exporters: list[Any] = []
         self._warned: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -122,6 +150,7 @@ class Observer:
         self._wandb: Any = None
         self._provider: TracerProvider | None = None
         self._ids: Any = None
+        self._open: dict[str, RolloutSpan] = {}
         self.history = MetricsHistory(self.config.metrics_path) if self.config.metrics_path else None
         processors = list(span_processors)
         if self.config.enabled or processors or span_exporter is not None:
@@ -319,6 +348,28 @@ class Observer:
                     root.set_status(Status(StatusCode.ERROR, root_spec.error))
                 root.end(end_time=root_spec.end_ns)
 
+    def start_rollout(self, context: RolloutContext, rollout_index: int) -> RolloutSpan | None:
+        """Start the live span of one rollout (``None`` when disabled); see :class:`RolloutTracing`."""
+        if not self.enabled:
+            return None
+        return RolloutSpan(self, self._tracer, context, rollout_index)
+
+    def _hold(self, trajectory_id: str, span: RolloutSpan) -> None:
+        with self._lock:
+            self._open[trajectory_id] = span
+
+    def _release(self, trajectory_id: str) -> RolloutSpan | None:
+        with self._lock:
+            return self._open.pop(trajectory_id, None)
+
+    def end_open_rollouts(self) -> int:
+        """End the rollout spans still kept open (without scores); returns how many."""
+        with self._lock:
+            spans, self._open = list(self._open.values()), {}
+        for span in spans:
+            span.end()
+        return len(spans)
+
     def log_rollouts(
         self,
         groups: Iterable[TrajectoryGroup],
@@ -332,6 +383,11 @@ class Observer:
         failures: bool = True,
     ) -> list[str]:
         """Export every rollout of ``groups`` as one trace; returns the successful ones' trace ids (32 hex).
+
+        A rollout traced live by :func:`~art_adapters.run_groups` already has its trace: only
+        its scores are added (evaluator child spans, Langfuse scores), and a rollout span kept
+        open (:class:`RolloutTracing` ``keep_open``) gets its reward and explanation and ends.
+        Other rollouts (run with tracing off, or built by hand) are exported whole, after the fact.
 
         Args:
             groups: the groups (from :func:`~art_adapters.run_groups`, scored or not).
@@ -364,13 +420,21 @@ class Observer:
                 namespace=self.config.run,
             )
             for trajectory in group.trajectories:
-                trace_id, _ = span_ids(trajectory.id, self.config.run)
+                trace_id, _ = trajectory_span_ids(trajectory, self.config.run)
                 trace_ids.append(f"{trace_id:032x}")
-                if self.enabled:
+                live = "rollout_span_id" in trajectory.metadata
+                held = self._release(trajectory.id)
+                if held is not None:
+                    held.end(trajectory if scores else None)
+                if not self.enabled:
+                    continue
+                if not live:  # not traced while it ran: the whole rollout as a trace now
                     self._emit(trajectory_spans(trajectory, context, include_scores=scores))
-                    if scores:
-                        self._langfuse_scores(trajectory)
-            if self.enabled and failures:
+                elif scores:  # traced live: only the scores join its trace
+                    self._emit(score_spans(trajectory, namespace=self.config.run))
+                if scores:
+                    self._langfuse_scores(trajectory)
+            if self.enabled and failures and group.metadata.get("traced") != "live":
                 failed_context = replace(context, extra_tags=(*context.extra_tags, "failed"))
                 for failure in group.exceptions:
                     self._emit(trajectory_spans(failed_trajectory(group, failure), failed_context))
@@ -399,7 +463,7 @@ class Observer:
     def _langfuse_scores(self, trajectory: Any) -> int:
         if self._langfuse is None:
             return 0
-        trace_id, root_id = span_ids(trajectory.id, self.config.run)
+        trace_id, root_id = trajectory_span_ids(trajectory, self.config.run)
         sent = 0
         for name, value, comment in trajectory_scores(trajectory):
             try:
@@ -474,6 +538,10 @@ class Observer:
         """Flush (bounded by ``timeout_s``) and stop the exporters; idempotent."""
         if self._closed:
             return
+        self.end_open_rollouts()
+        for exporter in self._exporters:
+            if exporter.down:  # a destination that is down is not waited for
+                exporter.shutdown()
         self.force_flush(timeout_s)
         self._closed = True
         if self._provider is not None:

@@ -21,8 +21,11 @@ __all__ = [
     "AttributeValue",
     "SpanSpec",
     "failed_trajectory",
+    "rollout_attributes",
+    "score_attributes",
     "score_spans",
     "span_ids",
+    "trajectory_span_ids",
     "train_step_spans",
     "trajectory_spans",
 ]
@@ -62,6 +65,26 @@ def span_ids(trajectory_id: str, namespace: str = "") -> tuple[int, int]:
     trace_id = int.from_bytes(digest[:16], "big") or 1
     root_id = int.from_bytes(digest[16:24], "big") or 1
     return trace_id, root_id
+
+
+def trajectory_span_ids(trajectory: Trajectory, namespace: str = "") -> tuple[int, int]:
+    """The (trace id, rollout span id) of ``trajectory``: those of its live trace when it was traced live.
+
+    :func:`~art_adapters.run_groups` records the live rollout span's ids in the trajectory's
+    ``metadata["trace_id"]`` (32 hex digits) and ``metadata["rollout_span_id"]`` (16); a
+    trajectory without them (built by hand, or run with tracing off) gets :func:`span_ids`.
+    """
+    trace_hex = trajectory.metadata.get("trace_id")
+    span_hex = trajectory.metadata.get("rollout_span_id")
+    if isinstance(trace_hex, str) and isinstance(span_hex, str):
+        try:
+            trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+        except ValueError:
+            pass
+        else:
+            if trace_id and span_id:
+                return trace_id, span_id
+    return span_ids(trajectory.id, namespace)
 
 
 def _child_id(namespace: str, trajectory_id: str, *key: str) -> int:
@@ -219,7 +242,7 @@ def trajectory_spans(
     call of the run produced); for a message without it (a hand-built trajectory) it is known
     only when the run made a single model call; otherwise the totals are on the root.
     """
-    trace_id, root_id = span_ids(trajectory.id, context.namespace)
+    trace_id, root_id = trajectory_span_ids(trajectory, context.namespace)
     meta = trajectory.metadata
     scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
     rollout_index = meta.get("rollout_index")
@@ -271,6 +294,8 @@ def trajectory_spans(
         f"{_PREFIX}.split": context.split,
         f"{_PREFIX}.model": model,
     }
+    if model != "unknown":
+        root_attrs[f"{_PREFIX}.policy.version"] = model
     if context.group_id is not None:
         root_attrs["session.id"] = context.group_id
         root_attrs["langfuse.session.id"] = context.group_id
@@ -434,7 +459,7 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: 
     the judge's explanation as attributes and a ``gen_ai.evaluation.result`` event, so any OTLP
     backend shows it; the Langfuse SDK path also sends it as a Langfuse score.
     """
-    trace_id, root_id = span_ids(trajectory.id, namespace)
+    trace_id, root_id = trajectory_span_ids(trajectory, namespace)
     end = _ns(trajectory.finished_at) or _ns(trajectory.started_at) or 0
     at = at_ns if at_ns is not None else end
     spans: list[SpanSpec] = []
@@ -469,6 +494,69 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: 
             )
         )
     return spans
+
+
+def rollout_attributes(context: RolloutContext, rollout_index: int) -> dict[str, AttributeValue]:
+    """The RL attributes a live rollout span starts with (see ``docs/observability.md``).
+
+    ``art_adapters.scenario.id``, ``.group.id``, ``.rollout.index``, ``.step``,
+    ``.policy.version`` (``name@step``) and ``.split``; the GenAI ``gen_ai.operation.name =
+    invoke_agent`` / ``gen_ai.request.model``; and what Langfuse reads to file the trace:
+    its name, tags (``split:``, ``scenario:``, ``group:``, ``step:``), session (the group id) and
+    metadata, so rollouts are filterable by group and step.
+    """
+    tags = [f"split:{context.split}"]
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": context.agent_name,
+        "langfuse.observation.type": "agent",
+        "langfuse.trace.name": f"rollout {context.scenario_id}" if context.scenario_id else "rollout",
+        f"{_PREFIX}.rollout.index": rollout_index,
+        f"{_PREFIX}.split": context.split,
+        "langfuse.trace.metadata.rollout_index": rollout_index,
+        "langfuse.trace.metadata.split": context.split,
+    }
+    if context.scenario_id is not None:
+        tags.append(f"scenario:{context.scenario_id}")
+        attrs[f"{_PREFIX}.scenario.id"] = context.scenario_id
+        attrs["langfuse.trace.metadata.scenario_id"] = context.scenario_id
+    if context.group_id is not None:
+        tags.append(f"group:{context.group_id}")
+        attrs[f"{_PREFIX}.group.id"] = context.group_id
+        attrs["session.id"] = context.group_id
+        attrs["langfuse.session.id"] = context.group_id
+        attrs["langfuse.trace.metadata.group_id"] = context.group_id
+    if context.step is not None:
+        tags.append(f"step:{context.step}")
+        attrs[f"{_PREFIX}.step"] = context.step
+        attrs["langfuse.trace.metadata.step"] = context.step
+    if context.model is not None:
+        attrs[f"{_PREFIX}.policy.version"] = context.model
+        attrs[f"{_PREFIX}.model"] = context.model
+        attrs["gen_ai.request.model"] = context.model
+        attrs["langfuse.trace.metadata.policy_version"] = context.model
+    if context.namespace:
+        attrs[f"{_PREFIX}.run"] = context.namespace
+    attrs["langfuse.trace.tags"] = [*tags, *context.extra_tags]
+    return attrs
+
+
+def score_attributes(trajectory: Trajectory) -> dict[str, AttributeValue]:
+    """The scores' attributes for the rollout span once scored: ``art_adapters.reward``, the RULER
+    score and the judge's explanation (``art_adapters.judge.explanation``, also the GenAI
+    ``gen_ai.evaluation.explanation``); Langfuse trace metadata too, so traces filter by reward."""
+    attrs: dict[str, AttributeValue] = {}
+    if trajectory.reward is not None:
+        attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
+        attrs["langfuse.trace.metadata.reward"] = float(trajectory.reward)
+    ruler = trajectory.metrics.get("ruler_score")
+    if isinstance(ruler, int | float) and not isinstance(ruler, bool):
+        attrs[f"{_PREFIX}.ruler.score"] = float(ruler)
+    explanation = trajectory.metadata.get("ruler_explanation")
+    if isinstance(explanation, str) and explanation:
+        attrs[f"{_PREFIX}.judge.explanation"] = explanation
+        attrs["gen_ai.evaluation.explanation"] = explanation
+    return attrs
 
 
 def group_context(group: TrajectoryGroup, **fields: Any) -> RolloutContext:

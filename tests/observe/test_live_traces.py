@@ -1,0 +1,243 @@
+"""One live trace per rollout: run_groups' rollout span, the spans inside it, and the scores on it.
+
+Real pieces throughout: a LangGraph ReAct agent (deterministic policy model) calling the bundled
+calculator MCP server over stdio, our callback capture, OpenInference's LangChain instrumentation
+on the user's own tracer provider, the OpenTelemetry SDK, and the Observer exporting to an
+in-memory exporter (the same batch processor as for OTLP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import art_adapters as aa
+from art_adapters import observe
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
+
+SCENARIOS = [{"id": "calc-a", "q": "what is 2 + 3 times 4"}, {"id": "calc-b", "q": "what is 5 + 1 times 6"}]
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def observer(exporter: InMemorySpanExporter) -> Iterator[observe.Observer]:
+    obs = observe.Observer(observe.ObserveConfig(run="live-test"), span_exporter=exporter)
+    yield obs
+    obs.shutdown()
+
+
+@pytest.fixture(scope="module")
+def user_spans() -> Iterator[InMemorySpanExporter]:
+    """OpenInference's LangChain instrumentation on the user's own provider (as in production)."""
+    module = pytest.importorskip("openinference.instrumentation.langchain")
+    provider = TracerProvider()
+    spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    instrumentor = module.LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield spans
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+async def calculator_tools() -> list[Any]:
+    import mcp_tools
+    from mcp_tools.servers import server_command
+
+    return await mcp_tools.load_tools(server_command("calculator"))
+
+
+def _rollout(tools: list[Any], *, fail_on: str | None = None) -> Any:
+    import mcp_tools
+
+    agent = react_agent(PolicyChatModel(policy=calculator_policy), tools)
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        handler = aa.TrajectoryCallbackHandler()
+        async with mcp_tools.rollout():
+            await agent.ainvoke({"messages": [("user", scenario["q"])]}, config={"callbacks": [handler]})
+        if scenario["id"] == fail_on:
+            raise RuntimeError("the checker crashed")
+        assert handler.trajectory is not None
+        handler.trajectory.reward = 1.0 if "20" in str(handler.trajectory.messages[-1].content) else 0.0
+        return handler.trajectory
+
+    return rollout
+
+
+def _by_trace(spans: list[ReadableSpan]) -> dict[int, list[ReadableSpan]]:
+    out: dict[int, list[ReadableSpan]] = {}
+    for span in spans:
+        out.setdefault(span.context.trace_id, []).append(span)
+    return out
+
+
+def _roots(spans: list[ReadableSpan]) -> list[ReadableSpan]:
+    return [s for s in spans if s.name.startswith("rollout")]
+
+
+async def test_one_trace_per_rollout_with_rl_attributes_and_the_users_spans_inside(
+    observer: observe.Observer,
+    exporter: InMemorySpanExporter,
+    user_spans: InMemorySpanExporter,
+    calculator_tools: list[Any],
+) -> None:
+    user_spans.clear()
+    tracing = observe.RolloutTracing(observer=observer, step=3, policy="calc@3")
+    groups = await aa.run_groups(_rollout(calculator_tools), SCENARIOS, n=2, progress=False, tracing=tracing)
+    assert observer.force_flush(10)
+    ours = list(exporter.get_finished_spans())
+    roots = _roots(ours)
+    assert len(roots) == 4  # one rollout span per rollout
+    assert len({r.context.trace_id for r in roots}) == 4  # each its own trace
+    for group in groups:
+        assert group.metadata["traced"] == "live"
+        for trajectory in group.trajectories:
+            (root,) = [r for r in roots if f"{r.context.trace_id:032x}" == trajectory.metadata["trace_id"]]
+            assert f"{root.context.span_id:016x}" == trajectory.metadata["rollout_span_id"]
+            assert root.parent is None
+            attrs = root.attributes or {}
+            assert attrs["art_adapters.scenario.id"] == group.metadata["scenario_id"]
+            assert attrs["art_adapters.group.id"] == group.id == trajectory.metadata["group_id"]
+            assert attrs["art_adapters.rollout.index"] == trajectory.metadata["rollout_index"]
+            assert attrs["art_adapters.step"] == 3
+            assert attrs["art_adapters.policy.version"] == "calc@3"
+            assert attrs["art_adapters.trajectory.id"] == trajectory.id
+            assert attrs["art_adapters.reward"] == trajectory.reward  # known when the rollout ended
+            assert "step:3" in attrs["langfuse.trace.tags"] and f"group:{group.id}" in attrs["langfuse.trace.tags"]
+            assert attrs["langfuse.session.id"] == group.id
+            children = [s for s in ours if s.context.trace_id == root.context.trace_id and s is not root]
+            kinds = sorted(str((s.attributes or {}).get("gen_ai.operation.name")) for s in children)
+            assert kinds == ["chat", "chat", "execute_tool", "execute_tool"]
+            assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in children)
+            mcp = [s for s in children if (s.attributes or {}).get("mcp.method.name") == "tools/call"]
+            assert len(mcp) == 2
+    # The user's OpenInference spans of each rollout sit in that rollout's trace, under its span.
+    theirs = _by_trace(list(user_spans.get_finished_spans()))
+    assert set(theirs) == {r.context.trace_id for r in roots}
+    for trace_id, spans in theirs.items():
+        root = next(r for r in roots if r.context.trace_id == trace_id)
+        ids = {s.context.span_id for s in spans}
+        tops = [s for s in spans if s.parent is None or s.parent.span_id not in ids]
+        assert [t.parent.span_id for t in tops if t.parent is not None] == [root.context.span_id]
+        kinds = {(s.attributes or {}).get("openinference.span.kind") for s in spans}
+        assert {"LLM", "TOOL"} <= kinds
+
+
+async def test_a_span_kept_open_gets_the_judges_score_and_keeps_the_rollouts_end_time(
+    observer: observe.Observer, exporter: InMemorySpanExporter, calculator_tools: list[Any]
+) -> None:
+    tracing = observe.RolloutTracing(observer=observer, step=0, policy="calc@0", keep_open=True)
+    groups = await aa.run_groups(_rollout(calculator_tools), SCENARIOS[:1], n=2, progress=False, tracing=tracing)
+    returned_ns = time.time_ns()
+    observer.force_flush(10)
+    assert _roots(list(exporter.get_finished_spans())) == []  # still open: waiting for their scores
+    await asyncio.sleep(0.3)  # the judge takes its time
+    for k, trajectory in enumerate(groups[0].trajectories):
+        trajectory.reward = 0.25 * (k + 1)
+        trajectory.metrics["ruler_score"] = trajectory.reward
+        trajectory.metadata["ruler_explanation"] = f"because t{k}"
+    ids = observer.log_rollouts(groups, step=0, model="calc@0")
+    observer.force_flush(10)
+    spans = list(exporter.get_finished_spans())
+    roots = _roots(spans)
+    assert sorted(f"{r.context.trace_id:032x}" for r in roots) == sorted(ids)
+    for trajectory in groups[0].trajectories:
+        (root,) = [r for r in roots if f"{r.context.trace_id:032x}" == trajectory.metadata["trace_id"]]
+        attrs = root.attributes or {}
+        assert attrs["art_adapters.reward"] == trajectory.reward
+        assert attrs["art_adapters.judge.explanation"] == trajectory.metadata["ruler_explanation"]
+        assert root.end_time is not None and root.end_time <= returned_ns  # the rollout's end, not the scoring
+        scores = [s for s in spans if s.name.startswith("score ") and s.context.trace_id == root.context.trace_id]
+        assert {s.name for s in scores} == {"score ruler", "score reward"}
+        assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in scores)
+    # no second, after-the-fact trace of the same rollouts
+    assert len({s.context.trace_id for s in spans}) == 2
+
+
+async def test_a_failed_rollout_is_its_own_error_trace_and_not_exported_twice(
+    observer: observe.Observer, exporter: InMemorySpanExporter, calculator_tools: list[Any]
+) -> None:
+    groups = await aa.run_groups(
+        _rollout(calculator_tools, fail_on="calc-b"), SCENARIOS, n=1, progress=False,
+        tracing=observe.RolloutTracing(observer=observer), max_failure_rate=1.0,
+    )  # fmt: skip
+    observer.log_rollouts(groups)
+    observer.force_flush(10)
+    roots = _roots(list(exporter.get_finished_spans()))
+    assert len(roots) == 2
+    (failed,) = [r for r in roots if r.status.status_code is StatusCode.ERROR]
+    assert (failed.attributes or {})["art_adapters.scenario.id"] == "calc-b"
+    assert "failed" in (failed.attributes or {})["langfuse.trace.tags"]
+    assert "RuntimeError: the checker crashed" in (failed.status.description or "")
+    assert any(e.name == "exception" for e in failed.events)
+
+
+def test_nothing_is_traced_and_opentelemetry_is_not_imported_when_nothing_is_configured() -> None:
+    code = """
+import asyncio, os, sys
+for key in list(os.environ):
+    if key.startswith(("LANGFUSE_", "OTEL_EXPORTER_OTLP")):
+        del os.environ[key]
+import art_adapters as aa
+
+async def rollout(scenario):
+    return aa.Trajectory(messages=[{"role": "user", "content": "hi"}])
+
+groups = asyncio.run(aa.run_groups(rollout, [{"id": "s"}], n=2, progress=False))
+assert "trace_id" not in groups[0].trajectories[0].metadata
+assert "traced" not in groups[0].metadata
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+async def test_an_endpoint_that_is_down_slows_neither_the_rollouts_nor_the_shutdown() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        await asyncio.sleep(0.05)
+        return aa.Trajectory(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "4"}])
+
+    async def run(observer: observe.Observer) -> tuple[float, float]:
+        started = time.perf_counter()
+        for step in range(3):
+            tracing = observe.RolloutTracing(observer=observer, step=step, keep_open=True)
+            groups = await aa.run_groups(rollout, [{"id": i} for i in range(6)], n=4, progress=False, tracing=tracing)
+            observer.log_rollouts(groups, step=step)
+            observer.log_train_metrics(step, {"loss": 0.5})
+            await asyncio.sleep(0.6)  # what a train step would take; exports happen meanwhile
+        ran = time.perf_counter() - started
+        observer.shutdown()
+        return ran, time.perf_counter() - started - ran
+
+    off_run, _ = await run(observe.Observer(observe.ObserveConfig()))
+    down = observe.Observer(
+        observe.ObserveConfig(otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces", export_timeout_s=1)
+    )
+    down_run, down_shutdown = await run(down)
+    assert down.dropped_spans > 0 and down.exported_spans == 0
+    assert down_run < off_run * 1.5 + 0.5, (off_run, down_run)
+    assert down_shutdown < 1.0
