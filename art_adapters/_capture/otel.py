@@ -37,6 +37,7 @@ _MARKERS = frozenset(
         "gen_ai.input.messages",
         "gen_ai.system",
         "gen_ai.prompt.0.role",
+        "langfuse.observation.type",
     }
 )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from art_adapters._capture.assembly import assemble
 from art_adapters._capture.otel_genai import parse_genai_span, parse_mcp_span
+from art_adapters._capture.otel_langfuse import parse_langfuse_span
 from art_adapters._capture.otel_openinference import parse_openinference_span
 from art_adapters._capture.otel_records import SpanModelCall, SpanToolCall, span_error, span_start
 from art_adapters._trajectory import Trajectory
@@ -23,12 +24,17 @@ logger = logging.getLogger(__name__)
 
 
 def parse_span(span: Any) -> SpanModelCall | SpanToolCall | None:
-    """Parse a span with whichever convention it follows; ``None`` when it is neither a model nor a tool call."""
+    """Parse a span with whichever convention it follows; ``None`` when it is neither a model nor a tool call.
+
+    A span with both Langfuse's and GenAI attributes (ours, exported for Langfuse) is read as GenAI.
+    """
     attributes = span.attributes or {}
     if "openinference.span.kind" in attributes:
         return parse_openinference_span(span)
     if "mcp.method.name" in attributes:
         return parse_mcp_span(span)
+    if "langfuse.observation.type" in attributes and "gen_ai.operation.name" not in attributes:
+        return parse_langfuse_span(span)
     return parse_genai_span(span)
 
 
