@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 from ._batch_store import BatchStore
 from ._config import resolve_config
 from ._errors import ConfigError
+from ._loop_telemetry import LoopTelemetry
 from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
 from ._train_config import TrainConfig
 from ._trajectory import Trajectory, TrajectoryGroup
@@ -27,6 +28,7 @@ from .observe._metrics import MetricsHistory, group_metrics
 from .ruler import RulerConfig, combine_rewards, ruler_score_groups
 
 if TYPE_CHECKING:
+    from .observe import Observer
     from ._model import TrainableModel
 
 __all__ = [
@@ -172,7 +174,8 @@ class StepReport(BaseModel):
 class LoopResult(BaseModel):
     """What :func:`train_loop` did: the start and end step, each step and each evaluation.
 
-    ``stopped`` says why the loop ended before ``config.steps`` (``None`` when it got there).
+    ``stopped`` says why the loop ended before ``config.steps`` (``None`` when it got there);
+    ``where`` has one line per place the run can be seen (trace backend, W&B, Trackio).
     """
 
     start_step: int
@@ -181,6 +184,7 @@ class LoopResult(BaseModel):
     evals: list[EvalReport] = Field(default_factory=list)
     metrics_file: Path | None = None
     stopped: str | None = None
+    where: list[str] = Field(default_factory=list)
 
     @property
     def unscored(self) -> list[dict[str, Any]]:
@@ -318,15 +322,20 @@ async def scored_groups(
     batch: int,
     step: int,
     config: LoopConfig,
+    telemetry: LoopTelemetry | None = None,
     progress: Callable[[Any], None] | None = None,
 ) -> list[TrajectoryGroup]:
     """The batch's groups, rolled out and scored: ``rollouts_per_group`` rollouts of each scenario.
+
+    Each rollout is traced live (``telemetry``; default: the observer configured from the
+    environment) and its trace gets its scores.
 
     With ``config.run_dir`` the groups are saved to its ``batches/`` folder
     (:class:`~art_adapters._batch_store.BatchStore`) before and after scoring, and a batch saved
     at this ``step`` for these scenarios is reused instead of rolled out (or scored) again, so a
     loop that crashed before its train step loses no rollouts when restarted.
     """
+    telemetry = telemetry or LoopTelemetry.default()
     store = BatchStore(config.run_dir) if config.run_dir is not None else None
     stored = store.load(batch, step, [scenario_id(s) for s in scenarios]) if store is not None else None
     if stored is not None:
@@ -339,11 +348,15 @@ async def scored_groups(
     else:
         groups = await run_groups(
             rollout, scenarios, n=config.rollouts_per_group, config=config.run,
-            progress=progress or config.progress,
+            progress=progress or config.progress, tracing=telemetry.tracing(step, "train"),
         )  # fmt: skip
         if store is not None:
             store.save(batch, step, groups, scored=False)
-    scored = await score_groups(score, groups, scenarios)
+    scored = groups
+    try:
+        scored = await score_groups(score, groups, scenarios)
+    finally:
+        telemetry.scored(scored, step=step, split="train")
     if store is not None:
         store.save(batch, step, scored, scored=True)
     return scored
@@ -389,13 +402,20 @@ async def train_step(
     return report
 
 
-def record_step(config: LoopConfig, report: StepReport, groups: Sequence[TrajectoryGroup]) -> StepReport:
-    """Add the rollouts' statistics to ``report`` and write its ``train`` row to ``metrics.jsonl``.
+def record_step(
+    config: LoopConfig,
+    report: StepReport,
+    groups: Sequence[TrajectoryGroup],
+    telemetry: LoopTelemetry | None = None,
+) -> StepReport:
+    """Add the rollouts' statistics to ``report`` and write its ``train`` row to ``metrics.jsonl``
+    (and to the trackers, and as a train-step trace).
 
     The report's ``reward_mean`` becomes the row's, so the two never disagree.
     """
     extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(report.unscored)}
-    report.metrics = _log(config, report.step, groups, extra, split="train")
+    telemetry = telemetry or LoopTelemetry.default()
+    report.metrics = _log(config, report.step, groups, extra, split="train", telemetry=telemetry)
     report.reward_mean = report.metrics.get("reward_mean")
     return report
 
@@ -429,6 +449,7 @@ async def evaluate(
     scenarios: Sequence[Any],
     score: Scorer,
     config: LoopConfig,
+    telemetry: LoopTelemetry | None = None,
     progress: Callable[[Any], None] | None = None,
 ) -> EvalReport:
     """Mean reward of ``rollout`` (typically a greedy agent on the latest step) on ``scenarios``.
@@ -437,11 +458,16 @@ async def evaluate(
     :class:`~art_adapters.RunProgress` after each rollout.
     """
     step = await model.get_step()
+    telemetry = telemetry or LoopTelemetry.default()
     groups = await run_groups(
         rollout, list(scenarios), n=config.eval_rollouts, config=config.run,
-        progress=progress or config.progress,
+        progress=progress or config.progress, tracing=telemetry.tracing(step, "val"),
     )  # fmt: skip
-    scored = await score(groups, list(scenarios))
+    scored = groups
+    try:
+        scored = await score(groups, list(scenarios))
+    finally:
+        telemetry.scored(scored, step=step, split="val")
     rewards = _rewards(scored)
     report = EvalReport(
         step=step,
@@ -450,17 +476,24 @@ async def evaluate(
         trajectories=sum(len(g.trajectories) for g in scored),
         exceptions=sum(len(g.exceptions) for g in scored),
     )
-    report.metrics = _log(config, step, scored, {}, split="val")
+    report.metrics = _log(config, step, scored, {}, split="val", telemetry=telemetry)
     logger.info("step %d: held-out mean reward %s (%d scored)", step, report.reward_mean, report.scored)
     return report
 
 
 def _log(
-    config: LoopConfig, step: int, groups: Sequence[TrajectoryGroup], extra: Mapping[str, Any], *, split: str
+    config: LoopConfig,
+    step: int,
+    groups: Sequence[TrajectoryGroup],
+    extra: Mapping[str, Any],
+    *,
+    split: str,
+    telemetry: LoopTelemetry,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {**group_metrics(groups), **extra}
     if config.run_dir is not None:
         MetricsHistory(config.run_dir).append(step, row, split=split)
+    telemetry.row(step, row, split=split)
     return row
 
 
@@ -477,6 +510,7 @@ async def train_loop(
     on_step: Callable[[StepReport], None] | None = None,
     on_eval: Callable[[EvalReport], None] | None = None,
     progress: Callable[[Any], None] | None = None,
+    observer: Observer | None = None,
 ) -> LoopResult:
     """Train ``model`` from its current step up to ``config.steps``, evaluating on the way.
 
@@ -511,6 +545,14 @@ async def train_loop(
         on_step, on_eval: called with each report as it is made (progress display).
         progress: receives ``run_groups``' :class:`~art_adapters.RunProgress` after every
             rollout (training and evaluation) instead of its own progress bar.
+        observer: where traces go; ``None``: the default observer, configured from the
+            ``LANGFUSE_*`` / ``OTEL_EXPORTER_OTLP_*`` variables (nothing when none is set).
+
+    Observability needs no code: with Langfuse or an OTLP endpoint configured, every rollout is
+    one live trace labelled with its scenario, group, rollout index, step and policy version
+    (``name@step``), its scores attached; each step's metrics are a train-step trace; W&B and
+    Trackio get one row per step and split when their variables are set. Where the run can be
+    seen is logged at the start and kept in :attr:`LoopResult.where`.
 
     Raises:
         ConfigError: no training scenarios, or the scorer did not return every group.
@@ -519,39 +561,53 @@ async def train_loop(
     if config.steps > 0 and not train_scenarios:
         raise ConfigError("train_scenarios is empty: the loop needs at least one training scenario")
     start = await model.get_step()
-    result = LoopResult(start_step=start, final_step=start, metrics_file=_metrics_file(config))
+    name = str(getattr(model, "name", "model"))  # any object with TrainableModel's methods trains
+    telemetry = LoopTelemetry.start(
+        model_name=name,
+        project=str(getattr(model, "project", "default")),
+        run=config.run_dir.name if config.run_dir is not None else name,
+        observer=observer,
+        config=config.model_dump(mode="json"),
+    )
+    result = LoopResult(
+        start_step=start, final_step=start, metrics_file=_metrics_file(config), where=telemetry.where()
+    )
 
     async def run_eval() -> None:
         report = await evaluate(
-            model, eval_rollout or rollout, val_scenarios, eval_score or score, config, progress
+            model, eval_rollout or rollout, val_scenarios, eval_score or score, config, telemetry, progress
         )
         result.evals.append(report)
         if on_eval is not None:
             on_eval(report)
 
-    if val_scenarios and config.eval_at_start:
-        await run_eval()
-    step, batch, untrained = start, resume_batch(config, start), 0
-    while step < config.steps and result.stopped is None:
-        scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
-        groups = await scored_groups(
-            rollout, score, scenarios, batch=batch, step=step, config=config, progress=progress
-        )
-        report = await train_step(model, groups, scenarios, batch=batch, step=step, config=config)
-        result.steps.append(record_step(config, report, groups))
-        if on_step is not None:
-            on_step(report)
-        batch += 1
-        if not report.trained:
-            untrained += 1
-            result.stopped = stop_reason(untrained, report, config)
-            continue
-        untrained, step = 0, report.step
-        if val_scenarios and eval_due(step, config):
+    try:
+        if val_scenarios and config.eval_at_start:
             await run_eval()
-    result.final_step = step
-    if val_scenarios and (not result.evals or result.evals[-1].step != step):
-        await run_eval()
+        step, batch, untrained = start, resume_batch(config, start), 0
+        while step < config.steps and result.stopped is None:
+            scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
+            groups = await scored_groups(
+                rollout, score, scenarios, batch=batch, step=step, config=config, telemetry=telemetry,
+                progress=progress,
+            )  # fmt: skip
+            report = await train_step(model, groups, scenarios, batch=batch, step=step, config=config)
+            result.steps.append(record_step(config, report, groups, telemetry))
+            if on_step is not None:
+                on_step(report)
+            batch += 1
+            if not report.trained:
+                untrained += 1
+                result.stopped = stop_reason(untrained, report, config)
+                continue
+            untrained, step = 0, report.step
+            if val_scenarios and eval_due(step, config):
+                await run_eval()
+        result.final_step = step
+        if val_scenarios and (not result.evals or result.evals[-1].step != step):
+            await run_eval()
+    finally:
+        telemetry.close()
     return result
 
 

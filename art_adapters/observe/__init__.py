@@ -10,7 +10,8 @@ The API a training loop calls (all cheap, never raising for export problems)::
     obs.log_train_metrics(step, result.metrics) # train-step trace, metrics file, W&B
     obs.shutdown()
 
-Traces import back with :func:`trajectories_from_otlp_json` / :func:`trajectories_from_langfuse`;
+Traces import back with :func:`trajectories_from_otlp_json` / :func:`trajectories_from_langfuse`
+(files) and :func:`trajectories_from_phoenix` / :func:`trajectories_from_langfuse_api` (live servers);
 :class:`MetricsHistory`, :func:`group_metrics` and :func:`plot_run` chart a run.
 """
 
@@ -27,6 +28,7 @@ from art_adapters.observe._live import RolloutSpan, RolloutTracing
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory, group_metrics
 from art_adapters.observe._observer import Observer
 from art_adapters.observe._plot import plot_run
+from art_adapters.observe._trackers import Tracker, trackers_from_env
 
 if _TYPE_CHECKING:
     from art_adapters.observe._importer import (
@@ -34,6 +36,7 @@ if _TYPE_CHECKING:
         trajectories_from_otlp_json,
         trajectories_from_spans,
     )
+    from art_adapters.observe._import_live import trajectories_from_langfuse_api, trajectories_from_phoenix
     from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
 
 # Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
@@ -42,7 +45,9 @@ _LAZY: dict[str, str] = {
     "OtlpJsonFileExporter": "._otlp_json",
     "otlp_json_request": "._otlp_json",
     "trajectories_from_langfuse": "._importer",
+    "trajectories_from_langfuse_api": "._import_live",
     "trajectories_from_otlp_json": "._importer",
+    "trajectories_from_phoenix": "._import_live",
     "trajectories_from_spans": "._importer",
 }
 
@@ -54,6 +59,7 @@ __all__ = [
     "OtlpJsonFileExporter",
     "RolloutSpan",
     "RolloutTracing",
+    "Tracker",
     "configure",
     "configure_langfuse",
     "get_observer",
@@ -63,8 +69,11 @@ __all__ = [
     "log_train_metrics",
     "otlp_json_request",
     "plot_run",
+    "trackers_from_env",
     "trajectories_from_langfuse",
+    "trajectories_from_langfuse_api",
     "trajectories_from_otlp_json",
+    "trajectories_from_phoenix",
     "trajectories_from_spans",
 ]
 

@@ -71,8 +71,9 @@ class ObserveConfig(BaseModel):
         schedule_delay_s: how often the background thread sends a batch.
         metrics_path: JSON Lines metrics history written by ``log_train_metrics``/``log_rollouts``;
             ``None`` for none.
-        wandb: ``None`` (default): log to Weights & Biases when ``WANDB_API_KEY`` is set and
-            ``wandb`` is importable; ``False``: never; ``True``: require it.
+
+    Experiment trackers (W&B, Trackio) are not configured here: see
+    :func:`~art_adapters.observe.trackers_from_env`.
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -90,7 +91,16 @@ class ObserveConfig(BaseModel):
     max_queue_size: Annotated[int, Field(ge=1)] = 4096
     schedule_delay_s: Annotated[float, Field(gt=0, le=60)] = 0.5
     metrics_path: Path | None = None
-    wandb: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: object) -> object:
+        if isinstance(data, Mapping) and "wandb" in data:
+            raise ConfigError(
+                "ObserveConfig(wandb=...) is gone: W&B (and Trackio) are trackers now, on when WANDB_API_KEY "
+                "or WANDB_MODE is set; pass Observer(trackers=trackers_from_env(...)) to choose them in code"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ObserveConfig:

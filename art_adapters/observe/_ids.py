@@ -16,8 +16,12 @@ class ChosenIds(IdGenerator):
         self._local = threading.local()
         self._random = RandomIdGenerator()
 
-    def choose(self, trace_id: int, span_id: int) -> None:
-        """Use these ids for the next span started on this thread."""
+    def choose(self, trace_id: int | None, span_id: int) -> None:
+        """Use these ids for the next span started on this thread.
+
+        Pass ``trace_id=None`` for a span with a parent: the SDK takes a child's trace id from
+        its parent and never asks, so a chosen one would be left over for the next root span.
+        """
         self._local.trace_id = trace_id
         self._local.span_id = span_id
 

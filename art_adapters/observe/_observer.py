@@ -1,8 +1,8 @@
 """The :class:`Observer`: rollouts, RULER scores and training metrics out to Langfuse and any OTLP backend.
 
 Exports never break or slow a rollout: spans go to a background batch processor, bounded, and a batch
-that cannot be sent is dropped with a warning. The OTLP exporter, the Langfuse SDK and ``wandb`` are
-imported only when used.
+that cannot be sent is dropped with a warning. The OTLP exporter and the Langfuse SDK are imported
+only when used.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from art_adapters._errors import ConfigError
 from art_adapters._trajectory import TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
 from art_adapters.observe._metrics import MetricsHistory, group_metrics
+from art_adapters.observe._trackers import Tracker, guarded
+from art_adapters._redact import redact_url
 from art_adapters.observe._live import RolloutSpan
 from art_adapters.observe._spans import (
     RolloutContext,
@@ -127,9 +129,11 @@ class Observer:
             :class:`~art_adapters.TrajectorySpanProcessor`); they see every span.
         span_exporter: an exporter to use *instead of* the OTLP one for ``otlp_endpoint``
             (batched and guarded the same way), e.g. an OTLP JSON file exporter.
+        trackers: experiment trackers (W&B, Trackio: :func:`trackers_from_env`) that
+            :meth:`log_train_metrics` sends each row to.
 
     Raises:
-        ConfigError: ``use_langfuse_sdk=True`` or ``wandb=True`` but the package is missing.
+        ConfigError: ``use_langfuse_sdk=True`` but the package is missing.
     """
 
     def __init__(
@@ -138,8 +142,10 @@ class Observer:
         *,
         span_processors: Iterable[SpanProcessor] = (),
         span_exporter: SpanExporter | None = None,
+        trackers: Sequence[Tracker] = (),
     ) -> None:
         self.config = config if config is not None else ObserveConfig.from_env()
+        self.trackers: list[Tracker] = [guarded(t) for t in trackers]
         self.exported_spans = 0
         self._dropped_count = 0
         self._exporters: list[Any] = []
@@ -147,7 +153,6 @@ class Observer:
         self._lock = threading.Lock()
         self._closed = False
         self._langfuse: Any = None
-        self._wandb: Any = None
         self._provider: TracerProvider | None = None
         self._ids: Any = None
         self._open: dict[str, RolloutSpan] = {}
@@ -155,7 +160,6 @@ class Observer:
         processors = list(span_processors)
         if self.config.enabled or processors or span_exporter is not None:
             self._build_provider(processors, span_exporter)
-        self._init_wandb()
 
     # -- setup --
 
@@ -267,27 +271,20 @@ class Observer:
             return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
 
-    def _init_wandb(self) -> None:
-        import os
-
-        wanted = self.config.wandb
-        if wanted is False or (wanted is None and not os.environ.get("WANDB_API_KEY")):
-            return
-        try:
-            import wandb
-        except ImportError as exc:
-            if wanted:
-                raise ConfigError("wandb=True but the wandb package is missing: pip install wandb") from exc
-            logger.info("observe: WANDB_API_KEY is set but wandb is not installed; W&B logging off")
-            return
-        self._wandb = wandb.run or wandb.init(
-            project=self.config.project or "art-adapters", name=self.config.run
-        )
-
-    @property
-    def wandb_run(self) -> Any:
-        """The W&B run metrics go to, or ``None``."""
-        return self._wandb
+    def where(self) -> list[str]:
+        """One line per trace destination saying where the traces can be seen (empty when disabled)."""
+        if not self.enabled:
+            return []
+        cfg = self.config
+        lines = []
+        if cfg.langfuse:
+            lines.append(
+                f"traces: Langfuse at {cfg.langfuse_base_url} (one trace per rollout; filter by the tags "
+                "step:N, group:ID, scenario:ID, or by session = group id)"
+            )
+        if cfg.otlp_endpoint is not None:
+            lines.append(f"traces: OTLP endpoint {redact_url(cfg.otlp_endpoint)} (one trace per rollout)")
+        return lines
 
     def _dropped(self, count: int, destination: str, reason: str) -> None:
         with self._lock:
@@ -331,7 +328,7 @@ class Observer:
                     parent = NonRecordingSpan(
                         SpanContext(spec.trace_id, spec.parent_id or 0, False, TraceFlags(TraceFlags.SAMPLED))
                     )
-                self._ids.choose(spec.trace_id, spec.span_id)
+                self._ids.choose(None, spec.span_id)  # a child: its trace id comes from its parent
                 span = self._tracer.start_span(
                     spec.name,
                     context=trace.set_span_in_context(parent, otel_context.Context()),
@@ -484,29 +481,33 @@ class Observer:
         return sent
 
     def log_train_metrics(
-        self, step: int, metrics: Mapping[str, Any], *, split: str = "train", duration_s: float | None = None
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        *,
+        split: str = "train",
+        duration_s: float | None = None,
+        run: str | None = None,
     ) -> None:
         """Record a training step's metrics (loss, KL, grad norm, timings...).
 
-        Goes to: a ``train_step N`` trace (attributes ``art_adapters.train.<name>``; with the
-        Langfuse SDK also scores ``train/<name>`` on it), the metrics history (one row for
-        ``step``/``split``) and W&B when active. Non-numeric values are kept in the history only.
+        Goes to: a ``train_step N`` trace of the run ``run`` (default ``config.run``; attributes
+        ``art_adapters.train.<name>``; with the Langfuse SDK also scores ``train/<name>`` on it),
+        the metrics history (one row for ``step``/``split``) and the trackers (one row each).
+        Non-numeric values are kept in the history only.
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ConfigError(f"step must be an int >= 0, got {step!r}")
         if self.history is not None:
             self.history.append(step, dict(metrics), split=split)
-        if self._wandb is not None:
-            try:
-                self._wandb.log({f"{split}/{k}": v for k, v in metrics.items() if _is_number(v)}, step=step)
-            except Exception as exc:  # noqa: BLE001 - observability must never break the caller
-                logger.warning("observe: wandb.log failed (%s: %s)", type(exc).__name__, exc)
+        for tracker in self.trackers:
+            tracker.log(step, metrics, split=split)
         if not self.enabled:
             return
         now = time.time_ns()
         duration = int(duration_s * 1e9) if duration_s else 1
         specs = train_step_spans(
-            step, metrics, run=self.config.run, at_ns=now - duration, duration_ns=duration
+            step, metrics, run=run or self.config.run, at_ns=now - duration, duration_ns=duration
         )
         self._emit(specs)
         if self._langfuse is not None:
@@ -539,6 +540,8 @@ class Observer:
         if self._closed:
             return
         self.end_open_rollouts()
+        for tracker in self.trackers:
+            tracker.finish()
         for exporter in self._exporters:
             if exporter.down:  # a destination that is down is not waited for
                 exporter.shutdown()

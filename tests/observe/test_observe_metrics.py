@@ -101,7 +101,7 @@ def fill_history(path: Path) -> MetricsHistory:
 def test_observer_writes_rollout_and_train_rows(
     scored_groups: list[aa.TrajectoryGroup], tmp_path: Path
 ) -> None:
-    observer = Observer(ObserveConfig(metrics_path=tmp_path / "metrics.jsonl", wandb=False))
+    observer = Observer(ObserveConfig(metrics_path=tmp_path / "metrics.jsonl"))
     assert not observer.enabled  # no destination: files only
     observer.log_rollouts(scored_groups, step=0)
     observer.log_rollouts(scored_groups[:1], step=0, split="val")
@@ -136,25 +136,6 @@ def test_plot_command(tmp_path: Path) -> None:
     (empty / "metrics.jsonl").write_text("")
     assert runner.invoke(app, ["plot", str(empty)]).exit_code == 2
     assert "plot" in runner.invoke(app, ["plot", "--help"]).output
-
-
-def test_wandb_is_skipped_cleanly_when_absent(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
-) -> None:
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("wandb is installed here; this test covers its absence")
-    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    caplog.set_level(logging.INFO, logger="art_adapters.observe")
-    observer = Observer(ObserveConfig(metrics_path=tmp_path / "m.jsonl"))
-    assert observer.wandb_run is None and "wandb is not installed" in caplog.text
-    observer.log_train_metrics(1, {"loss": 0.5})  # still writes the file
-    assert observer.history.rows()[0]["loss"] == 0.5
-    with pytest.raises(ConfigError, match="pip install wandb"):
-        Observer(ObserveConfig(wandb=True))
 
 
 def test_plot_errors_are_clear(tmp_path: Path) -> None:

@@ -1,0 +1,93 @@
+"""What a training run sends out while it runs: live rollout traces, scores, step rows to trackers.
+
+:class:`LoopTelemetry` is the one place :func:`~art_adapters.train_loop` talks to observability:
+the observer (Langfuse / OTLP, from the environment by default) and the experiment trackers (W&B,
+Trackio, from the environment). With nothing configured every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._trajectory import TrajectoryGroup
+from .observe import Observer, RolloutTracing, get_observer
+
+__all__ = ["LoopTelemetry"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the end of a run may wait for its last spans to leave (an endpoint that is down is not waited on).
+FLUSH_TIMEOUT_S = 5.0
+
+
+@dataclass
+class LoopTelemetry:
+    """The observer and trackers of one training run.
+
+    Attributes:
+        observer: where rollout traces, scores and train-step traces go.
+        trackers: experiment trackers receiving one row per step and split.
+        run: the run's name (labels train-step traces and tracker runs).
+        model_name: the policy's name; its version at step N is ``f"{model_name}@{N}"``.
+    """
+
+    observer: Observer
+    trackers: Sequence[Any] = field(default_factory=list)
+    run: str = "run"
+    model_name: str = "model"
+
+    @classmethod
+    def default(cls) -> LoopTelemetry:
+        """The default observer (from the environment) and no trackers: for a loop step called alone."""
+        return cls(observer=get_observer())
+
+    @classmethod
+    def start(
+        cls, *, model_name: str, project: str, run: str, observer: Observer | None, config: Mapping[str, Any]
+    ) -> LoopTelemetry:
+        """The telemetry of a run: ``observer`` (default: from the environment) and the trackers the
+        environment configures (:func:`art_adapters.observe.trackers_from_env`)."""
+        from .observe import trackers_from_env
+
+        telemetry = cls(
+            observer=observer if observer is not None else get_observer(),
+            trackers=trackers_from_env(project=project, run=run, config=config),
+            run=run,
+            model_name=model_name,
+        )
+        for line in telemetry.where():
+            logger.info("%s", line)
+        return telemetry
+
+    def where(self) -> list[str]:
+        """One line per destination saying where the run can be seen (empty when none)."""
+        return [*self.observer.where(), *(f"{t.name}: {t.where}" for t in self.trackers)]
+
+    def tracing(self, step: int, split: str) -> RolloutTracing:
+        """How the rollouts of ``step`` are traced: live, labelled, kept open until scored."""
+        return RolloutTracing(
+            observer=self.observer, step=step, policy=f"{self.model_name}@{step}", split=split, keep_open=True
+        )
+
+    def scored(self, groups: Sequence[TrajectoryGroup], *, step: int, split: str) -> None:
+        """Scores onto the rollouts' traces; ends their rollout spans."""
+        self.observer.log_rollouts(groups, step=step, model=f"{self.model_name}@{step}", split=split)
+
+    def row(self, step: int, row: Mapping[str, Any], *, split: str) -> None:
+        """One metrics row (a step's rollouts and training, or an evaluation) to every tracker;
+        a ``train`` row is also a train-step trace."""
+        for tracker in self.trackers:
+            tracker.log(step, row, split=split)
+        if split == "train":
+            self.observer.log_train_metrics(step, row, run=self.run)
+
+    def close(self) -> None:
+        """End rollout spans still open, send what is queued (bounded), finish the trackers."""
+        self.observer.end_open_rollouts()
+        if self.observer.enabled:
+            self.observer.force_flush(min(FLUSH_TIMEOUT_S, self.observer.config.export_timeout_s))
+        for tracker in self.trackers:
+            tracker.finish()
