@@ -21,6 +21,7 @@ from art_adapters import ArtAdaptersError, ConfigError
 from art_adapters.observe import plot_run
 
 from ._demo import DemoConfig, run_demo
+from ._import import IMPORT_HELP, import_traces
 from ._options import Setting, build_config, config_command
 from ._train_mcp import TrainMcpConfig, report, run_train_mcp
 
@@ -35,6 +36,7 @@ app = typer.Typer(
 console = Console()
 app.command()(serve)  # the backend's own command: it runs without the applications layer
 app.callback()(configure_logging)
+app.command("import", help=IMPORT_HELP)(import_traces)
 
 
 

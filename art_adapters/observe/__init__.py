@@ -31,12 +31,12 @@ from art_adapters.observe._plot import plot_run
 from art_adapters.observe._trackers import Tracker, trackers_from_env
 
 if _TYPE_CHECKING:
+    from art_adapters.observe._import_live import trajectories_from_langfuse_api, trajectories_from_phoenix
     from art_adapters.observe._importer import (
         trajectories_from_langfuse,
         trajectories_from_otlp_json,
         trajectories_from_spans,
     )
-    from art_adapters.observe._import_live import trajectories_from_langfuse_api, trajectories_from_phoenix
     from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
 
 # Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
