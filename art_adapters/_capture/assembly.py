@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from art_adapters._trajectory import History, Message, ToolCallRecord, ToolSchema, Trajectory
 
-__all__ = ["ModelCall", "ModelCallLike", "assemble", "conversations", "model_name", "usage_totals"]
+__all__ = [
+    "ModelCall",
+    "ModelCallLike",
+    "assemble",
+    "conversations",
+    "message_key",
+    "model_name",
+    "usage_totals",
+]
 
 #: What instrumentations write when they do not know the model (OpenLLMetry writes ``"unknown"``).
 _NO_MODEL_NAMES = frozenset({"", "unknown", "none", "null"})
@@ -66,7 +74,7 @@ class ModelCall:
     model: str | None = None
 
 
-def _key(message: Message) -> tuple[Any, ...]:
+def message_key(message: Message) -> tuple[Any, ...]:
     """What makes two messages the same turn (everything the model sees; not our completion link)."""
     calls = message.tool_calls
     return (
@@ -97,7 +105,7 @@ def conversations(calls: Sequence[ModelCallLike]) -> list[History]:
                 call.output.model = call.model
             conversation.append(call.output)
         _name_tool_results(conversation)
-        keys = [_key(m) for m in conversation]
+        keys = [message_key(m) for m in conversation]
         for index, history in enumerate(histories):
             known = keys_of[index]
             if keys[: len(known)] == known:  # extends (or equals) this history
@@ -135,20 +143,20 @@ def _mark_generated(calls: Sequence[ModelCallLike], histories: list[History]) ->
     produced: dict[tuple[Any, ...], Message] = {}
     for call in calls:
         if call.output is not None:
-            produced.setdefault(_key(call.output), call.output)
+            produced.setdefault(message_key(call.output), call.output)
     input_only: dict[tuple[Any, ...], bool | None] = {}
     output_missing = False
     for call in calls:
         for message in call.messages:
             if message.role == "assistant":
-                key = _key(message)
+                key = message_key(message)
                 if key not in produced:
                     input_only.setdefault(key, None if output_missing else False)
         output_missing = output_missing or call.output is None
     for history in histories:
         for message in history.messages:
             if message.role == "assistant":
-                key = _key(message)
+                key = message_key(message)
                 source = produced.get(key)
                 if source is not None:
                     message.generated = True

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from art_adapters._capture.assembly import assemble
+from art_adapters._capture.assembly import assemble, message_key
 from art_adapters._capture.otel_genai import parse_genai_span, parse_mcp_span
 from art_adapters._capture.otel_langfuse import parse_langfuse_span
 from art_adapters._capture.otel_openinference import parse_openinference_span
@@ -56,6 +56,8 @@ class TraceState:
         model_calls: parsed model calls, in end order.
         tool_calls: parsed tool calls, in end order.
         skipped: how many spans failed to parse (logged, never raised).
+        scopes: span id -> the instrumentation scope that wrote it, for each parsed call (two
+            instrumentations of one run report each call twice, in parallel span trees).
     """
 
     trace_id: int
@@ -63,6 +65,7 @@ class TraceState:
     model_calls: list[SpanModelCall] = field(default_factory=list)
     tool_calls: list[SpanToolCall] = field(default_factory=list)
     skipped: int = 0
+    scopes: dict[int, str] = field(default_factory=dict)
 
     def add_link(self, span_id: int, parent_id: int | None) -> None:
         """Remember a span's parent (used to merge nested spans that describe one call)."""
@@ -78,6 +81,9 @@ class TraceState:
             self.skipped += 1
             logger.debug("could not parse span %r; skipped", getattr(span, "name", "?"), exc_info=True)
             return
+        if parsed is not None:
+            scope = getattr(span, "instrumentation_scope", None)
+            self.scopes[span.context.span_id] = getattr(scope, "name", "") or ""
         if isinstance(parsed, SpanModelCall):
             self.model_calls.append(parsed)
         elif isinstance(parsed, SpanToolCall):
@@ -110,6 +116,7 @@ class TraceState:
     def adopt(self, other: TraceState) -> None:
         """Take over another trace's calls (an MCP-only trace whose tool call is in this one)."""
         self.parents.update(other.parents)
+        self.scopes.update(other.scopes)
         self.model_calls.extend(other.model_calls)
         self.tool_calls.extend(other.tool_calls)
         self.skipped += other.skipped
@@ -138,7 +145,9 @@ class TraceState:
         if not other_models and not other_tools:
             return None
         moved = {t.span_id for t in other_tools}
-        rest = TraceState(self.trace_id, parents=dict(self.parents), model_calls=other_models)
+        rest = TraceState(
+            self.trace_id, parents=dict(self.parents), model_calls=other_models, scopes=dict(self.scopes)
+        )
         rest.tool_calls = [t for t in self.tool_calls if t.span_id in moved]
         self.model_calls = mine_models
         self.tool_calls = [t for t in self.tool_calls if t.span_id not in moved]
@@ -183,8 +192,11 @@ class TraceState:
         """Model calls in start order; a call nested in another model call is folded into the outer one."""
         by_span = {c.span_id: c for c in self.model_calls}
         kept: list[SpanModelCall] = []
+        keys: dict[int, tuple[Any, ...]] = {}  # span id -> _call_key, of the calls looked at
         for call in sorted(self.model_calls, key=lambda c: c.start_ns):
             outer = next((by_span[a] for a in self._ancestors(call.span_id) if a in by_span), None)
+            if outer is None:
+                outer = self._twin(call, kept, keys)
             if outer is None:
                 kept.append(call)
                 continue
@@ -200,18 +212,36 @@ class TraceState:
                 outer.tools = call.tools
         return kept
 
+    def _twin(
+        self, call: SpanModelCall, kept: list[SpanModelCall], keys: dict[int, tuple[Any, ...]]
+    ) -> SpanModelCall | None:
+        """The kept call that another instrumentation reported for the same request as ``call``.
+
+        Two instrumentations of one run (Langfuse's CallbackHandler beside OpenLLMetry, say) write
+        each call twice, in parallel span trees: same input, same output, another scope.
+        """
+        scope = self.scopes.get(call.span_id)
+        key = keys[call.span_id] = _call_key(call)
+        for other in kept:
+            if self.scopes.get(other.span_id) != scope and keys.get(other.span_id) == key:
+                return other
+        return None
+
     def _merged_tool_calls(self) -> list[SpanToolCall]:
         """Tool calls in start order; an MCP call replaces the record of the tool span of the same call.
 
         That tool span is the one around the MCP span or, when the instrumentation never made
         it current (OpenInference), the one with the same tool call id.
         """
-        by_span = {t.span_id: t for t in self.tool_calls}
         by_call_id: dict[str, SpanToolCall] = {}
-        for tool in self.tool_calls:
-            if tool.record.source != "mcp" and tool.record.call_id is not None:
-                by_call_id.setdefault(tool.record.call_id, tool)
         replaced: set[int] = set()
+        for tool in sorted(self.tool_calls, key=lambda t: t.start_ns):
+            if tool.record.source == "mcp" or tool.record.call_id is None:
+                continue
+            first = by_call_id.setdefault(tool.record.call_id, tool)
+            if first is not tool and self.scopes.get(first.span_id) != self.scopes.get(tool.span_id):
+                replaced.add(tool.span_id)  # the same call, from another instrumentation
+        by_span = {t.span_id: t for t in self.tool_calls if t.span_id not in replaced}
         for tool in self.tool_calls:
             if tool.record.source != "mcp":
                 continue
@@ -225,3 +255,9 @@ class TraceState:
             replaced.add(outer.span_id)
         kept = [t for t in self.tool_calls if t.span_id not in replaced]
         return sorted(kept, key=lambda t: t.start_ns)
+
+
+def _call_key(call: SpanModelCall) -> tuple[Any, ...]:
+    """What makes two model calls the same request: its messages and its output."""
+    output = message_key(call.output) if call.output is not None else None
+    return tuple(message_key(m) for m in call.messages), output

@@ -12,6 +12,7 @@ does not record: the provider's response id (``completion_id``) and the error's 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -262,3 +263,87 @@ def test_unknown_observation_types_and_langfuse_tagged_genai_spans(lf: Traced) -
         {"role": "user", "content": "genai side"},
         {"role": "assistant", "content": "ok"},
     ]
+
+
+def test_a_run_traced_by_langfuse_and_another_instrumentation_counts_each_call_once(lf: Traced) -> None:
+    """Langfuse's handler beside OpenLLMetry: each call twice, in parallel span trees of one trace.
+
+    Written here with plain SDK tracers of the two scopes (OpenLLMetry keeps the tracer of its
+    first ``instrument()``, so it cannot be pointed at this module's provider).
+    """
+    from opentelemetry import trace
+
+    langfuse_tracer = lf.provider.get_tracer("langfuse-sdk")
+    genai_tracer = lf.provider.get_tracer("opentelemetry.instrumentation.langchain")
+    user = {"role": "user", "content": "what is 2 + 3"}
+    call = {"name": "add", "args": {"a": 2, "b": 3}, "id": "call_1", "type": "tool_call"}
+    with genai_tracer.start_as_current_span("invoke_agent") as root:
+        root.set_attribute("gen_ai.operation.name", "invoke_agent")
+        for turn in range(2):
+            with genai_tracer.start_as_current_span("chat m") as chat:
+                messages = [{"role": "user", "parts": [{"type": "text", "content": user["content"]}]}]
+                if turn:
+                    messages += [
+                        {
+                            "role": "assistant",
+                            "parts": [
+                                {
+                                    "type": "tool_call",
+                                    "id": "call_1",
+                                    "name": "add",
+                                    "arguments": {"a": 2, "b": 3},
+                                }
+                            ],
+                        },
+                        {
+                            "role": "tool",
+                            "parts": [{"type": "tool_call_response", "id": "call_1", "response": "5"}],
+                        },
+                    ]
+                chat.set_attribute("gen_ai.operation.name", "chat")
+                chat.set_attribute("gen_ai.input.messages", json.dumps(messages))
+                reply = (
+                    {"type": "text", "content": "5"}
+                    if turn
+                    else {"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}
+                )
+                chat.set_attribute(
+                    "gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [reply]}])
+                )
+                chat.set_attribute("gen_ai.response.id", f"chatcmpl-{turn}")
+                with langfuse_tracer.start_as_current_span(
+                    "m", context=trace.set_span_in_context(root)
+                ) as gen:
+                    history = (
+                        [user]
+                        if not turn
+                        else [
+                            user,
+                            {"role": "assistant", "content": "", "tool_calls": [call]},
+                            {"role": "tool", "content": "5", "tool_call_id": "call_1"},
+                        ]
+                    )
+                    gen.set_attribute("langfuse.observation.type", "generation")
+                    gen.set_attribute("langfuse.observation.input", json.dumps(history))
+                    output = (
+                        {"role": "assistant", "content": "5"}
+                        if turn
+                        else {"role": "assistant", "content": "", "tool_calls": [call]}
+                    )
+                    gen.set_attribute("langfuse.observation.output", json.dumps(output))
+            if not turn:
+                with genai_tracer.start_as_current_span("execute_tool add") as tool_span:
+                    tool_span.set_attribute("gen_ai.operation.name", "execute_tool")
+                    tool_span.set_attribute("gen_ai.tool.name", "add")
+                    tool_span.set_attribute("gen_ai.tool.call.id", "call_1")
+                    tool_span.set_attribute("gen_ai.tool.call.result", "5")
+                    with langfuse_tracer.start_as_current_span(
+                        "add", context=trace.set_span_in_context(root)
+                    ) as t:
+                        t.set_attribute("langfuse.observation.type", "tool")
+                        t.set_attribute("langfuse.observation.input", '{"a": 2, "b": 3}')
+                        t.set_attribute("langfuse.observation.metadata.tool_call_id", '"call_1"')
+                        t.set_attribute("langfuse.observation.output", "5")
+    (otel,) = lf.capture.trajectories
+    assert otel.metrics["model_calls"] == 2 and len(otel.tool_records) == 1
+    assert [m.completion_id for m in otel.messages if m.role == "assistant"] == ["chatcmpl-0", "chatcmpl-1"]
