@@ -568,6 +568,7 @@ async def train_loop(
         run=config.run_dir.name if config.run_dir is not None else name,
         observer=observer,
         config=config.model_dump(mode="json"),
+        directory=config.run_dir,
     )
     result = LoopResult(
         start_step=start, final_step=start, metrics_file=_metrics_file(config), where=telemetry.where()

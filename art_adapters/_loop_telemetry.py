@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ._trajectory import TrajectoryGroup
@@ -46,15 +47,23 @@ class LoopTelemetry:
 
     @classmethod
     def start(
-        cls, *, model_name: str, project: str, run: str, observer: Observer | None, config: Mapping[str, Any]
+        cls,
+        *,
+        model_name: str,
+        project: str,
+        run: str,
+        observer: Observer | None,
+        config: Mapping[str, Any],
+        directory: Path | None = None,
     ) -> LoopTelemetry:
         """The telemetry of a run: ``observer`` (default: from the environment) and the trackers the
-        environment configures (:func:`art_adapters.observe.trackers_from_env`)."""
+        environment configures (:func:`art_adapters.observe.trackers_from_env`; W&B writes under
+        ``directory`` unless ``WANDB_DIR`` says otherwise)."""
         from .observe import trackers_from_env
 
         telemetry = cls(
             observer=observer if observer is not None else get_observer(),
-            trackers=trackers_from_env(project=project, run=run, config=config),
+            trackers=trackers_from_env(project=project, run=run, config=config, directory=directory),
             run=run,
             model_name=model_name,
         )

@@ -33,7 +33,7 @@ from art_adapters import (
     train_loop,
     verifiable_scorer,
 )
-from art_adapters.observe import plot_run
+from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 
 from ._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios
@@ -180,6 +180,8 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
     judge, judge_line = resolve_judge(config.no_judge)
     check_scorer: Scorer = verifiable_scorer(check)
     console.print(judge_line)
+    for line in get_observer().where():  # Langfuse / OTLP from the environment: traced with no code
+        console.print(line)
     with console.status("starting the embedded backend (the first start converts the bundled model)"):
         backend = await LocalBackend(run_dir=config.run_dir / "backend").start()
     try:
@@ -211,6 +213,8 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                 )  # fmt: skip
             if result.stopped:
                 console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
+            for line in result.where:
+                console.print(f"this run: {line}", highlight=False)
             before, after = result.evals[0], result.evals[-1]
             _table(before, after, console)
             plot = _plot(config.run_dir, console)

@@ -38,7 +38,7 @@ from art_adapters import (
     ruler_scorer,
     train_loop,
 )
-from art_adapters.observe import plot_run
+from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 from mcp_tools import Scenario
 
@@ -481,6 +481,8 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         + (f" (left out: {', '.join(left_out)})" if left_out else "")
         + f"; first turn tool_choice {config.first_tool_choice!r}"
     )
+    for line in get_observer().where():  # Langfuse / OTLP from the environment: traced with no code
+        console.print(line)
     backend, owned = await _start_backend(config)
     try:
         model = TrainableModel(name=config.model_name, project=config.project, base_model=config.base_model)
@@ -665,6 +667,8 @@ def report(result: TrainMcpResult, console: Any) -> None:
         console.print(f"validation mean reward at step {step}: {'-' if reward is None else f'{reward:.3f}'}")
     for path in result.plots:
         console.print(f"plot: {path}")
+    for line in result.loop_result.where if result.loop_result is not None else ():
+        console.print(f"this run: {line}", highlight=False)
     console.print(
         f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
     )
