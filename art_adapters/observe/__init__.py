@@ -7,7 +7,7 @@ The API a training loop calls (all cheap, never raising for export problems)::
     obs = observe.configure(metrics_path=run_dir / "metrics.jsonl")   # env vars decide the destinations
     obs.log_rollouts(groups, step=step, model=f"{model.name}@{step}")  # traces + scores + metrics row
     obs.log_scores(group)                       # scores of a group logged before RULER ran
-    obs.log_train_metrics(step, result.metrics) # train-step trace, metrics file, W&B
+    obs.log_train_metrics(step, result.metrics) # train-step trace, metrics file, trackers
     obs.shutdown()
 
 Traces import back with :func:`trajectories_from_otlp_json` / :func:`trajectories_from_langfuse`
@@ -92,13 +92,13 @@ def configure(**settings: _Any) -> Observer:
     default observer (created from the environment on first use).
 
     Replaces (and shuts down) a previous default observer. Extra keyword arguments
-    ``span_processors`` / ``span_exporter`` go to :class:`Observer`.
+    ``span_processors`` / ``span_exporter`` / ``trackers`` go to :class:`Observer`.
 
     Raises:
         ConfigError: a setting is invalid (the message names it).
     """
     global _default
-    extra = {k: settings.pop(k) for k in ("span_processors", "span_exporter") if k in settings}
+    extra = {k: settings.pop(k) for k in ("span_processors", "span_exporter", "trackers") if k in settings}
     observer = Observer(ObserveConfig.from_env(**settings), **extra)
     with _default_lock:
         previous, _default = _default, observer

@@ -138,6 +138,13 @@ def test_plot_command(tmp_path: Path) -> None:
     assert "plot" in runner.invoke(app, ["plot", "--help"]).output
 
 
+def test_the_retired_wandb_setting_says_what_replaced_it() -> None:
+    with pytest.raises(ValueError, match="W&B .and Trackio. are trackers now"):
+        ObserveConfig(wandb=True)
+    with pytest.raises(ConfigError, match="trackers_from_env"):
+        ObserveConfig.from_env({}, wandb=True)
+
+
 def test_plot_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no metrics history"):
         plot_run(tmp_path / "missing")
