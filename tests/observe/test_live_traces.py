@@ -241,3 +241,57 @@ async def test_an_endpoint_that_is_down_slows_neither_the_rollouts_nor_the_shutd
     assert down.dropped_spans > 0 and down.exported_spans == 0
     assert down_run < off_run * 1.5 + 0.5, (off_run, down_run)
     assert down_shutdown < 1.0
+
+
+async def test_langfuse_callback_handler_spans_join_the_rollout_trace_and_import_back_once(
+    observer: observe.Observer, exporter: InMemorySpanExporter, calculator_tools: list[Any]
+) -> None:
+    """A user already tracing with Langfuse's CallbackHandler: its observations land in each rollout's
+    trace, and the trace (ours + theirs) imports back as one trajectory with each call counted once."""
+    langfuse = pytest.importorskip("langfuse")
+    langfuse_langchain = pytest.importorskip("langfuse.langchain")
+    import mcp_tools
+
+    key = "pk-lf-art-adapters-live-test"  # Langfuse keeps one client per key for the process
+    provider = TracerProvider()
+    theirs = InMemorySpanExporter()
+    client = langfuse.Langfuse(
+        public_key=key, secret_key="sk-lf-live", base_url="http://127.0.0.1:9",
+        tracer_provider=provider, span_exporter=theirs,
+    )  # fmt: skip
+    agent = react_agent(PolicyChatModel(policy=calculator_policy), calculator_tools)
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        handler = aa.TrajectoryCallbackHandler()
+        callbacks = [handler, langfuse_langchain.CallbackHandler(public_key=key)]
+        async with mcp_tools.rollout():
+            await agent.ainvoke({"messages": [("user", scenario["q"])]}, config={"callbacks": callbacks})
+        assert handler.trajectory is not None
+        return handler.trajectory
+
+    try:
+        groups = await aa.run_groups(
+            rollout, SCENARIOS[:1], n=2, progress=False, tracing=observe.RolloutTracing(observer=observer)
+        )
+        client.flush()
+    finally:
+        client.shutdown()
+        provider.shutdown()
+    observer.force_flush(10)
+    ours = list(exporter.get_finished_spans())
+    langfuse_spans = list(theirs.get_finished_spans())
+    for trajectory in groups[0].trajectories:
+        trace_id = int(trajectory.metadata["trace_id"], 16)
+        mine = [s for s in langfuse_spans if s.context.trace_id == trace_id]
+        types = {(s.attributes or {}).get("langfuse.observation.type") for s in mine}
+        assert {"generation", "tool"} <= types  # the handler's observations, in the rollout's trace
+        rollout_span = int(trajectory.metadata["rollout_span_id"], 16)
+        ids = {s.context.span_id for s in mine}
+        tops = [s for s in mine if s.parent is None or s.parent.span_id not in ids]
+        assert tops and all(s.parent is not None and s.parent.span_id == rollout_span for s in tops)
+        # Both instrumentations' spans of the trace import back as the one trajectory, each call once.
+        (back,) = observe.trajectories_from_spans([s for s in ours + langfuse_spans if s.context.trace_id == trace_id])
+        assert back.id == trajectory.id
+        assert [m.role for m in back.messages] == [m.role for m in trajectory.messages]
+        assert len(back.tool_records) == len(trajectory.tool_records) == 2
+        assert back.metrics["model_calls"] == 2
