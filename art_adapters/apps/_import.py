@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,17 @@ from art_adapters.observe import (
     trajectories_from_phoenix,
 )
 
-__all__ = ["IMPORT_HELP", "first_user_message", "import_traces", "read_source", "scenarios_from_trajectories"]
+__all__ = [
+    "DEFAULT_PHOENIX_URL",
+    "IMPORT_HELP",
+    "first_user_message",
+    "import_traces",
+    "read_source",
+    "scenarios_from_trajectories",
+]
+
+#: Where ``phoenix`` (without a URL) reads from when $PHOENIX_COLLECTOR_ENDPOINT is not set.
+DEFAULT_PHOENIX_URL = "http://localhost:6006"
 
 IMPORT_HELP = (
     "Import traces as trajectories (OUT, JSON Lines) and their users' first messages as scenarios.\n\n"
@@ -38,6 +49,7 @@ IMPORT_HELP = (
     "  PATH           a file: OTLP JSON (as an OTel collector's file\n"
     "                 exporter writes it) or a Langfuse trace export\n"
     "  phoenix:URL    a running Arize Phoenix (phoenix:http://localhost:6006);\n"
+    "  phoenix        or at $PHOENIX_COLLECTOR_ENDPOINT (else localhost:6006);\n"
     "                 --project; $PHOENIX_API_KEY is sent when set\n"
     "  langfuse       Langfuse at $LANGFUSE_BASE_URL (else Langfuse Cloud),\n"
     "  langfuse:URL   or at URL; keys from $LANGFUSE_PUBLIC_KEY and\n"
@@ -175,15 +187,18 @@ def read_source(
     """The trajectories of SOURCE (see :data:`IMPORT_HELP`), oldest first."""
     kind, _, rest = source.partition(":")
     if kind == "langfuse":
+        if project != "default":
+            raise ConfigError("--project names a Phoenix project: use it with a phoenix source")
         return trajectories_from_langfuse_api(
             tags=tags, session_id=session, start=since, end=until, limit=limit, base_url=rest or None
         )
     if tags or session:
         raise ConfigError("--tag and --session select Langfuse traces: use them with a langfuse source")
     if kind == "phoenix":
-        if not rest:
-            raise ConfigError("write the Phoenix source as phoenix:URL, e.g. phoenix:http://localhost:6006")
-        return trajectories_from_phoenix(rest, project=project, start=since, end=until, limit=limit)
+        url = rest or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or DEFAULT_PHOENIX_URL
+        return trajectories_from_phoenix(url, project=project, start=since, end=until, limit=limit)
+    if project != "default":
+        raise ConfigError("--project names a Phoenix project: use it with a phoenix source")
     if kind in ("http", "https"):
         raise ConfigError(f"say which server {source} is: phoenix:{source} or langfuse:{source}")
     trajectories = _window(_read_file(Path(source)), since, until)

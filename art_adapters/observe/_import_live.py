@@ -27,6 +27,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -255,7 +256,7 @@ def trajectories_from_phoenix(
     key = os.environ.get("PHOENIX_API_KEY")
     if key and not any(h.lower() == "authorization" for h in sent):
         sent["Authorization"] = f"Bearer {key}"
-    endpoint = f"{base}/v1/projects/{project}/spans"
+    endpoint = f"{base}/v1/projects/{quote(project, safe='')}/spans"
     window = [("start_time", _iso(since))] if since else []
     window += [("end_time", _iso(until))] if until else []
     with httpx.Client(headers=sent, timeout=timeout) as client:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -145,15 +147,56 @@ def test_errors_unreachable_bad_credentials_empty_and_misused_options(
         ([f"phoenix:{dead}", "--tag", "prod"], "--tag and --session select Langfuse traces"),
         ([dead], "phoenix:http"),
         ([str(tmp_path / "missing.json")], "no such file"),
-        (["phoenix:"], "phoenix:URL"),
+        (["langfuse", "--project", "p"], "--project names a Phoenix project"),
+        ([str(tmp_path / "missing.json"), "--project", "p"], "--project names a Phoenix project"),
         ([f"phoenix:{dead}", "--since", "yesterday"], "--since must be an ISO 8601 time"),
     ]
     for args, message in cases:
         code, output = run(args[0], str(out), *args[1:])
         assert code == 2 and message in output, (args, output)
+    monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", dead)  # a bare "phoenix" reads it
+    code, output = run("phoenix", str(out))
+    assert code == 2 and f"cannot reach Phoenix at {dead}/v1/projects/default/spans" in output
     (tmp_path / "other.json").write_text('{"hello": "world"}')
     code, output = run(str(tmp_path / "other.json"), str(out))
     assert code == 2 and "neither OTLP JSON" in output
+
+
+class BearerOnly(BaseHTTPRequestHandler):
+    """Answers an empty Phoenix span page to ``Authorization: Bearer phx-key`` and 401 to anything else."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        BearerOnly.seen.append(self.headers.get("Authorization"))
+        ok = self.headers.get("Authorization") == "Bearer phx-key"
+        body = json.dumps({"data": [], "next_cursor": None} if ok else {"detail": "Invalid token"}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_phoenix_api_key_is_sent_as_a_bearer_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PHOENIX_API_KEY goes out as the bearer token (a stand-in: the test Phoenix runs without auth)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BearerOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("PHOENIX_API_KEY", "wrong")
+        code, output = run(f"phoenix:{url}", str(tmp_path / "out.jsonl"))
+        assert code == 2 and "refused the credentials (401): check PHOENIX_API_KEY" in output
+        monkeypatch.setenv("PHOENIX_API_KEY", "phx-key")
+        code, output = run(f"phoenix:{url}", str(tmp_path / "out.jsonl"))
+        assert code == 1 and "no traces found" in output  # accepted, and nothing there
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert BearerOnly.seen == ["Bearer wrong", "Bearer phx-key"]
 
 
 def test_help_documents_the_sources() -> None:

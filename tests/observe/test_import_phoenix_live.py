@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from typer.testing import CliRunner
 
 import art_adapters as aa
+from art_adapters import observe
 from art_adapters._errors import ConfigError
 from art_adapters.apps._cli import app
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter, trajectories_from_phoenix
@@ -35,6 +36,7 @@ from tests.helpers.phoenix_server import PhoenixServer, ensure_venv, free_port
 
 OPENINFERENCE = "import-openinference"
 OURS = "import-observer"
+LIVE = "import-live-rollouts"
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +59,39 @@ def wait_for_spans(server: PhoenixServer, project: str, count: int, timeout_s: f
         time.sleep(0.2)
 
 
+def wait_until_settled(server: PhoenixServer, project: str, roots: int, timeout_s: float = 30.0) -> None:
+    """Wait until the project holds ``roots`` root spans and its span count stops growing."""
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while True:
+        spans = server.spans(project)
+        if sum(s["parent_id"] is None for s in spans) >= roots and len(spans) == seen:
+            return
+        assert time.monotonic() < deadline, f"Phoenix holds {len(spans)} spans in {project}, still growing"
+        seen = len(spans)
+        time.sleep(0.5)
+
+
 def comparable(trajectory: aa.Trajectory) -> dict[str, Any]:
     """Everything but the id (new at each import unless ours) and nanoseconds (Phoenix keeps microseconds)."""
     data = trajectory.model_dump(mode="json", exclude={"id", "started_at", "finished_at"})
     data["metadata"].pop("phoenix_project", None)
-    for record in data["tool_records"]:
-        record["duration_s"] = round(record["duration_s"], 5)
-        record["started_at"] = record["started_at"][:23]
+    for record in data["tool_records"]:  # checked to the microsecond by timings() instead
+        del record["duration_s"], record["started_at"]
     return data
+
+
+def timings(trajectories: list[aa.Trajectory]) -> list[tuple[float, float]]:
+    return [
+        (r.duration_s or 0.0, r.started_at.timestamp() if r.started_at else 0.0)
+        for t in sorted(trajectories, key=lambda t: t.metadata["trace_id"])
+        for r in t.tool_records
+    ]
+
+
+def same_timings(imported: list[aa.Trajectory], exported: list[aa.Trajectory]) -> bool:
+    pairs = list(zip(timings(imported), timings(exported), strict=True))
+    return all(abs(a - b) <= 2e-6 and abs(c - d) <= 2e-6 for (a, c), (b, d) in pairs)
 
 
 def provider_for(server: PhoenixServer, project: str, path: Path) -> TracerProvider:
@@ -128,6 +155,7 @@ def test_openinference_traces_read_from_phoenix_equal_the_otlp_export_and_the_ca
     from_file = aa.trajectories_from_otlp_json(path)
     assert len(imported) == 2 and all(t.metadata["phoenix_project"] == OPENINFERENCE for t in imported)
     assert [comparable(t) for t in imported] == [comparable(t) for t in from_file]
+    assert same_timings(imported, from_file)
     assert [conversation(t) for t in imported] == [conversation(t) for t in captured]
     assert imported[1].messages[1].content == "what is 5 + 1 times 6"
 
@@ -165,7 +193,11 @@ def test_our_observers_rollouts_read_from_phoenix_keep_ids_rewards_and_scores(
     imported = trajectories_from_phoenix(phoenix.url, project=OURS)
     from_file = aa.trajectories_from_otlp_json(path)
     originals = [t for g in scored_groups for t in g.trajectories]
-    assert [comparable(t) for t in imported] == [comparable(t) for t in from_file]
+
+    def by_trace(trajectories: list[aa.Trajectory]) -> list[dict[str, Any]]:  # start-time ties: µs vs ns
+        return [comparable(t) for t in sorted(trajectories, key=lambda t: t.metadata["trace_id"])]
+
+    assert by_trace(imported) == by_trace(from_file) and same_timings(imported, from_file)
     assert sorted(t.metadata["trace_id"] for t in imported) == sorted(trace_ids)
     by_id = {t.id: t for t in imported}
     assert set(by_id) == {t.id for t in originals}  # our trajectory ids came back
@@ -182,6 +214,49 @@ def test_our_observers_rollouts_read_from_phoenix_keep_ids_rewards_and_scores(
         assert {(r.name, r.source) for r in back.tool_records} == {
             (r.name, r.source) for r in original.tool_records
         }
+
+
+async def test_rollouts_traced_live_by_run_groups_read_back_as_run_groups_returned_them(
+    phoenix: PhoenixServer,
+) -> None:
+    """Rollouts traced live into Phoenix (one trace each, under its rollout span) come back whole."""
+    import mcp_tools
+    from mcp_tools.servers import server_command
+
+    tools = await mcp_tools.load_tools(server_command("calculator"))
+    agent = react_agent(PolicyChatModel(policy=calculator_policy), tools)
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        handler = aa.TrajectoryCallbackHandler()
+        async with mcp_tools.rollout():
+            await agent.ainvoke({"messages": [("user", scenario["q"])]}, config={"callbacks": [handler]})
+        assert handler.trajectory is not None
+        handler.trajectory.reward = 1.0 if scenario["id"] == "calc-a" else 0.0
+        return handler.trajectory
+
+    observer = Observer(ObserveConfig(otlp_endpoint=f"{phoenix.url}/v1/traces", project=LIVE))
+    scenarios = [
+        {"id": "calc-a", "q": "what is 2 + 3 times 4"},
+        {"id": "calc-b", "q": "what is 5 + 1 times 6"},
+    ]
+    tracing = observe.RolloutTracing(observer=observer, step=1, policy="calc@1")
+    groups = await aa.run_groups(rollout, scenarios, n=2, progress=False, tracing=tracing)
+    observer.shutdown()
+    originals = {t.metadata["trace_id"]: t for g in groups for t in g.trajectories}
+    wait_until_settled(phoenix, LIVE, roots=4)
+    imported = trajectories_from_phoenix(phoenix.url, project=LIVE)
+    assert {t.metadata["trace_id"] for t in imported} == set(originals)
+    for back in imported:
+        original = originals[back.metadata["trace_id"]]
+        assert back.id == original.id and back.reward == original.reward
+        # the exported generations name the policy version that wrote them (the fake model gave none)
+        assert {m.model for m in back.messages if m.role == "assistant"} == {"calc@1"}
+        for message in back.messages:
+            message.model = None
+        assert conversation(back) == conversation(original)
+        for key in ("scenario_id", "group_id", "rollout_index", "step"):
+            assert back.metadata[key] == original.metadata.get(key, 1 if key == "step" else None), key
+    assert sorted(t.reward for t in imported) == [0.0, 0.0, 1.0, 1.0]
 
 
 def test_unknown_project_and_unreachable_server_are_clear_errors(phoenix: PhoenixServer) -> None:
