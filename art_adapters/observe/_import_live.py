@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -118,12 +118,21 @@ def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 # -- Phoenix -----------------------------------------------------------------------------------
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _ns(value: Any) -> int:
+    """Nanoseconds since the epoch of an ISO time (exact: no float rounding), 0 when unreadable."""
     if isinstance(value, int | float):
         return int(value)
-    if isinstance(value, str) and value:
-        return int(datetime.fromisoformat(value).timestamp() * 1e9)
-    return 0
+    if not isinstance(value, str) or not value:
+        return 0
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return 0
+    when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
