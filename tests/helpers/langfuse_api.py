@@ -17,6 +17,11 @@ client (``LangfuseAPI``) in the tests:
   ``GET /api/public/traces`` (``tags`` repeated, ``sessionId``, ``fromTimestamp``,
   ``toTimestamp``, ``page``, ``limit``; ``meta.totalPages``) and ``GET /api/public/traces/{id}``.
 
+It also takes what the Langfuse SDK writes, so a test can check what a run sent:
+``POST /api/public/scores`` (a batch of scores, kept in ``created_scores``; answered 202
+``{"message": "Accepted"}`` as the SDK's ``CreateScoreBatchResponse`` documents) and
+``POST /api/public/otel/v1/traces`` (OTLP protobuf, counted in ``otlp_posts``).
+
 Every request is recorded (path and query, as lists per name). Basic auth must match the keys
 (401 otherwise, like Langfuse).
 """
@@ -143,6 +148,8 @@ class LangfuseApiStandIn:
         self.auth = "Basic " + base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
         self.legacy = legacy
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.created_scores: list[dict[str, Any]] = []
+        self.otlp_posts = 0
         self._httpd: ThreadingHTTPServer | None = None
         self.url = ""
 
@@ -241,6 +248,20 @@ class LangfuseApiStandIn:
                     return 200, trace
         return 404, {"message": "Not Found"}
 
+    def accept(self, path: str, body: bytes, auth: str | None) -> tuple[int, Any]:
+        """Status and JSON body for one POST (scores and OTLP spans from the SDK)."""
+        self.requests.append((path, {}))
+        if auth != self.auth:
+            return 401, {"message": "Invalid credentials. Confirm that you've configured the correct host."}
+        if path == "/api/public/scores":
+            batch = json.loads(body)
+            self.created_scores.extend(batch if isinstance(batch, list) else [batch])
+            return 202, {"message": "Accepted"}
+        if path == "/api/public/otel/v1/traces":
+            self.otlp_posts += 1
+            return 200, {}
+        return 404, {"message": "Not Found"}
+
     def calls(self, path: str) -> list[dict[str, list[str]]]:
         """The query strings of the requests made to ``path``, in order."""
         return [q for p, q in self.requests if p == path]
@@ -259,6 +280,17 @@ class LangfuseApiStandIn:
                     parse_qs(parts.query, keep_blank_values=True),
                     self.headers.get("Authorization"),
                 )
+                self._reply(status, body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                status, answer = stand_in.accept(
+                    urlsplit(self.path).path, body, self.headers.get("Authorization")
+                )
+                self._reply(status, answer)
+
+            def _reply(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

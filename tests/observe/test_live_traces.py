@@ -295,3 +295,40 @@ async def test_langfuse_callback_handler_spans_join_the_rollout_trace_and_import
         assert [m.role for m in back.messages] == [m.role for m in trajectory.messages]
         assert len(back.tool_records) == len(trajectory.tool_records) == 2
         assert back.metrics["model_calls"] == 2
+
+
+async def test_langfuse_scores_land_on_the_rollouts_own_trace_with_the_explanation() -> None:
+    """The Langfuse SDK path: RULER's score and the reward are Langfuse scores on the live trace (and its
+    rollout observation), the judge's explanation as the comment. The server is the Langfuse API
+    stand-in (tests/helpers/langfuse_api.py): a real Langfuse needs Docker."""
+    pytest.importorskip("langfuse")
+    from tests.helpers.langfuse_api import LangfuseApiStandIn
+
+    key, secret = "pk-lf-art-adapters-live-scores", "sk-lf-live-scores"
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        return aa.Trajectory(messages=[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}])
+
+    with LangfuseApiStandIn([], public_key=key, secret_key=secret) as server:
+        config = observe.ObserveConfig(
+            langfuse_public_key=key, langfuse_secret_key=secret, langfuse_base_url=server.url, run="scores"
+        )
+        observer = observe.Observer(config)
+        assert observer.langfuse_client is not None
+        tracing = observe.RolloutTracing(observer=observer, step=1, policy="calc@1", keep_open=True)
+        groups = await aa.run_groups(rollout, [{"id": "s"}], n=2, progress=False, tracing=tracing)
+        for k, trajectory in enumerate(groups[0].trajectories):
+            trajectory.reward = trajectory.metrics["ruler_score"] = 0.5 * k
+            trajectory.metadata["ruler_explanation"] = f"because t{k}"
+        observer.log_rollouts(groups, step=1, model="calc@1")
+        observer.shutdown()
+        assert server.otlp_posts >= 1  # the spans went to Langfuse's OTLP endpoint
+        scores = server.created_scores
+    assert len(scores) == 4, scores
+    for trajectory in groups[0].trajectories:
+        mine = {s["name"]: s for s in scores if s["traceId"] == trajectory.metadata["trace_id"]}
+        assert set(mine) == {"ruler", "reward"}
+        for score in mine.values():
+            assert score["observationId"] == trajectory.metadata["rollout_span_id"]
+            assert score["value"] == trajectory.reward
+        assert mine["ruler"]["comment"] == trajectory.metadata["ruler_explanation"]
