@@ -28,8 +28,8 @@ from .observe._metrics import MetricsHistory, group_metrics
 from .ruler import RulerConfig, combine_rewards, ruler_score_groups
 
 if TYPE_CHECKING:
-    from .observe import Observer
     from ._model import TrainableModel
+    from .observe import Observer
 
 __all__ = [
     "EvalReport",

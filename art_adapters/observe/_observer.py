@@ -16,12 +16,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 from art_adapters._errors import ConfigError
+from art_adapters._redact import redact_url
 from art_adapters._trajectory import TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
-from art_adapters.observe._metrics import MetricsHistory, group_metrics
-from art_adapters.observe._trackers import Tracker, guarded
-from art_adapters._redact import redact_url
 from art_adapters.observe._live import RolloutSpan
+from art_adapters.observe._metrics import MetricsHistory, group_metrics
 from art_adapters.observe._spans import (
     RolloutContext,
     SpanSpec,
@@ -33,6 +32,7 @@ from art_adapters.observe._spans import (
     trajectory_span_ids,
     trajectory_spans,
 )
+from art_adapters.observe._trackers import Tracker, guarded
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
