@@ -570,9 +570,14 @@ def group_context(group: TrajectoryGroup, **fields: Any) -> RolloutContext:
 def train_step_spans(
     step: int, metrics: Mapping[str, Any], *, run: str, at_ns: int, duration_ns: int = 1
 ) -> list[SpanSpec]:
-    """One span (its own trace) holding a training step's metrics as ``art_adapters.train.*`` attributes."""
-    trace_id = int.from_bytes(_digest("art-adapters-train", run, str(step))[:16], "big") or 1
-    span_id = int.from_bytes(_digest("art-adapters-train-span", run, str(step))[:8], "big") or 1
+    """One span (its own trace) holding a training step's metrics as ``art_adapters.train.*`` attributes.
+
+    Its ids derive from the run, the step and the time, so two runs of the same name (every
+    ``art-adapters demo`` is ``demo``) never share a trace: a backend keeps one span per id.
+    """
+    key = (run, str(step), str(at_ns))
+    trace_id = int.from_bytes(_digest("art-adapters-train", *key)[:16], "big") or 1
+    span_id = int.from_bytes(_digest("art-adapters-train-span", *key)[:8], "big") or 1
     attrs: dict[str, AttributeValue] = {
         "langfuse.observation.type": "span",
         "langfuse.trace.name": f"train step {step}",
