@@ -24,6 +24,7 @@ from ._errors import (
     ToolServerError,
 )
 from ._model import CheckpointInfo, TrainableModel, TrainResult
+from ._sft_config import SFTConfig, load_trajectories
 from ._train_config import RetentionPolicy, TrainConfig
 from ._trajectory import (
     History,
@@ -110,6 +111,7 @@ __all__ = [
     "RulerConfig",
     "RunConfig",
     "RunProgress",
+    "SFTConfig",
     "Scorer",
     "StepReport",
     "TOOL_RECORD_EVENT",
@@ -128,6 +130,7 @@ __all__ = [
     "combine_rewards",
     "combined_scorer",
     "load_groups",
+    "load_trajectories",
     "mcp_tool_record",
     "ruler_score_group",
     "ruler_score_groups",

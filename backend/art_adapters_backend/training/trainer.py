@@ -43,7 +43,9 @@ from .grpo import (
 if TYPE_CHECKING:
     from peft import PeftModel
 
-    from art_adapters import TrajectoryGroup
+    from art_adapters import SFTConfig, Trajectory, TrajectoryGroup
+
+    from .sft import SFTStepResult
 
 __all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
 
@@ -487,6 +489,18 @@ class LoraTrainer(ABC):
         return GroupsStepResult(
             trained=True, data=built.metrics, step=self.train_step(built.sequences, config)
         )
+
+    def train_sft(
+        self,
+        trajectories: Sequence[Trajectory],
+        get_record: RecordLookup,
+        render: Renderer | None,
+        config: SFTConfig,
+    ) -> SFTStepResult:
+        """One SFT step on the trajectories' assistant turns, on this adapter (see :mod:`.sft`)."""
+        from .sft import train_sft
+
+        return train_sft(self, trajectories, get_record, render, config)
 
     # ------------------------------------------------------------------ persistence
 
