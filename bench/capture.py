@@ -39,8 +39,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from art_adapters import TrajectoryCallbackHandler, TrajectorySpanProcessor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "capture"))
-from capture_fakes import PolicyChatModel, calculator_policy, react_agent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.helpers
+from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 

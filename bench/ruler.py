@@ -6,7 +6,7 @@
    written out in full for every trajectory. Tokens are counted with the bundled
    model's tokenizer and chat template, i.e. what our backend would read as the judge.
 2. Judge calls per group, counted on the requests a scripted OpenAI-compatible judge
-   server on 127.0.0.1 receives (``tests/ruler/judge_server.py``): a first scoring pass,
+   server on 127.0.0.1 receives (``tests/helpers/judge_server.py``): a first scoring pass,
    a pass with one malformed answer per group (retried), and a re-score (cache).
 
 Not part of the test suite's pass/fail. Usage: ``./dev bench ruler [--group-size 8]``.
@@ -26,8 +26,8 @@ from langchain_openai import ChatOpenAI
 import art_adapters as aa
 from art_adapters.ruler import DEFAULT_RUBRIC, build_request
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "ruler"))
-from judge_server import JudgeServer, good_answer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.helpers
+from tests.helpers.judge_server import JudgeServer, good_answer
 
 TOOL_DOC = (
     "Tool `{name}`: {what}. Arguments: a JSON object with the fields listed below. Always check the "
