@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -29,13 +30,18 @@ class InvalidAnswer(JudgeError, ValueError):
 
 
 class JudgeScore(BaseModel):
-    """One trajectory's verdict: its id as the judge saw it, an explanation and a score in [0, 1]."""
+    """One trajectory's verdict: its id as the judge saw it, an explanation and a score in [0, 1].
+
+    ``turn_scores``: with per-turn scoring, one score in [0, 1] per assistant turn of the
+    trajectory's main history, in order; ``None`` otherwise.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     trajectory_id: str
     explanation: str
     score: float
+    turn_scores: list[float] | None = None
 
 
 def _load(text: str) -> Any:
@@ -53,12 +59,59 @@ def _load(text: str) -> Any:
     raise InvalidAnswer(f"the answer is not valid JSON: {snippet!r}")
 
 
-def parse_answer(text: str, labels: list[str]) -> dict[str, JudgeScore]:
+def _number(value: Any) -> Any:
+    """A score as given, or the float a numeric string spells."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _is_score(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _turn_scores(item: dict[str, Any], trajectory_id: str, count: int) -> list[float]:
+    """The entry's ``turn_scores``, checked: exactly ``count`` numbers, each in [0, 1]."""
+    raw = item.get("turn_scores")
+    if not isinstance(raw, list):
+        raise InvalidAnswer(
+            f"{trajectory_id} needs a turn_scores list with one score per assistant turn ({count}), "
+            f"got {raw!r}"
+        )
+    if len(raw) != count:
+        raise InvalidAnswer(
+            f"turn_scores of {trajectory_id} has {len(raw)} score(s), but {trajectory_id} has {count} "
+            f"assistant turn(s): give exactly {count}, turn 1 first"
+        )
+    scores: list[float] = []
+    for position, value in enumerate(raw, start=1):
+        value = _number(value)
+        if not _is_score(value):
+            raise InvalidAnswer(
+                f"turn {position} of {trajectory_id} must have a number as score, got {value!r}"
+            )
+        if not 0.0 <= value <= 1.0:
+            raise InvalidAnswer(f"turn {position} of {trajectory_id} has score {value}, outside [0, 1]")
+        scores.append(float(value))
+    return scores
+
+
+def parse_answer(
+    text: str, labels: list[str], turns: Mapping[str, int] | None = None
+) -> dict[str, JudgeScore]:
     """Validate ``text`` against ``labels``; return the scores keyed by trajectory id.
+
+    ``turns`` (per-turn scoring: label -> its number of assistant turns) also requires each entry's
+    ``turn_scores``: exactly that many numbers in [0, 1].
 
     Raises:
         InvalidAnswer: malformed JSON, a missing ``scores`` list, an unknown, duplicate
-            or missing trajectory id, or a score that is not a number in [0, 1].
+            or missing trajectory id, or a score that is not a number in [0, 1]; with
+            ``turns``, a missing ``turn_scores`` list, one of another length than the
+            trajectory's turns, or a turn score that is not a number in [0, 1].
     """
     data = _load(text)
     if not isinstance(data, dict) or not isinstance(data.get("scores"), list):
@@ -74,13 +127,8 @@ def parse_answer(text: str, labels: list[str]) -> dict[str, JudgeScore]:
             raise InvalidAnswer(f"unknown trajectory_id {raw_id!r}; the ids are {', '.join(labels)}")
         if trajectory_id in found:
             raise InvalidAnswer(f"trajectory_id {trajectory_id} is scored more than once")
-        score = item.get("score")
-        if isinstance(score, str):
-            try:
-                score = float(score)
-            except ValueError:
-                pass
-        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+        score = _number(item.get("score"))
+        if not _is_score(score):
             raise InvalidAnswer(f"score of {trajectory_id} must be a number, got {score!r}")
         if not 0.0 <= score <= 1.0:
             raise InvalidAnswer(f"score of {trajectory_id} is {score}, outside [0, 1]")
@@ -89,6 +137,7 @@ def parse_answer(text: str, labels: list[str]) -> dict[str, JudgeScore]:
             trajectory_id=trajectory_id,
             explanation=explanation if isinstance(explanation, str) else json.dumps(explanation),
             score=float(score),
+            turn_scores=None if turns is None else _turn_scores(item, trajectory_id, turns[trajectory_id]),
         )
     missing = [label for label in labels if label not in found]
     if missing:

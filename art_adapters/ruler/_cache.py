@@ -42,26 +42,31 @@ class RulerCache:
 
     @staticmethod
     def key(judge_id: str, request: JudgeRequest) -> str:
-        """The SHA-256 of the judge id, prompt version, messages and schema.
+        """The SHA-256 of the judge id, prompt version, messages, schema and (when on) per-turn scoring.
 
         The judge id carries the model, endpoint and sampling settings, the messages carry the rubric
-        and the trajectories' content: any change to one of them misses.
+        and the trajectories' content: any change to one of them misses. A per-turn request never
+        shares an entry with a per-trajectory one (its answers hold turn scores the other lacks).
         """
-        payload = json.dumps(
-            {"v": PROMPT_VERSION, "judge": judge_id, "messages": request.messages, "schema": request.schema},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        fields: dict[str, Any] = {
+            "v": PROMPT_VERSION, "judge": judge_id, "messages": request.messages, "schema": request.schema
+        }  # fmt: skip
+        if request.per_turn:  # only then: per-trajectory keys stay what they always were
+            fields["per_turn"] = True
+        payload = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
-    def get(self, key: str, labels: list[str]) -> dict[str, JudgeScore] | None:
+    def get(
+        self, key: str, labels: list[str], turns: dict[str, int] | None = None
+    ) -> dict[str, JudgeScore] | None:
         """The cached scores for ``key``, or ``None`` on a miss.
 
-        An unreadable entry, or one whose ids do not match ``labels``, is logged and counts as a miss
-        (the next :meth:`put` overwrites it).
+        An unreadable entry, or one whose ids do not match ``labels`` (with ``turns``, per-turn
+        scoring: whose turn scores are not one per turn of each label), is logged and counts as a
+        miss (the next :meth:`put` overwrites it).
         """
         path = self._path(key)
         try:
@@ -74,6 +79,11 @@ class RulerCache:
             return None
         if sorted(scores) != sorted(labels):
             logger.warning("ignoring RULER cache entry %s: its ids do not match the request", path)
+            return None
+        if turns is not None and any(
+            s.turn_scores is None or len(s.turn_scores) != turns[label] for label, s in scores.items()
+        ):
+            logger.warning("ignoring RULER cache entry %s: its turn scores do not match the request", path)
             return None
         return scores
 
@@ -91,7 +101,9 @@ class RulerCache:
             private_dir(self.directory)
         except OSError as exc:
             logger.warning("could not make the RULER cache %s private: %s", self.directory, exc)
-        record: dict[str, Any] = {"judge": judge_id, "scores": [s.model_dump() for s in scores.values()]}
+        record: dict[str, Any] = {
+            "judge": judge_id, "scores": [s.model_dump(exclude_none=True) for s in scores.values()]
+        }  # fmt: skip
         try:
             write_atomic(path, json.dumps(record).encode("utf-8"))
         except OSError as exc:

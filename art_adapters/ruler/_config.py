@@ -42,6 +42,11 @@ class RulerConfig(BaseModel):
             >= 1; ``None``: no bound. Default 400.
         max_concurrency: judge calls at once in :func:`~art_adapters.ruler_score_groups`, >= 1.
             Default 4.
+        per_turn: also ask the judge for a score in [0, 1] per assistant turn of each
+            trajectory's main history (numbered in the prompt), validated and retried like the
+            trajectory scores, stored as ``metadata["turn_rewards"]`` (one float per assistant
+            message of ``messages``, in order) for per-turn credit (``TrainConfig.credit="turn"``).
+            Default False (the prompt and answer are then exactly the per-trajectory ones).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -55,6 +60,7 @@ class RulerConfig(BaseModel):
     reward_weights: dict[str, float] | None = None
     max_explanation_chars: PositiveCount | None = 400
     max_concurrency: PositiveCount = 4
+    per_turn: bool = False
 
     @field_validator("rubric")
     @classmethod

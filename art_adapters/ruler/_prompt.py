@@ -12,7 +12,14 @@ from typing import Any
 
 from .._trajectory import Message, Trajectory, TrajectoryGroup
 
-__all__ = ["DEFAULT_RUBRIC", "PROMPT_VERSION", "JudgeRequest", "answer_schema", "build_request"]
+__all__ = [
+    "DEFAULT_RUBRIC",
+    "PROMPT_VERSION",
+    "JudgeRequest",
+    "answer_schema",
+    "assistant_turns",
+    "build_request",
+]
 
 #: Bumped whenever the prompt's wording or layout changes, so cached scores are not reused.
 PROMPT_VERSION = 1
@@ -41,6 +48,25 @@ Score every trajectory. Answer with JSON only, in this form:
 {{"scores": [{{"trajectory_id": "{first}", "explanation": "<one or two sentences>", "score": <0..1>}}, ...]}}
 with exactly one entry for each of these trajectory ids: {ids}."""
 
+_ANSWER_ONLY = "\n\nAnswer with a JSON object only, no other text."
+
+# per_turn=True: the same system prompt with one paragraph on turn scores before its last line, and
+# its own answer format.
+_TURN_SYSTEM = """
+
+Also score each assistant turn of every trajectory (the messages headed "### assistant (turn N)") \
+from 0 to 1 by what that turn contributed: 1 for a turn that moved the run towards the goal (a \
+needed, correct step or the right answer), 0 for one that hurt it (a wrong or wasted tool call, an \
+invented fact, a wrong answer), partial credit in between. A turn's score is about that turn, not \
+the whole run: a good turn in a failed run can score high, a bad turn in a successful run low."""
+
+_TURN_INSTRUCTIONS = """\
+Score every trajectory and every assistant turn in it. Answer with JSON only, in this form:
+{{"scores": [{{"trajectory_id": "{first}", "explanation": "<one or two sentences>", "score": <0..1>, \
+"turn_scores": [<turn 1: 0..1>, <turn 2: 0..1>, ...]}}, ...]}}
+with exactly one entry for each of these trajectory ids: {ids}; turn_scores lists one score per \
+assistant turn, in order, so {counts}."""
+
 
 @dataclass
 class JudgeRequest:
@@ -53,6 +79,9 @@ class JudgeRequest:
             trajectory, in order.
         members: for each label, the indexes of the group's trajectories it stands for.
         prefix_messages: how many leading messages were sent once in ``<context>``.
+        per_turn: whether the judge is asked for a score per assistant turn too.
+        turns: with ``per_turn``, each label's number of assistant turns (of the main
+            history), i.e. how many ``turn_scores`` a valid answer gives it.
     """
 
     messages: list[dict[str, str]]
@@ -60,6 +89,8 @@ class JudgeRequest:
     labels: list[str]
     members: dict[str, list[int]] = field(default_factory=dict)
     prefix_messages: int = 0
+    per_turn: bool = False
+    turns: dict[str, int] = field(default_factory=dict)
 
     def label_of(self, index: int) -> str:
         """The label that trajectory ``index`` of the group was sent under."""
@@ -69,15 +100,34 @@ class JudgeRequest:
         raise KeyError(index)
 
 
-def answer_schema(labels: list[str], max_explanation_chars: int | None = None) -> dict[str, Any]:
+def answer_schema(
+    labels: list[str], max_explanation_chars: int | None = None, turns: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The JSON schema of the judge's answer: one score per label, ids from ``labels`` only.
 
     ``max_explanation_chars`` bounds each explanation (``maxLength``), which keeps a
-    schema-constrained small judge from rambling until it runs out of tokens.
+    schema-constrained small judge from rambling until it runs out of tokens. ``turns`` (label ->
+    assistant turns; per-turn scoring) adds a required ``turn_scores`` array of scores in [0, 1],
+    between the fewest and the most turns long (the exact count per label is checked on parsing).
     """
     explanation: dict[str, Any] = {"type": "string"}
     if max_explanation_chars is not None:
         explanation["maxLength"] = max_explanation_chars
+    properties: dict[str, Any] = {
+        "trajectory_id": {"type": "string", "enum": list(labels)},
+        "explanation": explanation,
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+    }
+    required = ["trajectory_id", "explanation", "score"]
+    if turns is not None:
+        counts = [turns[label] for label in labels]
+        properties["turn_scores"] = {
+            "type": "array",
+            "items": {"type": "number", "minimum": 0, "maximum": 1},
+            "minItems": min(counts),
+            "maxItems": max(counts),
+        }
+        required.append("turn_scores")
     return {
         "type": "object",
         "properties": {
@@ -85,12 +135,8 @@ def answer_schema(labels: list[str], max_explanation_chars: int | None = None) -
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "properties": {
-                        "trajectory_id": {"type": "string", "enum": list(labels)},
-                        "explanation": explanation,
-                        "score": {"type": "number", "minimum": 0, "maximum": 1},
-                    },
-                    "required": ["trajectory_id", "explanation", "score"],
+                    "properties": properties,
+                    "required": required,
                     "additionalProperties": False,
                 },
                 "minItems": len(labels),
@@ -116,11 +162,16 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return "\n".join(parts)
 
 
-def render_message(message: Message) -> str:
-    """One message as the judge reads it: a ``### role`` header, the text, tool calls."""
+def render_message(message: Message, turn: int | None = None) -> str:
+    """One message as the judge reads it: a ``### role`` header, the text, tool calls.
+
+    ``turn`` numbers an assistant message for per-turn scoring: ``### assistant (turn 2)``.
+    """
     header = f"### {message.role}"
     if message.role == "tool" and message.name:
         header += f" ({message.name})"
+    if turn is not None:
+        header += f" (turn {turn})"
     lines = [header]
     text = _text(message.content).strip()
     if text:
@@ -163,8 +214,31 @@ def _body(trajectory: Trajectory, rendered: list[str], start: int, *, tools: boo
     return "\n\n".join(parts)
 
 
+def _numbered(messages: list[Message]) -> list[str]:
+    """The messages rendered with their assistant turns numbered 1, 2, ... (per-turn scoring)."""
+    out: list[str] = []
+    turn = 0
+    for message in messages:
+        if message.role == "assistant":
+            turn += 1
+            out.append(render_message(message, turn))
+        else:
+            out.append(render_message(message))
+    return out
+
+
+def assistant_turns(trajectory: Trajectory) -> int:
+    """How many assistant messages the trajectory's main history holds (the turns scored per turn)."""
+    return sum(message.role == "assistant" for message in trajectory.messages)
+
+
 def build_request(
-    group: TrajectoryGroup, rubric: str, *, dedup: bool = True, max_explanation_chars: int | None = None
+    group: TrajectoryGroup,
+    rubric: str,
+    *,
+    dedup: bool = True,
+    max_explanation_chars: int | None = None,
+    per_turn: bool = False,
 ) -> JudgeRequest:
     """Render ``group`` for the judge: two chat messages, the answer's schema, and the label map.
 
@@ -183,12 +257,23 @@ def build_request(
         rubric: the scoring rubric, inserted into the system message.
         dedup: send the shared prefix once and identical trajectories once.
         max_explanation_chars: bound on each explanation in the answer schema.
+        per_turn: also ask for one score per assistant turn of each trajectory's main history:
+            assistant messages are headed ``### assistant (turn N)``, the shared ``<context>``
+            stops before the first assistant message (so every turn is inside its trajectory's
+            block), and the answer format asks for ``turn_scores`` with each label's turn count
+            (:attr:`JudgeRequest.turns`).
     """
     trajectories = group.trajectories
     if not trajectories:
         raise ValueError(f"group {group.id} has no trajectories to score")
-    rendered = [[render_message(m) for m in t.messages] for t in trajectories]
+    if per_turn:
+        rendered = [_numbered(t.messages) for t in trajectories]
+    else:
+        rendered = [[render_message(m) for m in t.messages] for t in trajectories]
     prefix = _common_prefix(rendered) if dedup else 0
+    if per_turn:  # the context holds no assistant turn: each is scored inside its trajectory
+        roles = [m.role for m in trajectories[0].messages]
+        prefix = min(prefix, roles.index("assistant") if "assistant" in roles else prefix)
     tool_sets = {
         json.dumps([tool.model_dump(mode="json") for tool in t.tools or []], sort_keys=True)
         for t in trajectories
@@ -224,15 +309,25 @@ def build_request(
     for label in labels:
         body = bodies[members[label][0]]
         sections.append(f'<trajectory id="{label}">\n{body}\n</trajectory>')
-    sections.append(_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels)))
+    system = _SYSTEM.format(rubric=rubric.strip())
+    turns: dict[str, int] = {}
+    if per_turn:
+        turns = {label: assistant_turns(trajectories[members[label][0]]) for label in labels}
+        counts = ", ".join(f"{label} has {turns[label]}" for label in labels)
+        sections.append(_TURN_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels), counts=counts))
+        system = system.removesuffix(_ANSWER_ONLY) + _TURN_SYSTEM + _ANSWER_ONLY
+    else:
+        sections.append(_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels)))
     messages = [
-        {"role": "system", "content": _SYSTEM.format(rubric=rubric.strip())},
+        {"role": "system", "content": system},
         {"role": "user", "content": "\n\n".join(sections)},
     ]
     return JudgeRequest(
         messages=messages,
-        schema=answer_schema(labels, max_explanation_chars),
+        schema=answer_schema(labels, max_explanation_chars, turns if per_turn else None),
         labels=labels,
         members=members,
         prefix_messages=prefix,
+        per_turn=per_turn,
+        turns=turns,
     )

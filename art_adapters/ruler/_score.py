@@ -32,6 +32,21 @@ _FEEDBACK = (
     "each of the trajectory ids {ids}, every score a number from 0 to 1."
 )
 
+_TURN_FEEDBACK = (
+    "That answer was invalid: {reason}. Reply again with only the JSON object, one entry for "
+    "each of the trajectory ids {ids}, every score a number from 0 to 1, and turn_scores with "
+    "one score from 0 to 1 per assistant turn, in order ({counts})."
+)
+
+
+def _feedback(request: JudgeRequest, reason: str) -> str:
+    """What the judge is told after an invalid answer (the turn counts too when scoring per turn)."""
+    ids = ", ".join(request.labels)
+    if not request.per_turn:
+        return _FEEDBACK.format(reason=reason, ids=ids)
+    counts = ", ".join(f"{label}: {request.turns[label]} turn(s)" for label in request.labels)
+    return _TURN_FEEDBACK.format(reason=reason, ids=ids, counts=counts)
+
 
 def _describe(group: TrajectoryGroup) -> str:
     scenario = group.metadata.get("scenario_id")
@@ -55,14 +70,14 @@ async def _ask(
         try:
             async with deadline:
                 text = await judge.complete(messages, request.schema)
-            return parse_answer(text, request.labels), attempt
+            return parse_answer(text, request.labels, request.turns if request.per_turn else None), attempt
         except InvalidAnswer as exc:
             reason = str(exc)
             # Show the judge its mistake on the next attempt.
             messages = [
                 *request.messages,
                 {"role": "assistant", "content": text[:2000]},
-                {"role": "user", "content": _FEEDBACK.format(reason=reason, ids=", ".join(request.labels))},
+                {"role": "user", "content": _feedback(request, reason)},
             ]
         except TimeoutError as exc:
             expired = deadline.expired() and timeout_s is not None
@@ -95,7 +110,12 @@ def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, Judg
         trajectory.reward = verdict.score
         trajectory.metadata["ruler_explanation"] = verdict.explanation
         trajectory.metadata["ruler_label"] = verdict.trajectory_id
-        trajectory.logs.append(f"RULER score {verdict.score:.3f}: {verdict.explanation}")
+        line = f"RULER score {verdict.score:.3f}: {verdict.explanation}"
+        if request.per_turn:
+            assert verdict.turn_scores is not None  # parse_answer and the cache check it
+            trajectory.metadata["turn_rewards"] = list(verdict.turn_scores)
+            line += " (turns: " + ", ".join(f"{s:.3f}" for s in verdict.turn_scores) + ")"
+        trajectory.logs.append(line)
 
 
 async def ruler_score_group(
@@ -130,6 +150,11 @@ async def ruler_score_group(
         ``metrics["independent_reward"]``, the explanation goes to ``metadata["ruler_explanation"]``
         and ``logs``, and ``group.metadata["ruler"]`` records the status, the judge and whether the
         cache answered. :func:`combine_rewards` mixes the two rewards (or any metrics) with weights.
+        With ``per_turn=True`` the judge also scores each assistant turn of every trajectory's main
+        history (the turns are numbered in the prompt; an answer with another number of turn scores
+        than a trajectory has turns, or one outside [0, 1], is invalid and retried like a bad score),
+        and ``metadata["turn_rewards"]`` gets them: one float per assistant message of
+        ``messages``, in order, for ``TrainConfig(credit="turn")``.
 
     Raises:
         JudgeError: no valid answer after the retries (unless ``swallow_exceptions``).
@@ -154,10 +179,13 @@ async def _score(group: TrajectoryGroup, judge: Any, ruler: RulerConfig) -> Traj
         logger.warning("RULER: %s has %s", _describe(group), reason)
         return scored
 
-    request = build_request(scored, ruler.rubric, max_explanation_chars=ruler.max_explanation_chars)
+    request = build_request(
+        scored, ruler.rubric, max_explanation_chars=ruler.max_explanation_chars, per_turn=ruler.per_turn
+    )
     key = RulerCache.key(getattr(adapter, "cache_id", adapter.model_id), request)
+    turns = request.turns if request.per_turn else None
     try:
-        cached = store.get(key, request.labels) if store is not None else None
+        cached = store.get(key, request.labels, turns) if store is not None else None
         if cached is not None:
             scores, attempts = cached, 0
         else:
@@ -181,6 +209,8 @@ async def _score(group: TrajectoryGroup, judge: Any, ruler: RulerConfig) -> Traj
         "distinct_trajectories": len(request.labels),
         "shared_prefix_messages": request.prefix_messages,
     }
+    if request.per_turn:
+        scored.metadata["ruler"]["per_turn"] = True
     if ruler.reward_weights is not None:
         scored = combine_rewards(scored, ruler.reward_weights)
     return scored

@@ -9,7 +9,8 @@ next entry of ``script`` (or ``default`` when the script is empty). An entry is 
 
 or a callable ``body -> entry``, which sees the request (used to answer by content).
 :func:`good_answer` is the default: it reads the ids from the request's schema (or its
-prompt) and scores them ``1, 1/2, 1/3, ...``.
+prompt) and scores them ``1, 1/2, 1/3, ...``; a per-turn request (``per_turn=True``) also
+gets ``turn_scores``, one per numbered assistant turn (:func:`request_turns`).
 
 Also used by ``bench/ruler.py``.
 """
@@ -36,6 +37,19 @@ def request_ids(body: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(re.findall(r'<trajectory id="(t\d+)">', text)))
 
 
+def request_turns(body: dict[str, Any]) -> dict[str, int]:
+    """A per-turn request's trajectory ids -> their numbered assistant turns (``### assistant (turn N)``).
+
+    Empty for a per-trajectory request.
+    """
+    text = "\n".join(str(m.get("content")) for m in body["messages"])
+    if "turn_scores" not in text:
+        return {}
+    blocks = re.findall(r'<trajectory id="(t\d+)">(.*?)</trajectory>', text, flags=re.S)
+    turn = re.compile(r"^### assistant \(turn \d+\)", flags=re.M)
+    return {label: len(turn.findall(block)) for label, block in blocks}
+
+
 def scores(pairs: list[tuple[str, float]], explanation: str = "because") -> str:
     """A judge answer for ``(id, score)`` pairs, as JSON text."""
     return json.dumps(
@@ -43,9 +57,26 @@ def scores(pairs: list[tuple[str, float]], explanation: str = "because") -> str:
     )
 
 
+def turn_scores(entries: list[tuple[str, float, list[Any]]], explanation: str = "because") -> str:
+    """A per-turn judge answer for ``(id, score, turn scores)`` entries, as JSON text."""
+    return json.dumps(
+        {
+            "scores": [
+                {"trajectory_id": i, "explanation": f"{explanation} {i}", "score": s, "turn_scores": turns}
+                for i, s, turns in entries
+            ]
+        }
+    )
+
+
 def good_answer(body: dict[str, Any]) -> dict[str, Any]:
-    """A valid answer: ids in order, scored 1, 1/2, 1/3, ..."""
-    return {"content": scores([(label, 1 / (k + 1)) for k, label in enumerate(request_ids(body))])}
+    """A valid answer: ids in order, scored 1, 1/2, 1/3, ... (per turn too: each turn as its trajectory)."""
+    labels = request_ids(body)
+    turns = request_turns(body)
+    if turns:
+        entries = [(label, 1 / (k + 1), [1 / (k + 1)] * turns[label]) for k, label in enumerate(labels)]
+        return {"content": turn_scores(entries)}
+    return {"content": scores([(label, 1 / (k + 1)) for k, label in enumerate(labels)])}
 
 
 class JudgeServer:
