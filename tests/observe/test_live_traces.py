@@ -25,6 +25,7 @@ import art_adapters as aa
 from art_adapters import observe
 from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
 
+
 def _langchain_already_wrapped() -> bool:
     """Whether some LangChain instrumentation already wraps LangChain's callback manager in this process.
 

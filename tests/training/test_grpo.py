@@ -9,8 +9,10 @@ import torch
 from art_adapters_backend.training.grpo import (
     IMPORTANCE_LEVELS,
     NORMALIZERS,
+    SURROGATES,
     BatchTotals,
     LossSettings,
+    cispo_surrogate,
     clipped_surrogate,
     group_advantages,
     grpo_loss,
@@ -18,6 +20,7 @@ from art_adapters_backend.training.grpo import (
     k3_kl,
     kept_token_logprobs,
     logits_keep_mask,
+    sapo_surrogate,
     sequence_importance,
     token_logprobs,
 )
@@ -270,3 +273,85 @@ def test_kl_outside_the_loss_mask_does_not_leak() -> None:
     assert out.kl_sum == 0.0
     out.loss.backward()
     assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all()
+
+
+def test_cispo_caps_the_detached_ratio_and_keeps_every_token_s_gradient() -> None:
+    """CISPO: loss = -sg(min(w, cap)) A logp; a capped token still gets gradient (PPO's would be 0)."""
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    log_w = torch.tensor([[math.log(1.5), math.log(0.5)]], requires_grad=True)
+    loss, ratio = cispo_surrogate(log_w, logp, torch.tensor([[2.0]]), cap=1.2)
+    assert loss.tolist()[0] == pytest.approx([-1.2 * 2.0 * -1.0, -0.5 * 2.0 * -2.0])
+    assert ratio.tolist()[0] == pytest.approx([1.5, 0.5])
+    loss.sum().backward()
+    assert logp.grad is not None and logp.grad.tolist()[0] == pytest.approx([-2.4, -1.0])
+    assert log_w.grad is None or (log_w.grad == 0).all()  # the weight is detached
+
+
+def test_sapo_gate_is_smooth_and_asymmetric() -> None:
+    """SAPO: loss = -(4 / tau) sigmoid(tau (w - 1)) A; at w = 1 its gradient w.r.t. log w is -A."""
+    log_w = torch.zeros(1, 2, requires_grad=True)
+    adv = torch.tensor([[1.0, -1.0]])
+    loss, _ = sapo_surrogate(log_w, adv, temperature_pos=1.0, temperature_neg=2.0)
+    assert loss.tolist()[0] == pytest.approx([-2.0, 1.0])  # -(4 / tau) * 0.5 * A
+    loss.sum().backward()
+    assert log_w.grad is not None and log_w.grad.tolist()[0] == pytest.approx([-1.0, 1.0])
+    # Off-policy the gradient w.r.t. log w (-w A unclipped, 0 once PPO clips) fades smoothly.
+    far = torch.tensor([[math.log(3.0), math.log(10.0)]], requires_grad=True)
+    gated, _ = sapo_surrogate(far, torch.tensor([[1.0]]), 1.0, 1.05)
+    gated.sum().backward()
+    assert far.grad is not None
+    assert -3.0 < far.grad[0, 0].item() < -1.0 and -0.01 < far.grad[0, 1].item() < 0.0
+    assert set(SURROGATES) == {"ppo", "cispo", "sapo"}
+
+
+@pytest.mark.parametrize("loss_type", ["ppo", "cispo", "sapo"])
+def test_per_token_advantages(loss_type: str) -> None:
+    """(B, T) advantages: rows of one value give exactly the (B,) result; each token's gradient
+    follows its own advantage; any other shape is refused."""
+    g = torch.Generator().manual_seed(7)
+    base = -torch.rand(2, 5, generator=g)
+    old = base + 0.3 * torch.randn(2, 5, generator=g)
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0, 1.0]])
+    settings = LossSettings.from_config(TrainConfig(loss_type=loss_type))
+    totals = BatchTotals(sequences=2, tokens=int(mask.sum()))
+
+    def run(adv: torch.Tensor) -> tuple[float, torch.Tensor, int]:
+        logprobs = base.clone().requires_grad_(True)
+        out = grpo_loss(logprobs, old, adv, mask, settings, totals)
+        out.loss.backward()
+        assert logprobs.grad is not None
+        return out.loss.item(), logprobs.grad, out.clipped_low + out.clipped_high
+
+    per_sequence = torch.tensor([0.7, -1.3])
+    loss, grad, clipped = run(per_sequence)
+    loss_t, grad_t, clipped_t = run(per_sequence.reshape(2, 1).expand(2, 5).clone())
+    assert loss_t == pytest.approx(loss, abs=1e-7) and torch.allclose(grad_t, grad) and clipped_t == clipped
+    # On-policy, token-normalised: d loss / d logp_t = -A_t / N (ppo, sapo) or -A_t / N on logp (cispo).
+    on_policy = base.clone().requires_grad_(True)
+    per_token = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.0], [0.0, 0.0, 0.5, -0.5, 3.0]])
+    out = grpo_loss(on_policy, base, per_token, mask, settings, totals)
+    out.loss.backward()
+    assert on_policy.grad is not None
+    assert torch.allclose(on_policy.grad, -per_token * mask / 6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        grpo_loss(base, old, torch.ones(2, 3), mask, settings, totals)
+
+
+def test_loss_type_settings_are_validated() -> None:
+    assert TrainConfig(loss_type="sapo").loss_normalization == "sequence"  # SAPO's own (TRL's) when unset
+    assert TrainConfig(loss_type="sapo", loss_normalization="token").loss_normalization == "token"
+    assert TrainConfig(loss_type="cispo").loss_normalization == "token"
+    sapo = TrainConfig(loss_type="sapo", sapo_temperature_neg=2.0)
+    assert TrainConfig.model_validate_json(sapo.model_dump_json()) == sapo
+    with pytest.raises(ValidationError, match="cispo_epsilon_high"):
+        TrainConfig(loss_type="cispo", epsilon_high=5.0)  # TRL's name for the cap: ours is its own field
+    with pytest.raises(ValidationError, match="sapo_temperature"):
+        TrainConfig(loss_type="sapo", epsilon_high=0.28)
+    with pytest.raises(ValidationError):
+        TrainConfig(loss_type="grpo")
+    with pytest.raises(ValidationError):
+        TrainConfig(cispo_epsilon_high=0.0)
+    with pytest.raises(ValidationError):
+        TrainConfig(num_iterations=0)
+    with pytest.raises(ValidationError):
+        TrainConfig(mini_batches=0)

@@ -11,6 +11,9 @@ The mapping checked here (ours -> TRL ``GRPOConfig``), also in docs/training.md:
 ``"token" -> loss_type="bnpo"``, ``"sequence" -> "grpo"``, ``"constant" -> "dr_grpo"`` with
 ``max_tokens -> max_completion_length``; ``kl_ratio_correction -> use_bias_correction_kl``;
 ``scale_rewards`` True/False -> "group"/"none".
+``loss_type="cispo"`` -> ``loss_type="cispo"`` with ``cispo_epsilon_high -> epsilon_high`` (its
+normalisation is our ``"token"``); ``loss_type="sapo"`` -> ``loss_type="sapo"`` with the same
+``sapo_temperature_pos`` / ``_neg`` (its normalisation is our ``"sequence"``, SAPO's default here).
 TRL runs in eval mode so its gradient-accumulation divisor is 1.
 """
 
@@ -36,6 +39,15 @@ from art_adapters import TrainConfig
 B, P, C = 3, 4, 6  # sequences, prompt tokens, completion tokens
 MAX_COMPLETION = 8
 TRL_LOSS_TYPE = {"token": "bnpo", "sequence": "grpo", "constant": "dr_grpo"}
+#: Our loss_normalization that TRL's own normalisation of each non-PPO loss type equals.
+TRL_OWN_NORMALIZATION = {"cispo": "token", "sapo": "sequence"}
+
+
+def _trl_loss_type(config: TrainConfig) -> str:
+    if config.loss_type == "ppo":
+        return TRL_LOSS_TYPE[config.loss_normalization]
+    assert config.loss_normalization == TRL_OWN_NORMALIZATION[config.loss_type]
+    return config.loss_type
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +90,12 @@ def _trainer(tiny: tuple[str, object], config: TrainConfig) -> object:
         per_device_train_batch_size=B,
         num_generations=B,
         max_completion_length=config.max_tokens or MAX_COMPLETION,
-        loss_type=TRL_LOSS_TYPE[config.loss_normalization],
+        loss_type=_trl_loss_type(config),
         importance_sampling_level=config.importance_level,
         epsilon=config.epsilon,
-        epsilon_high=config.clip_high,
+        epsilon_high=config.cispo_epsilon_high if config.loss_type == "cispo" else config.clip_high,
+        sapo_temperature_pos=config.sapo_temperature_pos,
+        sapo_temperature_neg=config.sapo_temperature_neg,
         beta=config.beta,
         use_bias_correction_kl=config.kl_ratio_correction,
         scale_rewards="group" if config.scale_rewards else "none",
@@ -145,7 +159,10 @@ def _our_loss(model: torch.nn.Module, config: TrainConfig, inputs: dict[str, tor
     with torch.no_grad():
         logprobs = token_logprobs(model(input_ids=ids).logits, ids)
     totals = BatchTotals(sequences=B, tokens=int(mask.sum()), max_tokens=config.max_tokens)
-    return grpo_loss(logprobs, old, inputs["advantages"], mask, LossSettings.from_config(config), totals, ref)
+    advantages = inputs["advantages"]
+    if advantages.dim() == 2:  # per completion token: the prompt positions get 0 (outside the mask anyway)
+        advantages = torch.cat([pad, advantages], 1)
+    return grpo_loss(logprobs, old, advantages, mask, LossSettings.from_config(config), totals, ref)
 
 
 CASES = [
@@ -176,6 +193,57 @@ def test_loss_matches_trl_compute_loss(tiny: tuple[str, object], config: TrainCo
         assert ours.clipped_high / ours.tokens == pytest.approx(trl_metrics["clip_ratio/high_mean"], abs=1e-6)
     if config.beta > 0:
         assert ours.kl_sum / ours.tokens == pytest.approx(trl_metrics["kl"], abs=1e-5)
+
+
+#: CISPO and SAPO (TRL's ``loss_type`` of the same names), each with its own normalisation.
+NEW_LOSS_CASES = [
+    TrainConfig(loss_type="cispo"),
+    TrainConfig(loss_type="cispo", cispo_epsilon_high=1.1),  # the cap binds on some tokens
+    TrainConfig(loss_type="cispo", cispo_epsilon_high=1.2, beta=0.04),
+    TrainConfig(loss_type="cispo", cispo_epsilon_high=1.05, importance_level="sequence"),
+    TrainConfig(loss_type="sapo"),
+    TrainConfig(loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=4.0),
+    TrainConfig(loss_type="sapo", beta=0.1, kl_ratio_correction=False),
+    TrainConfig(loss_type="sapo", importance_level="sequence", sapo_temperature_neg=0.5),
+]
+
+
+@pytest.mark.parametrize("config", NEW_LOSS_CASES, ids=lambda c: repr(c.model_dump(exclude_defaults=True)))
+def test_cispo_and_sapo_match_trl_compute_loss(tiny: tuple[str, object], config: TrainConfig) -> None:
+    trainer = _trainer(tiny, config)
+    inputs = _inputs(trainer.model)
+    trl_loss, trl_metrics = _trl_loss(trainer, config, inputs)
+    ours = _our_loss(trainer.model, config, inputs)
+    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
+    assert abs(trl_loss) > 1e-3
+    if config.loss_type == "cispo":  # TRL's cispo_clip_ratio is our high side; nothing on the low side
+        assert ours.clipped_low == 0
+        if config.importance_level == "token":  # (per sequence TRL counts sequences, we count tokens)
+            assert ours.clipped_high / ours.tokens == pytest.approx(trl_metrics["cispo_clip_ratio"], abs=1e-6)
+        assert (ours.clipped_high > 0) == (trl_metrics["cispo_clip_ratio"] > 0)
+        assert (ours.clipped_high > 0) == (config.cispo_epsilon_high < 5.0)  # the caps near 1 bind
+    else:
+        assert ours.clipped_low == ours.clipped_high == 0  # SAPO has no hard clip
+    if config.beta > 0:
+        assert ours.kl_sum / ours.tokens == pytest.approx(trl_metrics["kl"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [TrainConfig(), TrainConfig(loss_type="cispo", cispo_epsilon_high=1.1), TrainConfig(loss_type="sapo"),
+     TrainConfig(beta=0.04, epsilon_high=0.28, loss_normalization="sequence")],  # fmt: skip
+    ids=lambda c: repr(c.model_dump(exclude_defaults=True)),
+)
+def test_per_token_advantages_match_trl(tiny: tuple[str, object], config: TrainConfig) -> None:
+    """TRL's loss also takes (B, T) advantages; ours gives the same value with them."""
+    trainer = _trainer(tiny, config)
+    inputs = _inputs(trainer.model)
+    g = torch.Generator().manual_seed(2)
+    inputs["advantages"] = torch.randn(B, C, generator=g)  # one advantage per completion token
+    trl_loss, _ = _trl_loss(trainer, config, inputs)
+    ours = _our_loss(trainer.model, config, inputs)
+    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
+    assert abs(trl_loss) > 1e-3
 
 
 def test_some_tokens_are_clipped_on_both_sides(tiny: tuple[str, object]) -> None:

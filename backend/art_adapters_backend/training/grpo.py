@@ -19,9 +19,11 @@ __all__ = [
     "IMPORTANCE_LEVELS",
     "NORMALIZERS",
     "STD_EPSILON",
+    "SURROGATES",
     "BatchTotals",
     "LossOutput",
     "LossSettings",
+    "cispo_surrogate",
     "clipped_surrogate",
     "fill_unknown_logprobs",
     "group_advantages",
@@ -31,6 +33,7 @@ __all__ = [
     "kept_token_logprobs",
     "logits_keep_mask",
     "masked_log_ratio",
+    "sapo_surrogate",
     "sequence_importance",
     "token_importance",
     "token_logprobs",
@@ -200,7 +203,8 @@ def clipped_surrogate(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate, negated to a loss; also returns the ratio.
 
-    ``log_weights``: (B, T) or (B, 1); ``advantages``: (B, 1) -> (loss, ratio), same shape::
+    ``log_weights``: (B, T) or (B, 1); ``advantages``: (B, 1) or (B, T) -> (loss, ratio), the
+    broadcast shape and the shape of ``log_weights``::
 
         w    = exp(clamp(log_weights, -20, 20))
         loss = -min(w A, clamp(w, 1 - eps_low, 1 + eps_high) A)
@@ -209,6 +213,105 @@ def clipped_surrogate(
     clipped = ratio.clamp(1.0 - epsilon_low, 1.0 + epsilon_high)
     loss = -torch.minimum(ratio * advantages, clipped * advantages)
     return loss, ratio
+
+
+def cispo_surrogate(
+    log_weights: torch.Tensor, logprobs: torch.Tensor, advantages: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax-M1; TRL ``loss_type="cispo"``): the ratio capped and detached weights a
+    REINFORCE term, so a capped token still passes gradient through its log-prob.
+
+    ``log_weights``: (B, T) or (B, 1); ``logprobs``: (B, T) with grad; ``advantages``: (B, 1)
+    or (B, T) -> (loss (B, T), ratio (shape of ``log_weights``))::
+
+        w    = exp(clamp(log_weights, -20, 20))
+        loss = -sg(min(w, cap)) A logp
+    """
+    ratio = torch.exp(log_weights.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return -ratio.clamp(max=cap).detach() * advantages * logprobs, ratio
+
+
+def sapo_surrogate(
+    log_weights: torch.Tensor, advantages: torch.Tensor, temperature_pos: float, temperature_neg: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAPO (arXiv 2511.20347; TRL ``loss_type="sapo"``): a sigmoid gate of the ratio instead of
+    the hard clip; its gradient fades smoothly as the ratio leaves 1.
+
+    ``log_weights``: (B, T) or (B, 1); ``advantages``: (B, 1) or (B, T) -> (loss, ratio)::
+
+        w    = exp(clamp(log_weights, -20, 20))
+        tau  = temperature_pos where A > 0 else temperature_neg
+        loss = -(4 / tau) sigmoid(tau (w - 1)) A          (gradient w.r.t. w: A at w = 1)
+    """
+    ratio = torch.exp(log_weights.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    positive = advantages > 0
+    tau = torch.where(positive, temperature_pos, temperature_neg).to(advantages)  # shape of A
+    return -torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * advantages, ratio
+
+
+#: (ratio (B, T), advantages (B, 1) or (B, T), settings) -> (low, high) boolean (B, T) masks.
+ClipCounter = Callable[[torch.Tensor, torch.Tensor, "LossSettings"], tuple[torch.Tensor, torch.Tensor]]
+#: (log_weights, logprobs, advantages, settings) -> (per-token loss, ratio).
+SurrogateLoss = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, "LossSettings"], tuple[torch.Tensor, torch.Tensor]
+]
+
+
+@dataclass(frozen=True)
+class _Surrogate:
+    """One ``loss_type``: its per-token loss and which tokens it counts as clipped."""
+
+    loss: SurrogateLoss
+    clipped: ClipCounter
+
+
+def _ppo_loss(
+    lw: torch.Tensor, lp: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return clipped_surrogate(lw, a, s.epsilon_low, s.epsilon_high)
+
+
+def _cispo_loss(
+    lw: torch.Tensor, lp: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return cispo_surrogate(lw, lp, a, s.cispo_cap)
+
+
+def _sapo_loss(
+    lw: torch.Tensor, lp: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return sapo_surrogate(lw, a, s.sapo_temperature_pos, s.sapo_temperature_neg)
+
+
+def _ppo_clipped(
+    ratio: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the clip zeroed the gradient: below ``1 - eps`` with A < 0, above ``1 + eps_high`` with A > 0."""
+    return (ratio < 1.0 - s.epsilon_low) & (a < 0), (ratio > 1.0 + s.epsilon_high) & (a > 0)
+
+
+def _cispo_clipped(
+    ratio: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's ``cispo_clip_ratio``: the ratio above the cap with A > 0 (reported as the high side)."""
+    high = (ratio > s.cispo_cap) & (a > 0)
+    return torch.zeros_like(high), high
+
+
+def _never_clipped(
+    ratio: torch.Tensor, a: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAPO has no hard clip: nothing is counted."""
+    none = torch.zeros_like((ratio * a) > 0)
+    return none, none
+
+
+#: loss_type -> its per-token loss and clip count (chosen once by :meth:`LossSettings.from_config`).
+SURROGATES: dict[str, _Surrogate] = {
+    "ppo": _Surrogate(loss=_ppo_loss, clipped=_ppo_clipped),
+    "cispo": _Surrogate(loss=_cispo_loss, clipped=_cispo_clipped),
+    "sapo": _Surrogate(loss=_sapo_loss, clipped=_never_clipped),
+}
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -277,10 +380,14 @@ class LossSettings:
     kl_ratio_correction: bool
     importance: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     normalizer: Callable[[torch.Tensor, BatchTotals], torch.Tensor]
+    surrogate: _Surrogate = SURROGATES["ppo"]
+    cispo_cap: float = 5.0
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
 
     @classmethod
     def from_config(cls, config: TrainConfig) -> LossSettings:
-        """Pick the importance and normalisation functions named by ``config``."""
+        """Pick the surrogate, importance and normalisation functions named by ``config``."""
         return cls(
             epsilon_low=config.epsilon,
             epsilon_high=config.clip_high,
@@ -288,6 +395,10 @@ class LossSettings:
             kl_ratio_correction=config.kl_ratio_correction,
             importance=IMPORTANCE_LEVELS[config.importance_level],
             normalizer=NORMALIZERS[config.loss_normalization],
+            surrogate=SURROGATES[config.loss_type],
+            cispo_cap=config.cispo_epsilon_high,
+            sapo_temperature_pos=config.sapo_temperature_pos,
+            sapo_temperature_neg=config.sapo_temperature_neg,
         )
 
 
@@ -301,7 +412,9 @@ class LossOutput:
         kl_sum: sum of per-token KL over loss tokens, ratio-corrected when configured
             (0 when beta is 0).
         clipped_low / clipped_high: loss tokens whose ratio was clipped where it mattered
-            (below ``1 - eps`` with A < 0, above ``1 + eps_high`` with A > 0).
+            (``"ppo"``: below ``1 - eps`` with A < 0, above ``1 + eps_high`` with A > 0;
+            ``"cispo"``: above the cap with A > 0, counted as high, as TRL counts it;
+            ``"sapo"``: none, its gate is smooth).
         ratio_sum: sum over loss tokens of the importance ratio.
         tokens: loss tokens in the micro-batch.
     """
@@ -327,29 +440,45 @@ def grpo_loss(
     """The GRPO loss of one micro-batch (its share of the step; shares sum to the step loss).
 
     ``logprobs``: (B, T) current policy, with grad; ``old_logprobs``: (B, T) sampling
-    policy, NaN where unknown; ``advantages``: (B,) or (B, 1); ``mask``: (B, T) 1 on loss
-    tokens; ``ref_logprobs``: (B, T), required when ``settings.beta > 0``.
+    policy, NaN where unknown; ``advantages``: (B,) or (B, 1), one per sequence, or (B, T),
+    one per token (per-turn credit); ``mask``: (B, T) 1 on loss tokens; ``ref_logprobs``:
+    (B, T), required when ``settings.beta > 0``.
 
-    The objective for one step, over sequences ``i`` and their loss tokens ``t``::
+    The objective for one update, over sequences ``i`` and their loss tokens ``t``::
 
-        A_i          = (r_i - mean(r_group)) [/ (std(r_group) + 1e-4)]        advantages
+        A_it         = (r_i - mean(r_group)) [/ (std(r_group) + 1e-4)]       advantages (or per token)
         log_rho_it   = logp_theta(y_it) - logp_old(y_it)                     per-token log-ratio
         w_it         = exp(log_rho_it)           (importance_level="token")
                      = exp(mean_t log_rho_it)    (importance_level="sequence", GSPO)
-        l_it         = -min(w_it A_i, clip(w_it, 1 - eps, 1 + eps_high) A_i) + beta * kl_it [* w_it]
+        s_it         = -min(w_it A_it, clip(w_it, 1 - eps, 1 + eps_high) A_it)    loss_type="ppo"
+                     = -sg(min(w_it, cispo_cap)) A_it logp_theta(y_it)            loss_type="cispo"
+                     = -(4 / tau) sigmoid(tau (w_it - 1)) A_it                    loss_type="sapo"
+                       (tau = sapo_temperature_pos if A_it > 0 else sapo_temperature_neg)
+        l_it         = s_it + beta * kl_it [* w_it]
         kl_it        = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         k3 estimator
                        (times w_it when kl_ratio_correction: unbiased off-policy KL gradient)
         loss         = sum_it c_it * l_it        c from the normalisation registry
 
-    The variants were chosen once from :data:`IMPORTANCE_LEVELS` and :data:`NORMALIZERS` by
-    :meth:`LossSettings.from_config`; this hot path only calls the chosen functions.
+    The variants were chosen once from :data:`SURROGATES`, :data:`IMPORTANCE_LEVELS` and
+    :data:`NORMALIZERS` by :meth:`LossSettings.from_config`; this hot path only calls them.
+
+    Raises:
+        ValueError: ``advantages`` has neither B nor B x T values.
     """
     mask = mask.to(logprobs.dtype)
-    advantages = advantages.reshape(-1, 1).to(logprobs.dtype)  # (B, 1)
+    if advantages.dim() == 2 and advantages.shape == mask.shape:
+        advantages = advantages.to(logprobs.dtype)  # (B, T): one per token
+    elif advantages.numel() == mask.shape[0]:
+        advantages = advantages.reshape(-1, 1).to(logprobs.dtype)  # (B, 1): one per sequence
+    else:
+        raise ValueError(
+            f"advantages must have shape (B,), (B, 1) or (B, T) = {tuple(mask.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
     old = fill_unknown_logprobs(old_logprobs.to(logprobs.dtype), logprobs)  # (B, T)
     log_ratio = masked_log_ratio(logprobs, old, mask)  # (B, T)
     log_weights = settings.importance(log_ratio, mask)  # (B, T) or (B, 1)
-    per_token, ratio = clipped_surrogate(log_weights, advantages, settings.epsilon_low, settings.epsilon_high)
+    per_token, ratio = settings.surrogate.loss(log_weights, logprobs, advantages, settings)
     per_token = per_token.expand_as(mask)  # (B, T)
     weights = settings.normalizer(mask, totals)  # (B, T)
     policy_loss = (per_token * weights).sum()
@@ -368,8 +497,8 @@ def grpo_loss(
         kl_sum = float((kl.detach() * mask).sum())
     ratio_tok = ratio.detach().expand_as(mask)
     on = mask.bool()
-    low = (ratio_tok < 1.0 - settings.epsilon_low) & (advantages < 0) & on
-    high = (ratio_tok > 1.0 + settings.epsilon_high) & (advantages > 0) & on
+    low, high = settings.surrogate.clipped(ratio_tok, advantages, settings)
+    low, high = low & on, high & on
     return LossOutput(
         loss=loss,
         policy_loss=float(policy_loss.detach()),

@@ -6,6 +6,7 @@ is loaded and the LoRA attached (:mod:`.peft_trainer`, :mod:`.unsloth_trainer`).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from art_adapters import TrainConfig
 from art_adapters.files import atomic_directory
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     from .sft import SFTStepResult
 
-__all__ = ["GroupsStepResult", "LoraTrainer", "StepMetrics"]
+__all__ = ["GroupsStepResult", "LoraTrainer", "PassMetrics", "StepMetrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +56,47 @@ OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.json"
 
 
-class StepMetrics(BaseModel):
-    """What one :meth:`LoraTrainer.train_step` did.
+class PassMetrics(BaseModel):
+    """One pass over the step's sequences (:attr:`~art_adapters.TrainConfig.num_iterations`).
 
     Attributes:
-        loss: the step loss (policy loss + beta x KL), as optimised.
-        policy_loss: the clipped-surrogate part alone.
+        loss: mean of the pass's update losses (each as optimised, normalised over its mini-batch).
+        clip_low_fraction / clip_high_fraction: the pass's loss tokens clipped on each side,
+            measured just before each update (see :class:`.grpo.LossOutput`).
+        ratio_mean: mean importance ratio over the pass's loss tokens (1.0 when on-policy;
+            moves off 1 from the second update on).
+    """
+
+    loss: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    ratio_mean: float
+
+
+class StepMetrics(BaseModel):
+    """What one :meth:`LoraTrainer.train_step` did (one step: one checkpoint, ``updates`` updates).
+
+    The loss, KL, clip and ratio values are means over all the step's updates (token-weighted for
+    the per-token ones), so with one update (the default) they are that update's.
+
+    Attributes:
+        loss: the loss (policy loss + beta x KL) as optimised, mean over the updates.
+        policy_loss: the surrogate part alone, mean over the updates.
         kl: mean per-token KL to the reference (adapter disabled); ``None`` when ``beta == 0``.
-        grad_norm: global L2 norm of the LoRA gradient before clipping.
+        grad_norm: global L2 norm of the LoRA gradient before clipping, mean over the updates.
         clip_fraction: loss tokens whose ratio was clipped where it mattered (both sides).
         clip_low_fraction / clip_high_fraction: the two sides of ``clip_fraction``.
         ratio_mean: mean importance ratio over loss tokens (1.0 when fully on-policy).
-        sequences: sequences trained on; micro_batches: forward/backward passes.
-        tokens: loss tokens; sequence_tokens: all tokens fed (prompt, context, completions).
-        padded_tokens: tokens fed, right-padding included (a shared prefix counts once).
+        sequences: sequences trained on; micro_batches: forward/backward passes of one pass.
+        tokens: loss tokens; sequence_tokens: all tokens of the sequences (prompt, context,
+            completions).
+        padded_tokens: tokens fed in one pass, right-padding included (a shared prefix counts once).
         seconds: wall-clock time of the step.
-        learning_rate: the step size used.
-        step: optimizer updates done by this trainer so far, including this one.
+        learning_rate: the step size used (the step's value of ``lr_schedule``).
+        step: training steps done by this trainer's adapter so far, including this one (the
+            model's step number when the trainer holds the model's latest checkpoint).
+        updates: optimizer updates made: ``num_iterations`` x mini-batches with loss tokens.
+        passes: per pass (``num_iterations`` of them, in order): loss, clip fractions, ratio.
     """
 
     loss: float
@@ -90,6 +115,17 @@ class StepMetrics(BaseModel):
     seconds: float
     learning_rate: float
     step: int
+    updates: int = 1
+    passes: list[PassMetrics] = Field(default_factory=list)
+
+    def scalars(self) -> dict[str, Any]:
+        """The metrics as flat scalars, as the train API reports them: every field but ``step``
+        and ``passes``, and per pass ``p`` (from 1) ``pass_<p>_loss``, ``pass_<p>_clip_low_fraction``,
+        ``pass_<p>_clip_high_fraction`` and ``pass_<p>_ratio_mean``."""
+        out = self.model_dump(exclude={"step", "passes"})
+        for number, one in enumerate(self.passes, start=1):
+            out.update({f"pass_{number}_{key}": value for key, value in one.model_dump().items()})
+        return out
 
 
 class GroupsStepResult(BaseModel):
@@ -125,14 +161,21 @@ def shared_prefix_length(sequences: Sequence[TrainingSequence]) -> int:
     return max(n, 0)
 
 
+def _token_advantages(seq: TrainingSequence) -> list[float] | None:
+    """The sequence's per-token advantages (per-turn credit), or ``None`` when it has one advantage."""
+    return seq.token_advantages
+
+
 def _suffix(seq: TrainingSequence, start: int) -> TrainingSequence:
-    return seq.model_copy(
-        update={
-            "token_ids": seq.token_ids[start:],
-            "loss_mask": seq.loss_mask[start:],
-            "old_logprobs": seq.old_logprobs[start:],
-        }
-    )
+    update: dict[str, Any] = {
+        "token_ids": seq.token_ids[start:],
+        "loss_mask": seq.loss_mask[start:],
+        "old_logprobs": seq.old_logprobs[start:],
+    }
+    per_token = _token_advantages(seq)
+    if per_token is not None:
+        update["token_advantages"] = per_token[start:]
+    return seq.model_copy(update=update)
 
 
 class _Batch:
@@ -140,7 +183,8 @@ class _Batch:
 
     With ``prefix_len`` L > 0 the rows share their first L tokens: ``prefix_ids`` (1, L) holds
     them once, and ``input_ids``, ``loss_mask``, ``old_logprobs`` hold only the rest (B, T - L);
-    ``attention_mask`` covers prefix and rest (B, T).
+    ``attention_mask`` covers prefix and rest (B, T). ``advantages`` is (B,), or (B, T - L) when a
+    sequence carries per-token advantages (per-turn credit).
     """
 
     def __init__(
@@ -171,6 +215,13 @@ class _Batch:
                 [torch.ones((n, prefix_len), dtype=torch.long), self.attention_mask], dim=1
             )  # (B, L + T')
         self.advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)  # (B,)
+        if any(_token_advantages(s) is not None for s in sequences):  # per-turn credit: (B, T)
+            per_token = self.advantages.reshape(-1, 1).repeat(1, width)  # rows without: their one value
+            for row, seq in enumerate(sequences):
+                values = _token_advantages(seq)
+                if values is not None:
+                    per_token[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+            self.advantages = per_token  # (B, T)
         self.temperatures = torch.tensor([s.temperature for s in sequences], dtype=torch.float32)  # (B,)
         for name in (
             "input_ids",
@@ -199,6 +250,57 @@ def _check_sequences(sequences: Sequence[TrainingSequence]) -> None:
             raise ValueError(f"sequence {i}: advantage is {seq.advantage}; it must be finite")
 
 
+def split_mini_batches(
+    sequences: Sequence[TrainingSequence], count: int
+) -> list[list[TrainingSequence]]:
+    """Cut ``sequences`` in their order into ``min(count, len(sequences))`` contiguous mini-batches
+    whose sizes differ by at most one (larger ones first); logs when ``count`` is cut down."""
+    if count > len(sequences):
+        logger.warning(
+            "mini_batches=%d but the step has only %d sequences: %d mini-batches of one sequence",
+            count, len(sequences), len(sequences),
+        )  # fmt: skip
+    count = max(1, min(count, len(sequences)))
+    size, extra = divmod(len(sequences), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(sequences[start:end]))
+        start = end
+    return out
+
+
+class _UpdateSums:
+    """Sums of one optimizer update's micro-batches (see :class:`.grpo.LossOutput`)."""
+
+    def __init__(self) -> None:
+        self.loss = self.policy = self.kl = self.ratio = self.grad_norm = 0.0
+        self.low = self.high = 0
+
+    def add(self, out: Any) -> None:
+        """Add one micro-batch's :class:`.grpo.LossOutput`."""
+        self.loss += float(out.loss.detach())
+        self.policy += out.policy_loss
+        self.kl += out.kl_sum
+        self.ratio += out.ratio_sum
+        self.low += out.clipped_low
+        self.high += out.clipped_high
+
+
+def _pass_metrics(updates: Sequence[_UpdateSums], tokens: int) -> PassMetrics:
+    return PassMetrics(
+        loss=sum(u.loss for u in updates) / len(updates),
+        clip_low_fraction=sum(u.low for u in updates) / tokens,
+        clip_high_fraction=sum(u.high for u in updates) / tokens,
+        ratio_mean=sum(u.ratio for u in updates) / tokens,
+    )
+
+
+def _schedule_inputs(config: TrainConfig) -> dict[str, Any]:
+    """What the learning rate of a step follows from, besides the step number (saved with the adapter)."""
+    return config.model_dump(include={"lr_schedule", "learning_rate", "warmup_steps", "total_steps"})
+
+
 class LoraTrainer(ABC):
     """A LoRA trainer: one base model, one adapter, one optimizer; the GRPO step shared by all.
 
@@ -220,6 +322,8 @@ class LoraTrainer(ABC):
         self.optimizer: torch.optim.Optimizer | None = None
         self.steps_done = 0
         self.lora: dict[str, Any] | None = None
+        #: The learning-rate schedule's inputs of the adapter's last step (saved with it), or None.
+        self.schedule: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ what subclasses provide
 
@@ -269,6 +373,7 @@ class LoraTrainer(ABC):
         self.optimizer = None
         self.lora = None
         self.steps_done = 0
+        self.schedule = None
 
     def _new_optimizer(self, config: TrainConfig) -> None:
         assert self.model is not None
@@ -369,18 +474,22 @@ class LoraTrainer(ABC):
         return [out[i] for i in range(len(sequences))]
 
     def train_step(self, sequences: Sequence[TrainingSequence], config: TrainConfig) -> StepMetrics:
-        """One GRPO optimizer update over ``sequences``.
+        """One GRPO training step over ``sequences``: ``num_iterations`` passes, each of
+        ``mini_batches`` optimizer updates (one update by default).
 
-        Sequences are sorted by length, cut into micro-batches of ``config.micro_batch_size``,
-        right-padded, and each micro-batch's share of the step loss (:func:`.grpo.grpo_loss`,
-        normalised over the whole step) is back-propagated; then the gradient is clipped and applied
-        once. Because nothing changes the weights until that update, a token without sampling
-        log-probs is scored by the current (= old) policy and its ratio is exactly 1.
+        The sequences are cut into mini-batches (:func:`split_mini_batches`), each sorted by
+        length, cut into micro-batches of ``config.micro_batch_size`` and right-padded; each
+        micro-batch's share of its mini-batch's loss (:func:`.grpo.grpo_loss`, normalised over the
+        mini-batch) is back-propagated, then the gradient is clipped and applied once per
+        mini-batch. The old log-probs are always the sampling ones; a token without them is scored
+        by the step's starting weights (with one update: by the same forward pass, ratio exactly 1).
+        The learning rate is ``config.learning_rate_at(step)`` for the adapter's step number.
 
         Raises:
             NothingTrainableError: no sequence, or no token carries loss (never a silent no-op).
-            FloatingPointError: the loss or gradient is not finite; the weights are left unchanged.
-            ValueError: a malformed sequence.
+            FloatingPointError: a loss or gradient is not finite; the weights and optimizer state
+                are left as they were before the step.
+            ValueError: a malformed sequence, or the step is past ``config.total_steps``.
         """
         if not sequences:
             raise NothingTrainableError("nothing trainable: the step received no sequences")
@@ -391,25 +500,85 @@ class LoraTrainer(ABC):
                 f"nothing trainable: none of the {len(sequences)} sequences has a loss token"
             )
         started = time.perf_counter()
+        learning_rate = config.learning_rate_at(self.steps_done)
         self.ensure_adapter(config)
         assert self.model is not None and self.optimizer is not None
+        self._note_schedule(config)
         for group in self.optimizer.param_groups:
-            group["lr"] = config.learning_rate
+            group["lr"] = learning_rate
             group["weight_decay"] = config.weight_decay
         if config.seed is not None:
             torch.manual_seed(config.seed + self.steps_done)
         settings = LossSettings.from_config(config)
-        totals = BatchTotals(sequences=len(sequences), tokens=total_tokens, max_tokens=config.max_tokens)
-        batches = self._micro_batches(sequences, config.micro_batch_size, config.share_prefix)
+        layout = []  # (micro-batches, totals) per mini-batch that has loss tokens
+        for mini in split_mini_batches(sequences, config.mini_batches):
+            tokens = sum(s.loss_tokens for s in mini)
+            if tokens:
+                batches = self._micro_batches(mini, config.micro_batch_size, config.share_prefix)
+                layout.append((batches, BatchTotals(len(mini), tokens, config.max_tokens)))
+        updates = config.num_iterations * len(layout)
+        snapshot = None
+        if updates > 1:  # later updates see moved weights: score the unknown old log-probs first
+            self._score_unknown_old_logprobs([b for batches, _ in layout for b in batches])
+            snapshot = self._snapshot()
         self.model.train()
+        refs: dict[int, torch.Tensor] = {}  # the reference's log-probs per micro-batch, for every pass
+        done: list[_UpdateSums] = []
+        passes = []
+        try:
+            for _ in range(config.num_iterations):
+                first = len(done)
+                for batches, totals in layout:
+                    where = f" at update {len(done) + 1} of {updates}" if updates > 1 else ""
+                    done.append(self._update(batches, totals, settings, config, refs, where))
+                passes.append(_pass_metrics(done[first:], total_tokens))
+        except FloatingPointError:
+            if snapshot is not None:
+                self._restore(snapshot)
+            raise
+        self.steps_done += 1
+        seen = total_tokens * config.num_iterations  # loss tokens over all passes
+        return StepMetrics(
+            loss=sum(u.loss for u in done) / len(done),
+            policy_loss=sum(u.policy for u in done) / len(done),
+            kl=sum(u.kl for u in done) / seen if settings.beta != 0.0 else None,
+            grad_norm=sum(u.grad_norm for u in done) / len(done),
+            clip_fraction=sum(u.low + u.high for u in done) / seen,
+            clip_low_fraction=sum(u.low for u in done) / seen,
+            clip_high_fraction=sum(u.high for u in done) / seen,
+            ratio_mean=sum(u.ratio for u in done) / seen,
+            sequences=len(sequences),
+            micro_batches=sum(len(batches) for batches, _ in layout),
+            tokens=total_tokens,
+            sequence_tokens=sum(len(s.token_ids) for s in sequences),
+            padded_tokens=sum(b.input_ids.numel() + b.prefix_len for batches, _ in layout for b in batches),
+            seconds=time.perf_counter() - started,
+            learning_rate=learning_rate,
+            step=self.steps_done,
+            updates=len(done),
+            passes=passes,
+        )
+
+    def _update(
+        self,
+        batches: list[_Batch],
+        totals: BatchTotals,
+        settings: LossSettings,
+        config: TrainConfig,
+        refs: dict[int, torch.Tensor],
+        where: str = "",
+    ) -> _UpdateSums:
+        """One optimizer update over one mini-batch's micro-batches (``where`` names it in errors)."""
+        assert self.model is not None and self.optimizer is not None
         self.optimizer.zero_grad(set_to_none=True)
-        loss = policy = kl = ratio = 0.0
-        low = high = padded = 0
+        sums = _UpdateSums()
         for batch in batches:
             ref = None
             if settings.beta != 0.0:
-                with torch.no_grad(), self.model.disable_adapter():
-                    ref = self._logprobs(batch, loss_only=True)
+                ref = refs.get(id(batch))
+                if ref is None:
+                    with torch.no_grad(), self.model.disable_adapter():
+                        ref = refs[id(batch)] = self._logprobs(batch, loss_only=True)
             out = grpo_loss(
                 self._logprobs(batch, loss_only=True),
                 batch.old_logprobs,
@@ -420,43 +589,56 @@ class LoraTrainer(ABC):
                 ref,
             )
             out.loss.backward()
-            loss += float(out.loss.detach())
-            policy += out.policy_loss
-            kl += out.kl_sum
-            ratio += out.ratio_sum
-            low += out.clipped_low
-            high += out.clipped_high
-            padded += batch.input_ids.numel() + batch.prefix_len  # the shared prefix is fed once
+            sums.add(out)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        sums.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not (math.isfinite(sums.loss) and math.isfinite(sums.grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
-                f"non-finite step (loss {loss}, grad norm {grad_norm}); weights unchanged: lower learning_rate, "
-                "set max_grad_norm, or check the sequences' old log-probs"
+                f"non-finite step{where} (loss {sums.loss}, grad norm {sums.grad_norm}); weights unchanged: "
+                "lower learning_rate, set max_grad_norm, or check the sequences' old log-probs"
             )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.steps_done += 1
-        return StepMetrics(
-            loss=loss,
-            policy_loss=policy,
-            kl=kl / total_tokens if settings.beta != 0.0 else None,
-            grad_norm=grad_norm,
-            clip_fraction=(low + high) / total_tokens,
-            clip_low_fraction=low / total_tokens,
-            clip_high_fraction=high / total_tokens,
-            ratio_mean=ratio / total_tokens,
-            sequences=len(sequences),
-            micro_batches=len(batches),
-            tokens=total_tokens,
-            sequence_tokens=sum(len(s.token_ids) for s in sequences),
-            padded_tokens=padded,
-            seconds=time.perf_counter() - started,
-            learning_rate=config.learning_rate,
-            step=self.steps_done,
-        )
+        return sums
+
+    @torch.no_grad()
+    def _score_unknown_old_logprobs(self, batches: Sequence[_Batch]) -> None:
+        """Fill unknown (NaN) old log-probs on loss tokens with the current weights' (eval mode)."""
+        assert self.model is not None
+        self.model.eval()
+        for batch in batches:
+            unknown = torch.isnan(batch.old_logprobs) & (batch.loss_mask > 0)
+            if bool(unknown.any()):
+                current = self._logprobs(batch, loss_only=True).to(batch.old_logprobs.dtype)
+                batch.old_logprobs = torch.where(unknown, current, batch.old_logprobs)
+
+    def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """A copy of the trainable weights and the optimizer state (LoRA-sized), to undo a failed step."""
+        assert self.model is not None and self.optimizer is not None
+        weights = [p.detach().clone() for p in self.model.parameters() if p.requires_grad]
+        return weights, copy.deepcopy(self.optimizer.state_dict())
+
+    def _restore(self, snapshot: tuple[list[torch.Tensor], dict[str, Any]]) -> None:
+        assert self.model is not None and self.optimizer is not None
+        weights, state = snapshot
+        with torch.no_grad():
+            for param, saved in zip(
+                [p for p in self.model.parameters() if p.requires_grad], weights, strict=True
+            ):
+                param.copy_(saved)
+        self.optimizer.load_state_dict(state)
+
+    def _note_schedule(self, config: TrainConfig) -> None:
+        """Remember the schedule's inputs (saved with the adapter); warn when a step changes them."""
+        inputs = _schedule_inputs(config)
+        if self.schedule is not None and self.schedule != inputs:
+            logger.warning(
+                "the learning-rate schedule changes at step %d: %s, was %s",
+                self.steps_done, inputs, self.schedule,
+            )  # fmt: skip
+        self.schedule = inputs
 
     def train_groups(
         self,
@@ -481,6 +663,7 @@ class LoraTrainer(ABC):
             policy=policy,
             scale_rewards=config.scale_rewards,
             max_sequence_length=config.max_sequence_length,
+            credit=config.credit,
         )
         reason = built.nothing_trainable_reason
         if reason is not None:
@@ -507,6 +690,10 @@ class LoraTrainer(ABC):
     def write_adapter(self, folder: Path, *, optimizer: bool = True) -> None:
         """Write the adapter (and optimizer state) into an existing folder, not atomically.
 
+        ``trainer_state.json`` beside it holds the step count, the LoRA shape and the inputs of the
+        learning-rate schedule of the last step (``lr_schedule``, ``learning_rate``,
+        ``warmup_steps``, ``total_steps``), read back by :meth:`load_adapter`.
+
         Use :meth:`save_adapter` or :meth:`.CheckpointStore.write`, which wrap this atomically.
         """
         if self.model is None:
@@ -514,9 +701,8 @@ class LoraTrainer(ABC):
         self.model.save_pretrained(str(folder))
         if optimizer and self.optimizer is not None:
             torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
-        (folder / STATE_FILE).write_text(
-            json.dumps({"steps_done": self.steps_done, "lora": self.lora}), "utf-8"
-        )
+        state = {"steps_done": self.steps_done, "lora": self.lora, "lr_schedule": self.schedule}
+        (folder / STATE_FILE).write_text(json.dumps(state), "utf-8")
 
     def save_adapter(self, directory: str | os.PathLike[str], *, optimizer: bool = True) -> Path:
         """Save a PEFT adapter folder atomically (temporary folder, then rename); returns it.
@@ -548,6 +734,7 @@ class LoraTrainer(ABC):
         state_file = directory / STATE_FILE
         state = json.loads(state_file.read_text("utf-8")) if state_file.is_file() else {}
         self.steps_done = int(state.get("steps_done", 0))
+        self.schedule = state.get("lr_schedule")
         peft_config = self.model.peft_config["default"]
         self.lora = state.get("lora") or {"r": peft_config.r, "lora_alpha": peft_config.lora_alpha}
         self._new_optimizer(config or TrainConfig())

@@ -1,0 +1,147 @@
+"""Several updates per step on the real bundled model: ``num_iterations`` passes of ``mini_batches``
+updates each, against the same updates made one step at a time (TRL's semantics: the old
+log-probs stay the sampling ones), per-pass metrics, and a failed step undone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from art_adapters_backend.training.data import TrainingSequence
+from art_adapters_backend.training.peft_trainer import PeftTrainer
+
+from art_adapters import TrainConfig
+
+pytestmark = pytest.mark.slow
+
+CONFIG = TrainConfig(learning_rate=2e-3, micro_batch_size=2, lora_rank=8, lora_alpha=16, epsilon=0.05)
+
+
+@pytest.fixture(scope="module")
+def trainer(bundled_path: Path) -> PeftTrainer:
+    return PeftTrainer(bundled_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def toy(tokenizer: Any, render: Any) -> list[TrainingSequence]:
+    """Four conversations in two groups, unequal advantages, old log-probs unknown."""
+    pairs = [
+        ("What is 2+2?", "4", 1.0),
+        ("What is 3+5?", "The answer is eight, I think.", -0.6),
+        ("Name a colour.", "Blue.", 0.9),
+        ("Say hello in French.", "Bonjour! Comment allez-vous aujourd'hui?", -1.2),
+    ]
+    out = []
+    for i, (question, answer, advantage) in enumerate(pairs):
+        prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
+        completion = tokenizer.encode(answer, add_special_tokens=False)
+        out.append(
+            TrainingSequence(
+                token_ids=prompt + completion,
+                loss_mask=[0] * len(prompt) + [1] * len(completion),
+                old_logprobs=[None] * (len(prompt) + len(completion)),
+                advantage=advantage,
+                group_id=f"g{i // 2}",
+                trajectory_id=f"t{i}",
+            )
+        )
+    return out
+
+
+def _sampled(trainer: PeftTrainer, sequences: list[TrainingSequence]) -> list[TrainingSequence]:
+    """The sequences with 'sampling' log-probs: the fresh adapter's own, shifted so clipping can act."""
+    trainer.reset_adapter()
+    scored = trainer.score(sequences, CONFIG)
+    return [
+        s.model_copy(update={"old_logprobs": [x + 0.04 * (t % 3 - 1) if m else None
+                                              for t, (x, m) in enumerate(zip(lp, s.loss_mask, strict=True))]})
+        for s, lp in zip(sequences, scored, strict=True)
+    ]  # fmt: skip
+
+
+def _weights(trainer: PeftTrainer) -> list[torch.Tensor]:
+    assert trainer.model is not None
+    return [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def test_passes_and_mini_batches_are_the_updates_made_one_at_a_time(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
+    batch = _sampled(trainer, toy)
+    # One step: 2 passes x 2 mini-batches (the first two sequences, then the last two).
+    trainer.reset_adapter()
+    step = trainer.train_step(batch, CONFIG.model_copy(update={"num_iterations": 2, "mini_batches": 2}))
+    together = _weights(trainer)
+    assert step.updates == 4 and step.step == 1 and len(step.passes) == 2
+    # The same four updates as four one-update steps on the halves, old log-probs unchanged.
+    trainer.reset_adapter()
+    singles = [trainer.train_step(half, CONFIG) for _ in range(2) for half in (batch[:2], batch[2:])]
+    assert _same(_weights(trainer), together) < 1e-6
+    for number, one in enumerate(step.passes):
+        first, second = singles[2 * number], singles[2 * number + 1]
+        assert one.loss == pytest.approx((first.loss + second.loss) / 2, abs=1e-6)
+        clipped_high = first.clip_high_fraction * first.tokens + second.clip_high_fraction * second.tokens
+        assert one.clip_high_fraction == pytest.approx(clipped_high / step.tokens, abs=1e-9)
+        ratio_sum = first.ratio_mean * first.tokens + second.ratio_mean * second.tokens
+        assert one.ratio_mean == pytest.approx(ratio_sum / step.tokens, abs=1e-6)
+    # After the first update the ratio moves off 1 and the clip acts.
+    assert abs(step.passes[1].ratio_mean - step.passes[0].ratio_mean) > 1e-3
+    assert step.passes[1].clip_low_fraction + step.passes[1].clip_high_fraction > 0
+    assert step.clip_fraction == pytest.approx(
+        sum(p.clip_low_fraction + p.clip_high_fraction for p in step.passes) / 2, abs=1e-9
+    )
+    assert step.loss == pytest.approx(sum(s.loss for s in singles) / 4, abs=1e-6)
+    flat = step.scalars()
+    assert flat["pass_2_ratio_mean"] == step.passes[1].ratio_mean and flat["updates"] == 4
+    assert {"pass_1_loss", "pass_1_clip_low_fraction", "pass_1_clip_high_fraction"} <= set(flat)
+    assert "passes" not in flat and "step" not in flat
+
+
+def test_unknown_old_logprobs_are_scored_once_by_the_starting_weights(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
+    config = CONFIG.model_copy(update={"num_iterations": 3})
+    trainer.reset_adapter()
+    trainer.ensure_adapter(config)
+    scored = trainer.score(toy, config)  # what the step's starting weights give
+    known = [
+        s.model_copy(update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]})
+        for s, lp in zip(toy, scored, strict=True)
+    ]
+    unknown = trainer.train_step(toy, config)
+    after_unknown = _weights(trainer)
+    trainer.reset_adapter()
+    given = trainer.train_step(known, config)
+    assert _same(_weights(trainer), after_unknown) < 1e-6
+    assert [p.ratio_mean for p in unknown.passes] == pytest.approx([p.ratio_mean for p in given.passes], abs=1e-6)
+    assert unknown.passes[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
+    assert abs(unknown.passes[2].ratio_mean - 1.0) > 1e-4  # not re-scored each pass
+
+
+def test_more_mini_batches_than_sequences_gives_one_sequence_each(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
+    trainer.reset_adapter()
+    step = trainer.train_step(toy[:3], CONFIG.model_copy(update={"mini_batches": 8}))
+    assert step.updates == 3 and len(step.passes) == 1 and step.micro_batches == 3
+
+
+def test_a_non_finite_update_leaves_the_weights_as_before_the_step(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
+    trainer.reset_adapter()
+    trainer.train_step(toy, CONFIG)
+    before, state = _weights(trainer), trainer.optimizer.state_dict()["state"] if trainer.optimizer else {}
+    steps = {k: float(v["step"]) for k, v in state.items()}
+    wild = CONFIG.model_copy(update={"learning_rate": 1e30, "num_iterations": 2, "max_grad_norm": None})
+    with pytest.raises(FloatingPointError, match="update 2 of 2"):
+        trainer.train_step(toy, wild)  # the first update blows the weights up, the second is NaN
+    assert _same(_weights(trainer), before) == 0.0 and trainer.steps_done == 1
+    assert trainer.optimizer is not None
+    assert {k: float(v["step"]) for k, v in trainer.optimizer.state_dict()["state"].items()} == steps
