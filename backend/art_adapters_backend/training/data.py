@@ -1,7 +1,8 @@
 """Trajectory groups -> token sequences to train on, from the exact tokens the model sampled.
 
 :func:`build_sequences` joins each conversation's assistant turns into one masked sequence from the
-backend's completion records (re-tokenising only turns without one) and gives it its group's advantage.
+backend's completion records (re-tokenising only turns without one) and gives it its group's advantage
+(``credit="trajectory"``) or each of its turns that turn's advantage within the group (``credit="turn"``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, Field
 
 from art_adapters import Message, ToolSchema, Trajectory, TrajectoryGroup
 
+from ..errors import BadRequestError
 from .grpo import group_advantages, is_zero_variance
 
 _Record = dict[str, Any]
@@ -29,7 +31,9 @@ __all__ = [
     "RecordLookup",
     "Renderer",
     "TrainingSequence",
+    "TurnRewardsError",
     "build_sequences",
+    "check_turn_rewards",
     "names_policy",
 ]
 
@@ -61,6 +65,10 @@ class NothingTrainableError(ValueError):
     """No sequence is left to train on; the message says why (e.g. every group had equal rewards)."""
 
 
+class TurnRewardsError(BadRequestError, ValueError):
+    """``credit="turn"`` on a trajectory without valid ``metadata["turn_rewards"]`` (HTTP 400); names it."""
+
+
 class TrainingSequence(BaseModel):
     """One conversation's tokens, ready for the trainer.
 
@@ -71,7 +79,10 @@ class TrainingSequence(BaseModel):
         token_ids: prompt and completion tokens, in order.
         loss_mask: 1 on tokens the model sampled (trained), 0 elsewhere.
         old_logprobs: sampling log-probs on masked-in tokens, ``None`` where unknown.
-        advantage: the trajectory's group-relative advantage.
+        advantage: the trajectory's group-relative advantage; with per-turn credit the mean of
+            ``token_advantages`` over the loss tokens.
+        token_advantages: per-turn credit only (``None`` otherwise): one value per token, on a
+            loss token the advantage of the assistant turn it belongs to, 0.0 elsewhere.
         group_id: the group it came from.
         trajectory_id: the trajectory it came from.
         turns: assistant turns (completions) in this sequence.
@@ -84,6 +95,7 @@ class TrainingSequence(BaseModel):
     loss_mask: list[int]
     old_logprobs: list[float | None]
     advantage: float
+    token_advantages: list[float] | None = None
     group_id: str
     trajectory_id: str
     turns: int = 0
@@ -206,13 +218,17 @@ class _Turn:
 
 @dataclass
 class _Built:
-    """One finished conversation sequence, before it gets its advantage."""
+    """One finished conversation sequence, before it gets its advantage.
+
+    ``advantages``: per token, the advantage its turn was added with (0.0 outside completions).
+    """
 
     ids: list[int]
     mask: list[int]
     logprobs: list[float | None]
     turns: int
     temperature: float
+    advantages: list[float] = field(default_factory=list)
 
 
 class _Builder:
@@ -224,16 +240,23 @@ class _Builder:
         self.ids: list[int] = []
         self.mask: list[int] = []
         self.logprobs: list[float | None] = []
+        self.advantages: list[float] = []
         self.turns = 0
         self.temperature: float | None = None
 
     def close(self) -> None:
         if self.turns:
-            self.done.append(_Built(self.ids, self.mask, self.logprobs, self.turns, self.temperature or 1.0))
+            temperature = self.temperature or 1.0
+            built = _Built(self.ids, self.mask, self.logprobs, self.turns, temperature, self.advantages)
+            self.done.append(built)
         self.ids, self.mask, self.logprobs, self.turns, self.temperature = [], [], [], 0, None
+        self.advantages = []
 
-    def add_turn(self, turn: _Turn) -> None:
-        """Append one turn: the prompt must extend the sequence so far, else a new one starts."""
+    def add_turn(self, turn: _Turn, advantage: float = 0.0) -> None:
+        """Append one turn: the prompt must extend the sequence so far, else a new one starts.
+
+        ``advantage`` is recorded on the turn's completion tokens (per-turn credit).
+        """
         prompt, completion, logprobs = turn.prompt, turn.completion, turn.logprobs
         if self.turns and prompt[: len(self.ids)] != self.ids:
             self.metrics.prefix_breaks += 1
@@ -249,12 +272,14 @@ class _Builder:
         self.ids.extend(new_context)
         self.mask.extend([0] * len(new_context))
         self.logprobs.extend([None] * len(new_context))
+        self.advantages.extend([0.0] * len(new_context))
         start = len(self.ids)
         self.ids.extend(completion)
         self.mask.extend([1] * len(completion))
         self.logprobs.extend(logprobs)
+        self.advantages.extend([advantage] * len(completion))
         if start == 0 and completion:  # no context to predict the first token from
-            self.mask[0], self.logprobs[0] = 0, None
+            self.mask[0], self.logprobs[0], self.advantages[0] = 0, None, 0.0
         self.turns += 1
 
 
@@ -330,13 +355,22 @@ def _trajectory_sequences(
     render: Renderer | None,
     metrics: BuildMetrics,
     policy: str | None,
+    turn_advantages: Sequence[float] | None = None,
 ) -> list[_Built]:
+    """The trajectory's sequences; ``turn_advantages`` (per-turn credit): one per assistant message of
+    the main history, recorded on that turn's tokens; turns of other histories get their mean."""
     builder = _Builder(metrics)
     seen: set[tuple[str, int]] = set()
-    for history in trajectory.histories():
+    elsewhere = sum(turn_advantages) / len(turn_advantages) if turn_advantages else 0.0
+    for number, history in enumerate(trajectory.histories()):
+        ordinal = -1  # the assistant message's position among the main history's assistant messages
         for index, message in enumerate(history.messages):
             if message.role != "assistant":
                 continue
+            ordinal += 1
+            advantage = elsewhere
+            if turn_advantages is not None and number == 0:
+                advantage = turn_advantages[ordinal]
             # Skipped turns are prompt: masked out, they enter via the next trained turn's prompt.
             if message.generated is False:
                 metrics.prompt_turns += 1
@@ -375,12 +409,78 @@ def _trajectory_sequences(
                 metrics.fallback_turns += 1
             else:
                 metrics.record_turns += 1
-            builder.add_turn(turn)
+            builder.add_turn(turn, advantage)
         builder.close()  # each history is its own conversation
     return builder.done
 
 
+def _turn_count(trajectory: Trajectory) -> int:
+    """Assistant messages of the main history: the turns ``metadata["turn_rewards"]`` scores."""
+    return sum(message.role == "assistant" for message in trajectory.messages)
+
+
+def check_turn_rewards(groups: Sequence[TrajectoryGroup]) -> None:
+    """Check that every scored trajectory carries per-turn rewards (``credit="turn"``).
+
+    A trajectory with a ``reward`` must have ``metadata["turn_rewards"]``: a list of finite numbers,
+    one per assistant message of its main history (``messages``), in order, as
+    ``ruler_score_group(..., per_turn=True)`` stores them. Unscored trajectories are not checked
+    (they are skipped, as under per-trajectory credit).
+
+    Raises:
+        TurnRewardsError: (a ``ValueError``; HTTP 400 through the train API) naming the first
+            trajectory that fails, where it is in the request and what to change.
+    """
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group.trajectories):
+            if trajectory.reward is None:
+                continue
+            where = f"groups[{g}].trajectories[{t}]"
+            rewards = trajectory.metadata.get("turn_rewards")
+            expected = _turn_count(trajectory)
+            fix = (
+                "score the group with ruler_score_group(..., per_turn=True) (or set one reward per assistant "
+                "message of messages), or train it with credit='trajectory'"
+            )
+            if rewards is None:
+                problem = "has no metadata['turn_rewards']"
+            elif not isinstance(rewards, list) or any(
+                isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) for r in rewards
+            ):
+                problem = f"has metadata['turn_rewards'] = {rewards!r}, not a list of finite numbers"
+            elif len(rewards) != expected:
+                problem = (
+                    f"has {len(rewards)} turn reward(s) in metadata['turn_rewards'] but {expected} assistant "
+                    "message(s) in its messages"
+                )
+            else:
+                continue
+            raise TurnRewardsError(
+                f"credit='turn': trajectory {trajectory.id!r} ({where}, group {group.id!r}) {problem}; {fix}",
+                param=f"{where}.metadata.turn_rewards",
+                code="missing_turn_rewards",
+            )
+
+
 # --------------------------------------------------------------------------- groups
+
+
+def _turn_advantages(scored: Sequence[Trajectory], scale: bool) -> list[list[float] | None] | None:
+    """Per-turn advantages of one group: its turn rewards pooled and normalised, split back per
+    trajectory (``None`` when they are all equal: no signal). Turn rewards were checked before."""
+    counts = [len(t.metadata["turn_rewards"]) for t in scored]
+    rewards = torch.tensor(
+        [float(r) for t in scored for r in t.metadata["turn_rewards"]], dtype=torch.float64
+    )  # (sum of turns,)
+    if is_zero_variance(rewards):
+        return None
+    flat = group_advantages(rewards, scale=scale).tolist()
+    out: list[list[float] | None] = []
+    start = 0
+    for count in counts:
+        out.append(flat[start : start + count])
+        start += count
+    return out
 
 
 def build_sequences(
@@ -391,6 +491,7 @@ def build_sequences(
     policy: str | None = None,
     scale_rewards: bool = True,
     max_sequence_length: int | None = None,
+    credit: Literal["trajectory", "turn"] = "trajectory",
 ) -> BuildResult:
     """Turn scored trajectory groups into training sequences with advantages.
 
@@ -435,6 +536,15 @@ def build_sequences(
     Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
     rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
 
+    With ``credit="turn"`` (per-turn credit, ``docs/training.md``) every scored trajectory must
+    carry ``metadata["turn_rewards"]``, one per assistant message of its main history
+    (:func:`check_turn_rewards`). The group's turn rewards, all turns of all its scored
+    trajectories pooled, are normalised like rewards (``A_ij = (r_ij - mean) / (std + 1e-4)``,
+    without the std when ``scale_rewards`` is off), and each loss token gets the advantage of
+    the turn it was sampled in (:attr:`TrainingSequence.token_advantages`); turns of additional
+    histories, which the judge did not see, get the mean of their trajectory's turn advantages.
+    A group whose turn rewards are all equal is dropped as ``zero_variance``.
+
     Args:
         groups: the groups of one training step.
         get_record: completion id -> the backend's exact-token record (dict with
@@ -446,6 +556,8 @@ def build_sequences(
             not marked ``generated=False``.
         scale_rewards: divide advantages by the group's reward std (``TrainConfig.scale_rewards``).
         max_sequence_length: drop (and count) longer sequences; ``None`` keeps all.
+        credit: ``"trajectory"`` (default): one advantage per trajectory; ``"turn"``: one per
+            assistant turn, from ``metadata["turn_rewards"]`` (``TrainConfig.credit``).
 
     Returns:
         The sequences, and metrics saying what was used and what was dropped and why. An empty
@@ -455,7 +567,12 @@ def build_sequences(
         ValueError: a record is corrupt, a turn without a record comes with no ``render``, or
             a reward is not finite. (A turn the template cannot re-tokenise is skipped and
             counted, not raised.)
+        TurnRewardsError: ``credit="turn"`` and a scored trajectory without valid turn rewards.
     """
+    if credit not in ("trajectory", "turn"):
+        raise ValueError(f"credit must be 'trajectory' or 'turn', got {credit!r}")
+    if credit == "turn":
+        check_turn_rewards(groups)
     metrics = BuildMetrics(groups=len(groups))
     dropped: Counter[str] = Counter()
     sequences: list[TrainingSequence] = []
@@ -469,14 +586,22 @@ def build_sequences(
         rewards = torch.tensor([float(t.reward) for t in scored], dtype=torch.float64)  # type: ignore[arg-type]
         if not torch.isfinite(rewards).all():
             raise ValueError(f"group {group.id!r} has a non-finite reward: {rewards.tolist()}")
-        if is_zero_variance(rewards):
+        per_turn: list[list[float] | None] = [None] * len(scored)
+        if credit == "turn":
+            per_turn = _turn_advantages(scored, scale_rewards)
+            if per_turn is None:
+                dropped["zero_variance"] += 1
+                continue
+            advantages = [0.0] * len(scored)  # unused: each sequence's mean follows from its tokens
+        elif is_zero_variance(rewards):
             dropped["zero_variance"] += 1
             continue
-        advantages = group_advantages(rewards, scale=scale_rewards).tolist()
+        else:
+            advantages = group_advantages(rewards, scale=scale_rewards).tolist()
         group_sequences: list[TrainingSequence] = []
         used_trajectories = 0
-        for trajectory, advantage in zip(scored, advantages, strict=True):
-            built = _trajectory_sequences(trajectory, get_record, render, metrics, policy)
+        for trajectory, advantage, turn_advantages in zip(scored, advantages, per_turn, strict=True):
+            built = _trajectory_sequences(trajectory, get_record, render, metrics, policy, turn_advantages)
             if not built:
                 metrics.trajectories_without_turns += 1
                 continue
@@ -494,12 +619,17 @@ def build_sequences(
                         max_sequence_length,
                     )
                     continue
+                token_advantages = None
+                if turn_advantages is not None:
+                    token_advantages = [a if m else 0.0 for a, m in zip(b.advantages, b.mask, strict=True)]
+                    advantage = sum(token_advantages) / sum(b.mask)
                 group_sequences.append(
                     TrainingSequence(
                         token_ids=b.ids,
                         loss_mask=b.mask,
                         old_logprobs=b.logprobs,
                         advantage=advantage,
+                        token_advantages=token_advantages,
                         group_id=group.id,
                         trajectory_id=trajectory.id,
                         turns=b.turns,
