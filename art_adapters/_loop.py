@@ -22,6 +22,7 @@ from ._config import resolve_config
 from ._errors import ConfigError
 from ._loop_telemetry import LoopTelemetry
 from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
+from ._sft_config import SFTConfig, load_trajectories
 from ._train_config import TrainConfig
 from ._trajectory import Trajectory, TrajectoryGroup
 from .observe._metrics import MetricsHistory, group_metrics
@@ -46,6 +47,7 @@ __all__ = [
     "ruler_scorer",
     "score_groups",
     "scored_groups",
+    "sft_warmup",
     "split_unscored",
     "stop_reason",
     "train_loop",
@@ -97,6 +99,11 @@ class LoopConfig(BaseModel):
             ``progress`` argument of :func:`train_loop` replaces it with a callback.
         train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
             via ``train.retention``).
+        sft_warmup: a trajectories file (JSON Lines, see :func:`~art_adapters.load_trajectories`:
+            imported production traces, a stronger model's rollouts) to train one SFT step on
+            before the first GRPO step, when the model is at step 0; RL then continues from that
+            checkpoint. The SFT step is a step: it counts towards ``steps``. ``None`` (default): none.
+        sft: the settings of that SFT step (:class:`~art_adapters.SFTConfig`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -113,6 +120,8 @@ class LoopConfig(BaseModel):
     run_dir: Path | None = None
     progress: bool = True
     train: TrainConfig = Field(default_factory=TrainConfig)
+    sft_warmup: Path | None = None
+    sft: SFTConfig = Field(default_factory=SFTConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -433,6 +442,29 @@ def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str |
     return reason
 
 
+async def sft_warmup(
+    model: TrainableModel, config: LoopConfig, step: int, telemetry: LoopTelemetry | None = None
+) -> StepReport | None:
+    """One SFT step on ``config.sft_warmup`` (``model.train_sft`` with ``config.sft``) when it is set,
+    the model is at ``step`` 0 and ``config.steps`` > 0, else ``None``; its ``train`` row (``sft_warmup: 1``, ``batch``
+    -1, no rollouts) goes to ``metrics.jsonl`` and the trackers like a GRPO step's.
+
+    Raises:
+        ConfigError: the file is missing, empty or malformed (the line is named), or the SFT
+            step trained nothing (the reason is given).
+    """
+    if config.sft_warmup is None or step != 0 or config.steps == 0:
+        return None
+    trajectories = load_trajectories(config.sft_warmup)
+    logger.info("SFT warm-up: one step on %d trajectories of %s", len(trajectories), config.sft_warmup)
+    trained = await model.train_sft(trajectories, config=config.sft)
+    if not trained.trained:
+        raise ConfigError(f"the SFT warm-up on {config.sft_warmup} trained nothing: {trained.reason}")
+    metrics = {k: v for k, v in trained.metrics.items() if isinstance(v, int | float | None)}
+    report = StepReport(step=trained.step, trained=True, batch=-1, metrics={**metrics, "sft_warmup": 1})
+    return record_step(config, report, [], telemetry)
+
+
 def eval_due(step: int, config: LoopConfig) -> bool:
     """Whether to evaluate after reaching ``step`` mid-run: every ``eval_every`` steps (the last
     step is always evaluated, by :func:`train_loop` itself)."""
@@ -586,6 +618,13 @@ async def train_loop(
         if val_scenarios and config.eval_at_start:
             await run_eval()
         step, batch, untrained = start, resume_batch(config, start), 0
+        if (warm := await sft_warmup(model, config, step, telemetry)) is not None:  # LoopConfig.sft_warmup
+            result.steps.append(warm)
+            step = warm.step
+            if on_step is not None:
+                on_step(warm)
+            if val_scenarios and eval_due(step, config) and step < config.steps:
+                await run_eval()
         while step < config.steps and result.stopped is None:
             scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
             groups = await scored_groups(

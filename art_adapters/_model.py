@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ._backends import path_segment
 from ._errors import BackendRequestError, BackendUnavailableError, ConfigError
+from ._sft_config import SFTConfig
 from ._train_config import RetentionPolicy, TrainConfig
-from ._trajectory import TrajectoryGroup
+from ._trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
@@ -247,12 +248,76 @@ class TrainableModel(BaseModel):
             "groups": [g.model_dump(mode="json") for g in group_list],
             "config": config.model_dump(mode="json"),
         }
+        return await self._post_train("train", body, timeout, idempotency_key, retries)
+
+    async def train_sft(
+        self,
+        trajectories: Iterable[Trajectory],
+        config: SFTConfig | None = None,
+        *,
+        timeout: float | None = DEFAULT_TRAIN_TIMEOUT_S,
+        idempotency_key: str | None = None,
+        retries: int = 2,
+    ) -> TrainResult:
+        """Train one SFT step on ``trajectories`` and serve the new checkpoint as ``name`` and ``name@step``.
+
+        Supervised fine-tuning: next-token cross-entropy on the trajectories' assistant turns (the
+        policy's own sampled tokens where the backend recorded them, the chat template's tokens for
+        turns served elsewhere: imported production traces, a stronger model's rollouts), for
+        ``config.epochs`` passes. Rewards are not used. The step is made like a :meth:`train` step:
+        the trajectories are saved first (``groups_file``, as one group), the checkpoint is written
+        atomically, served at once, listed by :meth:`checkpoints` with its metrics (``loss``,
+        ``first_pass_loss``, ``tokens``, ``sequences``, ``learning_rate``, ...), and
+        ``config.retention`` applied; retries carry the same ``Idempotency-Key``. GRPO steps
+        continue from it (``train_loop`` does so with ``LoopConfig.sft_warmup``).
+
+        Args:
+            trajectories: the demonstrations (``load_trajectories`` reads a file of them).
+            config: the step's settings; default ``SFTConfig()``.
+            timeout, idempotency_key, retries: as for :meth:`train`.
+
+        Returns:
+            :class:`TrainResult`, as :meth:`train` returns it; ``trained=False`` with a
+            ``reason`` when no assistant turn fits (e.g. every sequence is longer than
+            ``config.max_sequence_length``).
+
+        Raises:
+            ConfigError: no trajectories, or not :class:`Trajectory` objects, or a config that
+                is not an :class:`SFTConfig`.
+            BackendRequestError: the backend refused (404 unknown model, 400 no assistant turn to
+                imitate or a malformed config) or the step failed (500).
+        """
+        config = config or SFTConfig()
+        if not isinstance(config, SFTConfig):
+            raise ConfigError(f"config must be an SFTConfig, got {type(config).__name__}")
+        items = list(trajectories)
+        if not items:
+            raise ConfigError("train_sft needs at least one trajectory with an assistant turn; got none")
+        for i, trajectory in enumerate(items):
+            if not isinstance(trajectory, Trajectory):
+                raise ConfigError(f"trajectories[{i}] is a {type(trajectory).__name__}, not a Trajectory")
+        body = {
+            "trajectories": [t.model_dump(mode="json") for t in items],
+            "config": config.model_dump(mode="json"),
+        }
+        return await self._post_train("train_sft", body, timeout, idempotency_key, retries)
+
+    async def _post_train(
+        self,
+        route: str,
+        body: dict[str, Any],
+        timeout: float | None,
+        idempotency_key: str | None,
+        retries: int,
+    ) -> TrainResult:
+        """POST a train request to ``/art/models/{name}/{route}``, resent with the same key after a
+        timeout, a lost connection or a 502/503/504 (see :meth:`train`)."""
         key = idempotency_key or uuid.uuid4().hex
         attempt = 0
         while True:
             try:
                 data = await self.backend.request(
-                    "POST", f"/art/models/{path_segment(self.name)}/train", json=body,
+                    "POST", f"/art/models/{path_segment(self.name)}/{route}", json=body,
                     timeout=timeout or 10.0**9, headers={IDEMPOTENCY_HEADER: key},
                 )  # fmt: skip
                 return TrainResult.model_validate(data)

@@ -1,9 +1,9 @@
 """``SFTConfig``: the settings of one supervised fine-tuning (SFT) step, and the trajectories file it reads.
 
-Like :mod:`._train_config` this module imports pydantic only: the client builds an :class:`SFTConfig`, sends
-``config.model_dump(mode="json")`` with ``model.train_sft(...)`` and the backend validates the same class again.
-:func:`load_trajectories` reads the JSON Lines file ``art-adapters import`` writes (one ``Trajectory`` a line),
-what ``art-adapters sft FILE.jsonl`` and ``LoopConfig.sft_warmup`` train from.
+Like :mod:`._train_config` this module imports pydantic only: the client builds an :class:`SFTConfig`,
+sends ``config.model_dump(mode="json")`` with ``model.train_sft(...)`` and the backend validates the same
+class again. :func:`load_trajectories` reads the JSON Lines file ``art-adapters import`` writes (one
+``Trajectory`` a line), what ``art-adapters sft FILE.jsonl`` and ``LoopConfig.sft_warmup`` train from.
 """
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from ._errors import ConfigError
 from ._train_config import RetentionPolicy
@@ -108,7 +116,9 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"no trajectories file at {path}: write one with `art-adapters import SOURCE {path}`")
+        raise ConfigError(
+            f"no trajectories file at {path}: write one with `art-adapters import SOURCE {path}`"
+        )
     trajectories: list[Trajectory] = []
     try:
         with path.open(encoding="utf-8") as handle:
@@ -118,7 +128,9 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
                 try:
                     data = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
+                    raise ConfigError(
+                        f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
                 if not isinstance(data, dict):
                     raise ConfigError(
                         f"{path}:{number}: a line must be one Trajectory object, got {type(data).__name__}"

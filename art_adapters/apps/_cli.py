@@ -23,6 +23,8 @@ from art_adapters.observe import plot_run
 from ._demo import DemoConfig, run_demo
 from ._import import IMPORT_HELP, import_traces
 from ._options import Setting, build_config, config_command
+from ._sft import SFT_HELP, SFT_OPTIONS, SftCommand, run_sft
+from ._sft import report as sft_report
 from ._train_mcp import TrainMcpConfig, report, run_train_mcp
 
 __all__ = ["app"]
@@ -133,6 +135,22 @@ def train_mcp(**options: Any) -> None:
         raise typer.Exit(code=2) from exc
     report(result, console)
     if result.stopped:  # the loop gave up: say so last, and fail
+        raise typer.Exit(code=1)
+
+
+@app.command("sft", help=SFT_HELP)
+@config_command(SftCommand, SFT_OPTIONS)
+def sft(**options: Any) -> None:
+    """One SFT step on a trajectories file (see ``SFT_HELP``)."""
+    _quiet_http_logs()
+    try:
+        command = build_config(SftCommand, options, SFT_OPTIONS)
+        result = asyncio.run(run_sft(command, console=console))
+    except (ArtAdaptersError, ValueError) as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(code=2) from exc
+    sft_report(result, command, console)
+    if not result.trained:
         raise typer.Exit(code=1)
 
 

@@ -41,7 +41,7 @@ class BodyTooLargeError(APIError, HTTPException):
 
 
 def _is_train_path(path: str) -> bool:
-    return path.startswith("/art/models/") and path.endswith("/train")
+    return path.startswith("/art/models/") and path.endswith(("/train", "/train_sft"))
 
 
 class BodyLimitMiddleware:
@@ -49,7 +49,8 @@ class BodyLimitMiddleware:
 
     A body whose ``Content-Length`` is past the limit is refused before a byte of it is read; a
     body without one (chunked) is counted as it arrives and refused as soon as it passes the
-    limit. Training requests (``POST /art/models/{name}/train``) have ``max_train_bytes``.
+    limit. Training requests (``POST /art/models/{name}/train`` and ``.../train_sft``) have
+    ``max_train_bytes``.
 
     Args:
         app: the wrapped application.

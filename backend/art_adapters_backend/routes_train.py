@@ -16,14 +16,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_adapters import RetentionPolicy, TrainConfig, TrajectoryGroup
+from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, TrajectoryGroup
 
 from .errors import BadRequestError
 from .limits import ServeLimits
 from .training.service import TrainingService
 
 __all__ = [
-    "TRAINER_ENV", "DeleteCheckpointsRequest", "TrainRequest", "check_train_limits", "router", "training_service",
+    "TRAINER_ENV", "DeleteCheckpointsRequest", "SFTRequest", "TrainRequest", "check_train_limits", "router",
+    "training_service",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,35 @@ class TrainRequest(BaseModel):
                             f"{where}.metrics[{key!r}] is {value}: a metric must be a finite number; "
                             "leave it out when there is no value"
                         )
+        return self
+
+
+class SFTRequest(BaseModel):
+    """Body of ``POST /art/models/{name}/train_sft``: demonstrations, no rewards needed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: list[Trajectory] = Field(
+        description="Trajectories whose assistant turns are imitated (JSON of Trajectory; rewards unused)."
+    )
+    config: SFTConfig = Field(default_factory=SFTConfig, description="The step's SFTConfig.")
+
+    @model_validator(mode="after")
+    def _demonstrations(self) -> SFTRequest:
+        """At least one trajectory, and an assistant turn to imitate (checked before anything is written)."""
+        if not self.trajectories:
+            raise ValueError("trajectories is empty: send at least one trajectory with an assistant turn")
+        turns = any(
+            m.role == "assistant" and m.generated is not False
+            for t in self.trajectories
+            for history in t.histories()
+            for m in history.messages
+        )
+        if not turns:
+            raise ValueError(
+                f"none of the {len(self.trajectories)} trajectories has an assistant turn to imitate (turns "
+                "marked generated=False are prompt): SFT trains next-token loss on assistant messages"
+            )
         return self
 
 
@@ -136,6 +166,36 @@ async def train(
     return await training_service(request).train(name, body.groups, body.config, idempotency_key)
 
 
+@router.post("/{name}/train_sft", summary="Train one SFT step on trajectories; serve the new checkpoint")
+async def train_sft(
+    name: str,
+    body: SFTRequest,
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Makes retries safe, as for /train: a key that already made a step gets that "
+            "step's result again (`replayed: true`).",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """The ``TrainResult`` of one SFT step (next-token loss on the assistant turns, ``epochs`` passes), the
+    same fields as ``/train``; its checkpoint is served as ``name@step`` and listed with its metrics. 404 for
+    an unknown model, 400 for no trajectories, none with an assistant turn, or a malformed config, 409 for a
+    key reused with another body."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise BadRequestError(
+            "the Idempotency-Key header must be 1-255 visible ASCII characters (e.g. a UUID)",
+            param="Idempotency-Key",
+        )
+    server = request.app.state.server
+    server.registry.require(name)  # 404 first
+    check_train_limits([TrajectoryGroup(trajectories=body.trajectories)], body.config, server.config.limits)
+    service = training_service(request)
+    return await service.train_sft(name, body.trajectories, body.config, idempotency_key)
+
+
 @router.get("/{name}/checkpoints", summary="Servable steps with the metrics of the step that made them")
 async def list_checkpoints(name: str, request: Request) -> dict[str, Any]:
     """``{"data": [{"step", "metrics", "created"}, ...]}``, step 0 (the base weights) first."""
@@ -153,7 +213,9 @@ async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request:
     return {"deleted": await service.apply_retention(name, body.retention)}
 
 
-def check_train_limits(groups: list[TrajectoryGroup], config: TrainConfig, limits: ServeLimits) -> None:
+def check_train_limits(
+    groups: list[TrajectoryGroup], config: TrainConfig | SFTConfig, limits: ServeLimits
+) -> None:
     """A 400 naming the setting and its ``serve`` flag when a train request asks for more than the
     server allows (checked before anything is written or trained)."""
     asked = [

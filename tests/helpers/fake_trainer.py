@@ -17,9 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from art_adapters_backend.training.data import build_sequences
+from art_adapters_backend.training.sft import (
+    SFTMetrics,
+    SFTStepResult,
+    nothing_trainable_reason,
+    sft_sequences,
+)
 from art_adapters_backend.training.trainer import STATE_FILE, GroupsStepResult, StepMetrics
 
-from art_adapters import TrainConfig, TrajectoryGroup
+from art_adapters import SFTConfig, TrainConfig, Trajectory, TrajectoryGroup
 
 __all__ = ["FakeTrainer"]
 
@@ -84,6 +90,32 @@ class FakeTrainer:
             seconds=time.perf_counter() - started, learning_rate=config.learning_rate, step=self.steps_done,
         )  # fmt: skip
         return GroupsStepResult(trained=True, data=built.metrics, step=step)
+
+    def train_sft(
+        self, trajectories: Sequence[Trajectory], get_record: Any, render: Any, config: SFTConfig
+    ) -> SFTStepResult:
+        """The real SFT sequences of the step (:func:`sft_sequences`), and metrics derived from them."""
+        started = time.perf_counter()
+        built = sft_sequences(
+            trajectories, get_record, render,
+            only_model=config.only_model, max_sequence_length=config.max_sequence_length,
+        )  # fmt: skip
+        if not built.sequences:
+            reason = nothing_trainable_reason(built.metrics, len(trajectories))
+            return SFTStepResult(trained=False, nothing_trainable_reason=reason, data=built.metrics)
+        if self.lora is None:
+            self.lora = {"r": config.lora_rank, "lora_alpha": config.lora_alpha}
+        self.steps_done += 1
+        sequences = built.sequences
+        tokens = sum(s.loss_tokens for s in sequences)
+        updates = config.epochs * -(-len(sequences) // config.batch_size)
+        step = SFTMetrics(
+            loss=1.0 / (1 + config.epochs), first_pass_loss=0.5, grad_norm=0.5, grad_norm_max=1.0,
+            epochs=config.epochs, updates=updates, sequences=len(sequences),
+            micro_batches=updates, tokens=tokens, sequence_tokens=sum(len(s.token_ids) for s in sequences),
+            seconds=time.perf_counter() - started, learning_rate=config.learning_rate, step=self.steps_done,
+        )  # fmt: skip
+        return SFTStepResult(trained=True, data=built.metrics, step=step)
 
     def write_adapter(self, folder: Path, *, optimizer: bool = True) -> None:
         """Write a tiny LoRA checkpoint folder (config and trainer state, no weights)."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters import RetentionPolicy, TrainConfig, TrajectoryGroup
+from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, TrajectoryGroup
 from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
@@ -25,7 +25,8 @@ from .targets import lora_module_names, unknown_targets
 
 if TYPE_CHECKING:
     from ..state import ServerState
-    from .trainer import LoraTrainer
+    from .sft import SFTStepResult
+    from .trainer import GroupsStepResult, LoraTrainer
 
 __all__ = ["TRAINERS", "TrainingService", "write_groups_file"]
 
@@ -142,6 +143,7 @@ class TrainingService:
             else:
                 trainer.load_adapter(adapter_path, config)
             self._trainer_on = (name, step)
+        trainer.steps_done = step  # the model's checkpoint count: where lr_schedule and the seeds continue
         return trainer
 
     def _step(
@@ -150,7 +152,7 @@ class TrainingService:
         step: int,
         adapter_path: str | None,
         groups: list[TrajectoryGroup],
-        config: TrainConfig,
+        config: TrainConfig | SFTConfig,
         request: dict[str, Any],
     ) -> tuple[dict[str, Any], Path | None]:
         """Train and checkpoint (worker thread); returns the result fields and the new checkpoint.
@@ -158,13 +160,18 @@ class TrainingService:
         ``request`` (``request_key``, ``request_hash``, ``groups_file``) is kept in the checkpoint's
         manifest with the result, so a retry of the request is answered from it.
         """
-        trainer = self._prepare_trainer(name, step, adapter_path, config)
+        optimizer_config = TrainConfig() if isinstance(config, SFTConfig) else config  # SFT has its own
+        trainer = self._prepare_trainer(name, step, adapter_path, optimizer_config)
         state = self.state
         try:
-            # Only ``name``'s own turns are trained; other models' turns in the graph are prompt.
-            result = trainer.train_groups(
-                groups, state.records.get, state.template.encode, config, policy=name
-            )
+            result: GroupsStepResult | SFTStepResult
+            if isinstance(config, SFTConfig):  # demonstrations: every assistant turn, or config.only_model's
+                trajectories = [t for group in groups for t in group.trajectories]
+                result = trainer.train_sft(trajectories, state.records.get, state.template.encode, config)
+            else:  # Only ``name``'s own turns are trained; other models' turns in the graph are prompt.
+                result = trainer.train_groups(
+                    groups, state.records.get, state.template.encode, config, policy=name
+                )
         except BaseException:
             self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
             raise
@@ -175,9 +182,7 @@ class TrainingService:
             return {"trained": False, "reason": result.nothing_trainable_reason, "metrics": metrics,
                     "dropped": dropped}, None  # fmt: skip
         assert result.step is not None
-        step_metrics = result.step.model_dump()
-        step_metrics.pop("step")
-        metrics.update(step_metrics)
+        metrics.update(result.step.scalars())  # flat: passes as pass_<p>_<name>
         new_step = step + 1
         body = {"trained": True, "reason": None, "metrics": metrics, "dropped": dropped}
         saved = {"request_key": request["request_key"], "request_hash": request["request_hash"],
@@ -194,7 +199,7 @@ class TrainingService:
 
     # ------------------------------------------------------------------ the API
 
-    async def check_config(self, config: TrainConfig) -> None:
+    async def check_config(self, config: TrainConfig | SFTConfig) -> None:
         """Raise :class:`BadRequestError` (400) for settings this base model cannot train with."""
         if not self._module_names_known:
             from ..bundled import resolve_model_path
@@ -244,10 +249,11 @@ class TrainingService:
         self,
         name: str,
         groups: list[TrajectoryGroup],
-        config: TrainConfig,
+        config: TrainConfig | SFTConfig,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
-        """One training request for ``name``; returns the ``TrainResult`` body.
+        """One training request for ``name``; returns the ``TrainResult`` body (an SFT step with an
+        :class:`~art_adapters.SFTConfig`: see :meth:`train_sft`).
 
         Per request, for model ``name`` (one step at a time per model, others queue):
 
@@ -293,6 +299,11 @@ class TrainingService:
                     return earlier
             record = registry.require(name)
             step = record.latest_step
+            try:
+                if isinstance(config, TrainConfig):  # an SFT step's learning rate is constant
+                    config.learning_rate_at(step)
+            except ValueError as exc:  # the schedule ended before this step
+                raise BadRequestError(str(exc), param="config.total_steps", code="invalid_value") from exc
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
             groups_file = (
                 self.groups_dir(name) / f"step-{step + 1:06d}-{stamp}-{time.time_ns() % 10**9:09d}.jsonl"
@@ -321,6 +332,31 @@ class TrainingService:
                 name, step, body["trained"], body["metrics"]["total_seconds"],
             )  # fmt: skip
             return body
+
+    async def train_sft(
+        self,
+        name: str,
+        trajectories: list[Trajectory],
+        config: SFTConfig,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """One SFT request for ``name``; returns the ``TrainResult`` body, made as :meth:`train` makes it.
+
+        The trajectories are saved as one group (``groups_file``) and trained with next-token loss
+        on their assistant turns (:mod:`.sft`) instead of a GRPO update; everything else is
+        :meth:`train`'s: one step at a time per model, the engine paused, the checkpoint written
+        atomically and served as ``name@N``, ``config.retention``, ``Idempotency-Key`` replays.
+
+        Raises:
+            BadRequestError: no trajectories (400).
+        """
+        if not trajectories:
+            raise BadRequestError(
+                "trajectories is empty: send at least one trajectory with an assistant turn",
+                param="trajectories",
+            )
+        group = TrajectoryGroup(id="sft", trajectories=trajectories)  # a fixed id: a retry hashes the same
+        return await self.train(name, [group], config, idempotency_key)
 
     def _paused(self) -> Any:
         paused = getattr(self.state.engine, "paused", None)

@@ -25,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel
@@ -87,6 +87,10 @@ class SFTMetrics(BaseModel):
     seconds: float
     learning_rate: float
     step: int
+
+    def scalars(self) -> dict[str, Any]:
+        """The metrics as flat scalars, as the train API reports them: every field but ``step``."""
+        return self.model_dump(exclude={"step"})
 
 
 class SFTStepResult(BaseModel):
@@ -189,8 +193,8 @@ def nothing_trainable_reason(metrics: BuildMetrics, trajectories: int) -> str:
     ]
     detail = "; ".join(parts) or "no assistant turn"
     return (
-        f"nothing trainable: none of the {trajectories} trajectories gave a sequence with a loss token ({detail}); "
-        "SFT trains on assistant turns: check only_model and max_sequence_length"
+        f"nothing trainable: none of the {trajectories} trajectories gave a sequence with a loss token "
+        f"({detail}); SFT trains on assistant turns: check only_model and max_sequence_length"
     )
 
 
@@ -228,7 +232,9 @@ def sft_step(trainer: LoraTrainer, sequences: Sequence[TrainingSequence], config
     _check_sequences(sequences)
     tokens = sum(s.loss_tokens for s in sequences)
     if tokens == 0:
-        raise NothingTrainableError(f"nothing trainable: none of the {len(sequences)} sequences has a loss token")
+        raise NothingTrainableError(
+            f"nothing trainable: none of the {len(sequences)} sequences has a loss token"
+        )
     started = time.perf_counter()
     trainer.ensure_adapter(_adapter_config(config))
     model = trainer.model
