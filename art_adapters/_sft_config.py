@@ -51,9 +51,9 @@ class SFTConfig(BaseModel):
             conversation). Longer sequences are dropped and counted, never truncated. Default ``4096``.
         max_grad_norm: clip each update's global gradient L2 norm to this; ``None`` disables
             clipping (the norm is still reported). Default ``1.0``.
-        only_model: train only the assistant turns of this model (a served name, ``name`` or
-            ``name@step``, or the ``model`` recorded on imported turns, e.g. a teacher's
-            ``"gpt-4o"``); the others stay in the sequence as prompt. ``None`` (default) trains
+        only_model: train only the assistant turns of this model (a registered model's ``name``,
+            which matches its turns of every step, or the ``model`` recorded on imported turns,
+            e.g. a teacher's ``"gpt-4o"``); the others stay in the sequence as prompt. ``None`` (default) trains
             every assistant turn not marked ``generated=False``: the file is the demonstrations.
         lora_rank: rank ``r`` of the LoRA matrices. Used only when the model's adapter is first
             created (an SFT step at step 0); later steps keep the adapter's shape. Default ``16``,
