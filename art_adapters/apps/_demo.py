@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from rich.console import Console
@@ -26,6 +26,7 @@ from art_adapters import (
     RetentionPolicy,
     RunConfig,
     Scorer,
+    SFTConfig,
     StepReport,
     TrainableModel,
     TrainConfig,
@@ -33,10 +34,19 @@ from art_adapters import (
     train_loop,
     verifiable_scorer,
 )
+from art_adapters.files import write_atomic
 from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 
-from ._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios
+from ._demo_agent import (
+    CALCULATOR_SERVER,
+    AddScenario,
+    build_agent,
+    check,
+    make_rollout,
+    make_scenarios,
+    teacher_trajectories,
+)
 
 __all__ = ["DemoConfig", "DemoResult", "resolve_judge", "run_demo"]
 
@@ -78,6 +88,26 @@ class DemoConfig(BaseModel):
     learning_rate: float = Field(default=5e-4, gt=0.0, description="LoRA learning rate.")
     lora_rank: PositiveInt = Field(default=8, description="LoRA rank (alpha is twice the rank).")
     max_tokens: PositiveInt = Field(default=48, description="Most tokens per model turn.")
+    passes: PositiveInt = Field(
+        default=1,
+        description="Passes over each step's rollouts (TrainConfig.num_iterations): more updates per "
+        "rollout; from the second the importance ratio moves off 1 and clipping acts.",
+    )
+    mini_batches: PositiveInt = Field(
+        default=1, description="Optimizer updates per pass (TrainConfig.mini_batches)."
+    )
+    loss: Literal["ppo", "cispo", "sapo"] = Field(
+        default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
+    )
+    sft_warmup: NonNegativeInt = Field(
+        default=0,
+        description="Before GRPO, one SFT step on this many demonstrations by a scripted teacher of "
+        "training questions (written to run_dir/sft-warmup.jsonl); it counts as one of --steps. 0: none.",
+    )
+    eval_every: NonNegativeInt = Field(
+        default=0, description="Also evaluate on the held-out questions every this many steps (0: only "
+        "before and after).",
+    )
     seed: int = Field(default=0, description="Seed of the questions, the split and training.")
     threads: PositiveInt | None = Field(
         default=None,
@@ -136,13 +166,14 @@ def _table(before: EvalReport, after: EvalReport, console: Console) -> None:
     console.print(table)
 
 
-def _loop_config(config: DemoConfig, start: int) -> LoopConfig:
-    """The training loop's settings: evaluate before and after (never in between), 16 rollouts at once."""
+def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -> LoopConfig:
+    """The training loop's settings: evaluate before and after (and every ``eval_every`` steps),
+    16 rollouts at once; an SFT warm-up on ``sft_file`` when given."""
     return LoopConfig(
         steps=start + config.steps,
         groups_per_step=config.groups,
         rollouts_per_group=config.rollouts,
-        eval_every=0,
+        eval_every=config.eval_every,
         eval_rollouts=config.eval_samples,
         # the backend decodes concurrent requests as one batch: more is faster
         run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
@@ -153,10 +184,42 @@ def _loop_config(config: DemoConfig, start: int) -> LoopConfig:
             lora_rank=config.lora_rank,
             lora_alpha=2.0 * config.lora_rank,
             micro_batch_size=8,
+            num_iterations=config.passes,
+            mini_batches=config.mini_batches,
+            loss_type=config.loss,
+            seed=config.seed,
+            retention=RetentionPolicy(keep_latest=1),
+        ),
+        sft_warmup=sft_file,
+        sft=SFTConfig(
+            learning_rate=SFT_LEARNING_RATE,
+            epochs=2,
+            lora_rank=config.lora_rank,
+            lora_alpha=2.0 * config.lora_rank,
             seed=config.seed,
             retention=RetentionPolicy(keep_latest=1),
         ),
     )
+
+
+#: The SFT warm-up's learning rate: imitation of a few dozen demonstrations needs a larger step than GRPO.
+SFT_LEARNING_RATE = 5e-4
+
+
+async def write_teacher_file(
+    config: DemoConfig, train: list[AddScenario], tools: list[Any], start: int
+) -> Path | None:
+    """``run_dir/sft-warmup.jsonl``: the scripted teacher's runs of the first ``sft_warmup`` training
+    questions (cycled) through the demo's own graph, when an SFT warm-up is asked for and the model is
+    at step 0; else ``None``."""
+    if config.sft_warmup == 0 or start != 0 or config.steps == 0:
+        return None
+    scenarios = [train[i % len(train)] for i in range(config.sft_warmup)]
+    trajectories = await teacher_trajectories(scenarios, tools)
+    path = config.run_dir / "sft-warmup.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(t.model_dump_json() + "\n" for t in trajectories).encode())
+    return path
 
 
 async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
@@ -201,7 +264,10 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
             evaluator = build_agent(
                 model.chat_model(temperature=config.eval_temperature, max_tokens=config.max_tokens), tools
             )
-            loop_config = _loop_config(config, start)
+            sft_file = await write_teacher_file(config, train, tools, start)
+            if sft_file is not None:
+                console.print(f"SFT warm-up: {config.sft_warmup} teacher demonstrations in {sft_file}")
+            loop_config = _loop_config(config, start, sft_file)
             with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
                 result = await train_loop(
                     model, make_rollout(sampler), train,
@@ -232,6 +298,8 @@ def _print_step(report: StepReport, console: Console) -> None:
     reward = f"{report.reward_mean:.2f}" if report.reward_mean is not None else "-"
     loss = report.metrics.get("loss")
     state = "trained" if report.trained else f"not trained ({report.reason})"
+    if report.metrics.get("sft_warmup"):
+        state, reward = "SFT warm-up on the teacher's demonstrations", "-"
     console.print(
         f"step {report.step}: {state}; train reward {reward}"
         + (f", loss {loss:.4f}" if isinstance(loss, float) else "")

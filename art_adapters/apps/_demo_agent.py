@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -27,11 +28,13 @@ __all__ = [
     "CALCULATOR_SERVER",
     "SYSTEM_PROMPT",
     "AddScenario",
+    "TeacherModel",
     "build_agent",
     "check",
     "check_parts",
     "make_rollout",
     "make_scenarios",
+    "teacher_trajectories",
 ]
 
 #: The bundled calculator MCP server, started over stdio with this Python.
@@ -191,3 +194,45 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[AddScenario], Awaitable
         return trajectory
 
     return rollout
+
+
+class TeacherModel(BaseChatModel):
+    """A scripted teacher for the demo's task: it answers like the worked example, always right.
+
+    It stands in for the stronger model whose rollouts a team distils from (``art-adapters sft``):
+    asked ``What is a + b?`` it calls ``add(a, b)``; given the tool's result it answers
+    ``a + b = result``. It reads only the conversation, like any chat model.
+    """
+
+    @property
+    def _llm_type(self) -> str:
+        return "art-adapters-demo-teacher"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> TeacherModel:
+        """The teacher knows its one tool already; binding changes nothing."""
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            question = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
+            a, b = re.findall(r"-?\d+", str(question.content))[:2]
+            reply = AIMessage(f"{a} + {b} = {last.content}")
+        else:
+            a, b = (int(x) for x in re.findall(r"-?\d+", str(last.content))[:2])
+            call = {"name": "add", "args": {"a": a, "b": b}, "id": f"call_{a}_{b}", "type": "tool_call"}
+            reply = AIMessage("", tool_calls=[call])
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+async def teacher_trajectories(scenarios: Sequence[AddScenario], tools: Sequence[BaseTool]) -> list[Trajectory]:
+    """The teacher's runs of ``scenarios`` through the demo's own agent graph, captured: SFT data.
+
+    Same graph, prompt, tools and MCP server as the trained agent, so the trajectories hold the
+    exact conversation the policy will see; their turns carry no sampled tokens, so the backend
+    renders them with the model's chat template when it trains on them.
+    """
+    rollout = make_rollout(build_agent(TeacherModel(), tools))
+    return [await rollout(scenario) for scenario in scenarios]
