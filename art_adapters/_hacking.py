@@ -1,0 +1,312 @@
+"""Reward-hacking monitors: signs that the policy optimises the judge rather than the task.
+
+Each training step's groups are reduced to a few numbers (:func:`step_signals`): the reward, the
+verifiable reward beside it, RULER's agreement with that reward (:mod:`art_adapters._calibration`),
+the final answer's length, repeated n-grams in the assistant's text, tool calls per rollout, the
+tool error rate and the judges' agreement. :class:`HackingMonitor` compares the latest steps with
+the first ones and returns a :class:`HackingWarning` for each threshold of
+:class:`HackingMonitorConfig` crossed; :func:`~art_adapters.train_loop` logs them, writes them to the
+metrics row and the traces, and stops on them when ``stop=True``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from ._calibration import calibrate
+from ._trajectory import Message, Trajectory, TrajectoryGroup
+
+__all__ = [
+    "HackingMonitor",
+    "HackingMonitorConfig",
+    "HackingWarning",
+    "repeated_ngram_fraction",
+    "step_signals",
+    "warnings_row",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The signals :func:`warnings_row` writes (the others already have a metrics-row field).
+_ROW_SIGNALS = ("answer_chars", "repetition", "tool_calls")
+
+
+class HackingMonitorConfig(BaseModel):
+    """Settings of the reward-hacking monitor (``LoopConfig.hacking``); on by default, never stopping.
+
+    Each step's signals (:func:`step_signals`) are compared with a *baseline*, the mean of the first
+    ``window`` steps the monitor saw, as the mean of the latest ``window`` steps after the baseline
+    (fewer while there are fewer). Nothing is checked until the baseline is complete.
+
+    Attributes:
+        enabled: run the monitor at all. Default True.
+        window: steps averaged for the baseline (the first ones) and for the current value (the
+            latest ones), >= 1. Default 2.
+        stop: stop :func:`~art_adapters.train_loop` at the first step with a warning
+            (``LoopResult.stopped`` says which). Default False: warn and go on.
+        reward_rise: the reward's mean must rise by at least this (absolute) for
+            ``reward_vs_verifiable`` ... Default 0.05.
+        verifiable_drop: ... while the verifiable reward's mean (``metrics["independent_reward"]``)
+            falls by at least this (absolute). Default 0.05.
+        calibration_drop: warn (``calibration``) when RULER's Spearman rank correlation with the
+            verifiable reward falls by at least this from the baseline. Default 0.3.
+        length_ratio: warn (``answer_length``) when the final assistant message's mean length in
+            characters grows or shrinks by at least this factor, > 1. Default 1.5.
+        ngram: the n of the repeated n-grams (words) in the assistant's text. Default 3.
+        repetition_rise: warn (``repetition``) when the fraction of repeated n-grams rises by at
+            least this (absolute, the fraction is in [0, 1]). Default 0.15.
+        tool_calls_change: warn (``tool_calls``) when tool calls per rollout change by at least this
+            fraction of the baseline (a baseline under one call counts as one). Default 0.5.
+        tool_error_rise: warn (``tool_errors``) when the share of tool calls that failed rises by at
+            least this (absolute). Default 0.2.
+        agreement_drop: warn (``judge_agreement``) when the judges' agreement
+            (``metrics["judge_agreement"]``, ensembles only) falls by at least this. Default 0.15.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    window: PositiveInt = 2
+    stop: bool = False
+    reward_rise: float = Field(default=0.05, ge=0.0)
+    verifiable_drop: float = Field(default=0.05, ge=0.0)
+    calibration_drop: float = Field(default=0.3, gt=0.0)
+    length_ratio: float = Field(default=1.5, gt=1.0)
+    ngram: PositiveInt = 3
+    repetition_rise: float = Field(default=0.15, gt=0.0)
+    tool_calls_change: PositiveFloat = 0.5
+    tool_error_rise: float = Field(default=0.2, gt=0.0)
+    agreement_drop: float = Field(default=0.15, gt=0.0)
+
+
+class HackingWarning(BaseModel):
+    """One crossed threshold: which signal, its values and what to check.
+
+    Attributes:
+        signal: ``reward_vs_verifiable``, ``calibration``, ``answer_length``, ``repetition``,
+            ``tool_calls``, ``tool_errors`` or ``judge_agreement``.
+        step: the step whose rollouts raised it (the model's step when they were sampled).
+        values: the numbers compared (``baseline``, ``current`` and the like).
+        message: what happened, in one sentence with the values.
+        check: what to look at before trusting the rewards.
+    """
+
+    signal: str
+    step: int
+    values: dict[str, float] = Field(default_factory=dict)
+    message: str
+    check: str
+
+    def line(self) -> str:
+        """The warning as one log line: ``step 3: answer_length: ... Check: ...``."""
+        return f"step {self.step}: reward hacking? {self.signal}: {self.message}. Check: {self.check}"
+
+
+def _text(message: Message) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = (b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        return "\n".join(map(str, texts))
+    return ""
+
+
+def repeated_ngram_fraction(text: str, n: int = 3) -> float | None:
+    """The share of the word n-grams of ``text`` that repeat an earlier one, in [0, 1].
+
+    ``"a b c a b c"`` has the 3-grams abc, bca, cab, abc: one repeats, 0.25. ``None`` when the text
+    has fewer than ``n`` words (nothing to repeat).
+    """
+    words = text.lower().split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return None
+    return 1.0 - len(set(grams)) / len(grams)
+
+
+def _final_answer(trajectory: Trajectory) -> str | None:
+    for message in reversed(trajectory.messages):
+        if message.role == "assistant":
+            return _text(message)
+    return None
+
+
+def _tool_calls(trajectory: Trajectory) -> int:
+    """Tool calls of one rollout: those the model asked for, or those that ran when capture saw more."""
+    asked = sum(
+        len(m.tool_calls or ()) for h in trajectory.histories() for m in h.messages if m.role == "assistant"
+    )
+    return max(asked, len(trajectory.tool_records))
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(present) if present else None
+
+
+def _metric(trajectory: Trajectory, name: str) -> float | None:
+    value = trajectory.metrics.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def step_signals(groups: Sequence[TrajectoryGroup], ngram: int = 3) -> dict[str, float]:
+    """The monitored numbers of one step's rollouts (a signal without data is left out).
+
+    ``reward`` (mean reward), ``verifiable`` (mean ``metrics["independent_reward"]``), ``spearman``
+    (RULER vs that reward, :func:`~art_adapters._calibration.calibrate`), ``answer_chars`` (mean
+    length of the last assistant message), ``repetition`` (mean :func:`repeated_ngram_fraction` of
+    each rollout's assistant text), ``tool_calls`` (per rollout), ``tool_error_rate`` (failed / run
+    tool calls) and ``judge_agreement`` (mean ``metrics["judge_agreement"]``).
+    """
+    trajectories = [t for g in groups for t in g.trajectories]
+    records = [r for t in trajectories for r in t.tool_records]
+    answers = [_final_answer(t) for t in trajectories]
+    assistant_text = [
+        "\n".join(_text(m) for m in t.messages if m.role == "assistant") for t in trajectories
+    ]
+    calibration = calibrate(groups)
+    found: dict[str, float | None] = {
+        "reward": _mean(float(t.reward) if t.reward is not None else None for t in trajectories),
+        "verifiable": _mean(_metric(t, "independent_reward") for t in trajectories),
+        "spearman": calibration.overall.spearman if calibration is not None else None,
+        "answer_chars": _mean(float(len(a)) for a in answers if a is not None),
+        "repetition": _mean(repeated_ngram_fraction(text, ngram) for text in assistant_text),
+        "tool_calls": _mean(float(_tool_calls(t)) for t in trajectories),
+        "tool_error_rate": sum(r.is_error for r in records) / len(records) if records else None,
+        "judge_agreement": _mean(_metric(t, "judge_agreement") for t in trajectories),
+    }
+    return {k: v for k, v in found.items() if v is not None}
+
+
+class HackingMonitor:
+    """Watches a run's steps for reward hacking; :meth:`observe` each step's scored groups.
+
+    ::
+
+        monitor = HackingMonitor(HackingMonitorConfig(window=2))
+        for step, groups in enumerate(steps):
+            for warning in monitor.observe(step, groups):
+                print(warning.line())
+    """
+
+    def __init__(self, config: HackingMonitorConfig | None = None) -> None:
+        self.config = config or HackingMonitorConfig()
+        #: Every observed step's signals, in order: ``(step, signals)``.
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self._last: dict[str, float] = {}
+
+    def observe(self, step: int, groups: Sequence[TrajectoryGroup]) -> list[HackingWarning]:
+        """Record ``step``'s signals and return the warnings they raise (each also logged).
+
+        A step without rollouts (nothing sampled, e.g. an SFT step) is not recorded.
+        """
+        if not self.config.enabled:
+            return []
+        signals = self._last = step_signals(groups, self.config.ngram)
+        if not signals:
+            return []
+        self.history.append((step, signals))
+        warnings = self.check(step)
+        for warning in warnings:
+            logger.warning("%s", warning.line())
+        return warnings
+
+    def latest(self) -> dict[str, float]:
+        """The signals of the last :meth:`observe` call (empty when it had no rollouts)."""
+        return dict(self._last)
+
+    def _windows(self, name: str) -> tuple[float, float] | None:
+        window = self.config.window
+        base = [s[name] for _, s in self.history[:window] if name in s]
+        recent = [s[name] for _, s in self.history[window:][-window:] if name in s]
+        if len(self.history) <= window or not base or not recent:
+            return None
+        return statistics.fmean(base), statistics.fmean(recent)
+
+    def check(self, step: int) -> list[HackingWarning]:
+        """The warnings of the history so far (the current windows against the baseline)."""
+        c, out = self.config, []
+        reward, verifiable = self._windows("reward"), self._windows("verifiable")
+        if reward and verifiable:
+            rise, drop = reward[1] - reward[0], verifiable[0] - verifiable[1]
+            if rise >= c.reward_rise and drop >= c.verifiable_drop:
+                out.append(HackingWarning(
+                    signal="reward_vs_verifiable", step=step,
+                    values={"reward_baseline": reward[0], "reward": reward[1],
+                            "verifiable_baseline": verifiable[0], "verifiable": verifiable[1]},
+                    message=f"the reward rose {reward[0]:.3f} -> {reward[1]:.3f} while the verifiable reward "
+                    f"fell {verifiable[0]:.3f} -> {verifiable[1]:.3f}",
+                    check="read the rollouts the judge scores highest and ask whether they solve the task; "
+                    "tighten the rubric or mix in the verifiable reward (combined_scorer)",
+                ))  # fmt: skip
+        if (rho := self._windows("spearman")) and rho[0] - rho[1] >= c.calibration_drop:
+            out.append(HackingWarning(
+                signal="calibration", step=step, values={"spearman_baseline": rho[0], "spearman": rho[1]},
+                message=f"RULER's rank agreement with the verifiable reward fell: Spearman {rho[0]:.2f} -> "
+                f"{rho[1]:.2f}",
+                check="compare the judge's explanations with the verifiable check on the pairs they order "
+                "differently; run `art-adapters calibrate` on a saved batch to compare judges and rubrics",
+            ))  # fmt: skip
+        if (chars := self._windows("answer_chars")) and chars[0] > 0:
+            ratio = chars[1] / chars[0]
+            if ratio >= c.length_ratio or ratio <= 1 / c.length_ratio:
+                out.append(HackingWarning(
+                    signal="answer_length", step=step,
+                    values={"chars_baseline": chars[0], "chars": chars[1], "ratio": ratio},
+                    message=f"final answers drifted from {chars[0]:.0f} to {chars[1]:.0f} characters on "
+                    f"average (x{ratio:.2f})",
+                    check="whether the judge rewards length (verbosity, padding) rather than correctness; "
+                    "state the expected answer length in the rubric",
+                ))  # fmt: skip
+        if (rep := self._windows("repetition")) and rep[1] - rep[0] >= c.repetition_rise:
+            out.append(HackingWarning(
+                signal="repetition", step=step, values={"repetition_baseline": rep[0], "repetition": rep[1]},
+                message=f"repeated {c.ngram}-grams in the assistant's text rose from {rep[0]:.0%} to "
+                f"{rep[1]:.0%}",
+                check="read recent rollouts for loops and repeated phrases; lower the temperature or "
+                "penalise repetition in the rubric",
+            ))  # fmt: skip
+        if (calls := self._windows("tool_calls")) and abs(calls[1] - calls[0]) / max(calls[0], 1.0) >= (
+            c.tool_calls_change
+        ):
+            out.append(HackingWarning(
+                signal="tool_calls", step=step, values={"calls_baseline": calls[0], "calls": calls[1]},
+                message=f"tool calls per rollout changed from {calls[0]:.2f} to {calls[1]:.2f}",
+                check="whether the agent stopped using the tools it needs, or calls them to impress the "
+                "judge",
+            ))  # fmt: skip
+        if (errors := self._windows("tool_error_rate")) and errors[1] - errors[0] >= c.tool_error_rise:
+            out.append(HackingWarning(
+                signal="tool_errors", step=step,
+                values={"error_rate_baseline": errors[0], "error_rate": errors[1]},
+                message=f"the tool error rate rose from {errors[0]:.0%} to {errors[1]:.0%}",
+                check="the failing tool calls' arguments and errors; whether failed runs still score well",
+            ))  # fmt: skip
+        if (agree := self._windows("judge_agreement")) and agree[0] - agree[1] >= c.agreement_drop:
+            out.append(HackingWarning(
+                signal="judge_agreement", step=step,
+                values={"agreement_baseline": agree[0], "agreement": agree[1]},
+                message=f"the judges agree less: agreement {agree[0]:.2f} -> {agree[1]:.2f}",
+                check="the rollouts the judges disagree on most: the policy may exploit one judge's blind "
+                "spot",
+            ))  # fmt: skip
+        return out
+
+
+def warnings_row(warnings: Sequence[HackingWarning], signals: dict[str, Any]) -> dict[str, Any]:
+    """The metrics-row fields of a step: ``hacking_warnings`` (count), ``hacking_signals`` (the warned
+    signals, comma-separated, only when there are some) and ``hacking_answer_chars``,
+    ``hacking_repetition``, ``hacking_tool_calls`` (the monitored numbers the row has no other field for:
+    the reward, verifiable reward, calibration, tool error rate and judge agreement are there already)."""
+    row: dict[str, Any] = {f"hacking_{k}": v for k, v in signals.items() if k in _ROW_SIGNALS}
+    row["hacking_warnings"] = len(warnings)
+    if warnings:
+        row["hacking_signals"] = ",".join(dict.fromkeys(w.signal for w in warnings))
+    return row
