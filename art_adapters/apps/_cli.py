@@ -20,6 +20,7 @@ from rich.markup import escape
 from art_adapters import ArtAdaptersError, ConfigError
 from art_adapters.observe import plot_run
 
+from ._calibrate import CALIBRATE_HELP, calibrate_command
 from ._demo import DemoConfig, run_demo
 from ._import import IMPORT_HELP, import_traces
 from ._options import Setting, build_config, config_command
@@ -39,6 +40,7 @@ console = Console()
 app.command()(serve)  # the backend's own command: it runs without the applications layer
 app.callback()(configure_logging)
 app.command("import", help=IMPORT_HELP)(import_traces)
+app.command("calibrate", help=CALIBRATE_HELP)(calibrate_command)
 
 
 
