@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._batch_store import BatchStore
+from ._calibration import calibrate
 from ._config import resolve_config
 from ._errors import ConfigError
+from ._hacking import HackingMonitor, HackingMonitorConfig, HackingWarning, warnings_row
 from ._loop_telemetry import LoopTelemetry
 from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
 from ._sft_config import SFTConfig, load_trajectories
@@ -41,6 +43,7 @@ __all__ = [
     "combined_scorer",
     "eval_due",
     "evaluate",
+    "hacking_stop",
     "next_batch",
     "record_step",
     "resume_batch",
@@ -104,6 +107,11 @@ class LoopConfig(BaseModel):
             before the first GRPO step, when the model is at step 0; RL then continues from that
             checkpoint. The SFT step is a step: it counts towards ``steps``. ``None`` (default): none.
         sft: the settings of that SFT step (:class:`~art_adapters.SFTConfig`).
+        hacking: the reward-hacking monitor (:class:`~art_adapters._hacking.HackingMonitorConfig`):
+            each step's rollouts are checked for signs that the policy optimises the judge rather
+            than the task (reward up while the verifiable reward falls, answer length drift,
+            repetition, tool-call changes, judges disagreeing); a warning is logged, written to the
+            step's row and traced, and with ``hacking.stop`` the loop stops. Default: on, not stopping.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -122,6 +130,7 @@ class LoopConfig(BaseModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
     sft_warmup: Path | None = None
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    hacking: HackingMonitorConfig = Field(default_factory=HackingMonitorConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +177,7 @@ class StepReport(BaseModel):
         unscored: ``{"group": id, "scenario_id": ..., "reason": ...}`` for every group left out
             because the scorer could not score it.
         metrics: the trainer's metrics (``loss``, ``kl``, ...) and the rollouts' statistics.
+        warnings: the reward-hacking warnings this step raised (``LoopConfig.hacking``).
     """
 
     step: int
@@ -178,6 +188,7 @@ class StepReport(BaseModel):
     reward_mean: float | None = None
     unscored: list[dict[str, Any]] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[HackingWarning] = Field(default_factory=list)
 
 
 class LoopResult(BaseModel):
@@ -416,17 +427,38 @@ def record_step(
     report: StepReport,
     groups: Sequence[TrajectoryGroup],
     telemetry: LoopTelemetry | None = None,
+    monitor: HackingMonitor | None = None,
 ) -> StepReport:
     """Add the rollouts' statistics to ``report`` and write its ``train`` row to ``metrics.jsonl``
     (and to the trackers, and as a train-step trace).
 
-    The report's ``reward_mean`` becomes the row's, so the two never disagree.
+    The report's ``reward_mean`` becomes the row's, so the two never disagree. With a ``monitor``
+    the groups are checked for reward hacking: its warnings go to ``report.warnings``, the row
+    (``hacking_warnings``, ``hacking_signals``, the monitored numbers) and a tagged trace.
     """
     extra = {**report.metrics, "batch": report.batch, "unscored_groups": len(report.unscored)}
     telemetry = telemetry or LoopTelemetry.default()
+    if monitor is not None and monitor.config.enabled:
+        report.warnings = monitor.observe(report.step, groups)
+        extra.update(warnings_row(report.warnings, monitor.latest()))
     report.metrics = _log(config, report.step, groups, extra, split="train", telemetry=telemetry)
     report.reward_mean = report.metrics.get("reward_mean")
+    if report.warnings:
+        telemetry.hacking(report.step, report.warnings)
     return report
+
+
+def hacking_stop(report: StepReport, config: LoopConfig) -> str | None:
+    """Why the loop stops on ``report``'s reward-hacking warnings (``config.hacking.stop``), or ``None``."""
+    if not report.warnings or not config.hacking.stop:
+        return None
+    signals = ", ".join(dict.fromkeys(w.signal for w in report.warnings))
+    reason = (
+        f"reward hacking suspected at step {report.step} ({signals}): {report.warnings[0].message}; "
+        f"check: {report.warnings[0].check} (LoopConfig.hacking.stop=False only warns)"
+    )
+    logger.warning("training loop stopped: %s", reason)
+    return reason
 
 
 def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str | None:
@@ -523,6 +555,9 @@ def _log(
     telemetry: LoopTelemetry,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {**group_metrics(groups), **extra}
+    if (calibration := calibrate(groups)) is not None:  # RULER beside a verifiable reward
+        row.update(calibration.row())
+        logger.info("step %d (%s): RULER vs the verifiable reward: %s", step, split, calibration.summary())
     if config.run_dir is not None:
         MetricsHistory(config.run_dir).append(step, row, split=split)
     telemetry.row(step, row, split=split)
@@ -543,6 +578,7 @@ async def train_loop(
     on_eval: Callable[[EvalReport], None] | None = None,
     progress: Callable[[Any], None] | None = None,
     observer: Observer | None = None,
+    on_warning: Callable[[HackingWarning], None] | None = None,
 ) -> LoopResult:
     """Train ``model`` from its current step up to ``config.steps``, evaluating on the way.
 
@@ -579,6 +615,8 @@ async def train_loop(
             rollout (training and evaluation) instead of its own progress bar.
         observer: where traces go; ``None``: the default observer, configured from the
             ``LANGFUSE_*`` / ``OTEL_EXPORTER_OTLP_*`` variables (nothing when none is set).
+        on_warning: called with each reward-hacking warning (``config.hacking``) as it is raised
+            (a console); the warnings are also logged and kept in each :class:`StepReport`.
 
     Observability needs no code: with Langfuse or an OTLP endpoint configured, every rollout is
     one live trace labelled with its scenario, group, rollout index, step and policy version
@@ -618,6 +656,7 @@ async def train_loop(
         if val_scenarios and config.eval_at_start:
             await run_eval()
         step, batch, untrained = start, resume_batch(config, start), 0
+        monitor = HackingMonitor(config.hacking)
         if (warm := await sft_warmup(model, config, step, telemetry)) is not None:  # LoopConfig.sft_warmup
             result.steps.append(warm)
             step = warm.step
@@ -632,13 +671,16 @@ async def train_loop(
                 progress=progress,
             )  # fmt: skip
             report = await train_step(model, groups, scenarios, batch=batch, step=step, config=config)
-            result.steps.append(record_step(config, report, groups, telemetry))
+            result.steps.append(record_step(config, report, groups, telemetry, monitor))
             if on_step is not None:
                 on_step(report)
+            for warning in report.warnings if on_warning is not None else ():
+                on_warning(warning)
             batch += 1
+            result.stopped = hacking_stop(report, config)
             if not report.trained:
                 untrained += 1
-                result.stopped = stop_reason(untrained, report, config)
+                result.stopped = result.stopped or stop_reason(untrained, report, config)
                 continue
             untrained, step = 0, report.step
             if val_scenarios and eval_due(step, config):

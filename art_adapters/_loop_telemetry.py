@@ -7,14 +7,19 @@ Trackio, from the environment). With nothing configured every call is a no-op.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._trajectory import TrajectoryGroup
 from .observe import Observer, RolloutTracing, get_observer
+
+if TYPE_CHECKING:
+    from ._hacking import HackingWarning
 
 __all__ = ["LoopTelemetry"]
 
@@ -92,6 +97,46 @@ class LoopTelemetry:
             tracker.log(step, row, split=split)
         if split == "train":
             self.observer.log_train_metrics(step, row, run=self.run)
+
+    def hacking(self, step: int, warnings: Sequence[HackingWarning]) -> None:
+        """Reward-hacking warnings as a trace of their own, tagged ``hacking_warning``: one span
+        ``hacking_warning N`` whose attribute ``art_adapters.hacking_warning`` lists the signals,
+        with one ``art_adapters.hacking_warning`` event per warning (signal, message, check, values).
+        The step's train-step trace carries them too (its row's ``hacking_signals``)."""
+        if not warnings or not self.observer.enabled:
+            return
+        from .observe._spans import SpanSpec, train_step_spans
+
+        # ids of their own (the train-step span's scheme, under another name), never the train step's
+        base = train_step_spans(step, {}, run=f"{self.run}/hacking", at_ns=time.time_ns())[0]
+        signals = ",".join(dict.fromkeys(w.signal for w in warnings))
+        attributes: dict[str, Any] = {
+            "art_adapters.hacking_warning": signals,
+            "art_adapters.step": step,
+            "art_adapters.run": self.run,
+            "langfuse.observation.type": "span",
+            "langfuse.trace.name": f"hacking warning step {step}",
+            "langfuse.trace.tags": ["hacking_warning", f"step:{step}", f"run:{self.run}"],
+            "langfuse.observation.level": "WARNING",
+            "langfuse.observation.output": json.dumps([w.model_dump(mode="json") for w in warnings]),
+        }
+        events = [
+            (
+                "art_adapters.hacking_warning",
+                {
+                    "art_adapters.hacking.signal": w.signal,
+                    "art_adapters.hacking.message": w.message,
+                    "art_adapters.hacking.check": w.check,
+                    **{f"art_adapters.hacking.{k}": float(v) for k, v in w.values.items()},
+                },
+            )
+            for w in warnings
+        ]
+        spec = SpanSpec(
+            f"hacking_warning {step}", base.trace_id, base.span_id, None, base.start_ns, base.end_ns,
+            attributes, events,
+        )  # fmt: skip
+        self.observer._emit([spec])  # the observer's one way to send a finished span
 
     def close(self) -> None:
         """End rollout spans still open, send what is queued (bounded), finish the trackers."""
