@@ -8,11 +8,13 @@
     async with mcp_tools.rollout():               # one MCP session for this rollout
         await graph.ainvoke(inputs, config={"callbacks": [handler]})
 
-Each call lands in the trajectory and in an OTel span; per-rollout server state
+Each call lands in the trajectory and in an OTel span, and can be recorded to and replayed from a
+:class:`Cassette` (offline, without the server); per-rollout server state
 (:class:`StateCopy`, :func:`with_state`), scenario writing (:func:`generate_scenarios`) and
 bundled servers (:mod:`mcp_tools.servers`) are here too. Works with mcp 1.x and 2.x.
 """
 
+from mcp_tools._cassette import Cassette, CassetteCall, CassetteError, CassetteMissError
 from mcp_tools._client import load_tools
 from mcp_tools._config import HttpServer, McpClientConfig, StateCopy, StdioServer
 from mcp_tools._generate import (
@@ -35,6 +37,10 @@ from mcp_tools._session import McpSession
 from mcp_tools._tools import TOOL_RECORD_EVENT, McpTool
 
 __all__ = [
+    "Cassette",
+    "CassetteCall",
+    "CassetteError",
+    "CassetteMissError",
     "HttpServer",
     "McpClientConfig",
     "McpSession",

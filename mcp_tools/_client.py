@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
     from opentelemetry.trace import TracerProvider
 
+    from mcp_tools._cassette import Cassette
     from mcp_tools._config import HttpServer, StdioServer
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ async def load_tools(
     name: str | None = None,
     config: McpClientConfig | None = None,
     tracer_provider: TracerProvider | None = None,
+    cassette: Cassette | None = None,
     **options: Any,
 ) -> list[BaseTool]:
     """Load an MCP server's tools as LangChain tools; every call is captured.
@@ -100,6 +102,11 @@ async def load_tools(
         config: client options; keyword *options* override its fields
             (``call_timeout_s``, ``connect_timeout_s``, ``tool_name_prefix``).
         tracer_provider: where ``tools/call`` spans go (default: the global provider).
+        cassette: record every call there, or replay calls from it (see
+            :class:`mcp_tools.Cassette`); a :func:`mcp_tools.rollout` with its own cassette
+            overrides it inside. The tool list is recorded there too: a replaying cassette that
+            holds every server's tool list gives the tools without starting or reaching any
+            server (else the servers are listed live if ``on_missing="live"``).
 
     Returns:
         One :class:`~mcp_tools.McpTool` (a ``StructuredTool``) per server tool. Each
@@ -116,16 +123,51 @@ async def load_tools(
 
     Raises:
         ConfigError: *server* or an option is invalid.
+        CassetteMissError: a replaying cassette with ``on_missing="fail"`` lacks a server's tool list.
         ToolServerError: a server could not be started or reached to list its tools.
     """
     toolset = _Toolset(parse_servers(server, name=name), client_config(config, options), tracer_provider)
     scope = current_scope()
-    if scope is not None:  # list with the rollout's own session: no extra server start
-        listing = await (await scope.session_for(toolset, toolset.new_session)).list_tools()
-    else:
-        async with McpSession(toolset.servers, config=toolset.config) as probe:
-            listing = await probe.list_tools()
+    recording = cassette if cassette is not None else (scope.cassette if scope is not None else None)
+    listing = _recorded_listing(recording, list(toolset.servers))
+    if listing is None:
+        if scope is not None:  # list with the rollout's own session: no extra server start
+            listing = await (await scope.session_for(toolset, toolset.new_session)).list_tools()
+        else:
+            async with McpSession(toolset.servers, config=toolset.config) as probe:
+                listing = await probe.list_tools()
+        if recording is not None:
+            for server_name, tools in listing.items():
+                await recording.record_tools(server_name, tools)
     warn_unisolated(toolset.servers, listing)
     return list(
-        build_tools(listing, resolve=toolset.session, config=toolset.config, tracer_provider=tracer_provider)
+        build_tools(
+            listing,
+            resolve=toolset.session,
+            config=toolset.config,
+            tracer_provider=tracer_provider,
+            cassette=cassette,
+        )
+    )
+
+
+def _recorded_listing(
+    cassette: Cassette | None, servers: list[str]
+) -> dict[str, list[dict[str, Any]]] | None:
+    """Every server's tool list from a replaying *cassette*, or ``None`` to list the servers live."""
+    if cassette is None or cassette.recording:
+        return None
+    listing = {name: cassette.tools(name) for name in servers}
+    missing = [name for name, tools in listing.items() if tools is None]
+    if not missing:
+        return {name: tools for name, tools in listing.items() if tools is not None}
+    if cassette.on_missing == "live":
+        return None
+    from mcp_tools._cassette import CassetteMissError
+
+    raise CassetteMissError(
+        f"cassette {cassette.path} holds no tool list of server(s) {missing} (it has "
+        f"{sorted(n for n in servers if n not in missing) or 'none'} of these); record it with "
+        "Cassette(..., mode='record_new') against the live server, pass on_missing='live', or check "
+        "the server's name (name=) matches the one recorded"
     )

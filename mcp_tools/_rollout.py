@@ -13,9 +13,12 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_tools._session import McpSession
+
+if TYPE_CHECKING:
+    from mcp_tools._cassette import Cassette
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +32,13 @@ class RolloutScope:
 
     Attributes:
         id: the rollout's identifier (given, or a fresh ``rollout-<hex>``).
+        cassette: where this rollout's MCP calls are recorded or replayed from (see
+            :class:`mcp_tools.Cassette`); ``None``: the tools' own cassette, if any.
     """
 
-    def __init__(self, rollout_id: str | None = None) -> None:
+    def __init__(self, rollout_id: str | None = None, *, cassette: Cassette | None = None) -> None:
         self.id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
+        self.cassette = cassette
         self._sessions: dict[Any, McpSession] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
         self._closed = False
@@ -73,7 +79,9 @@ def current_scope() -> RolloutScope | None:
 
 
 @asynccontextmanager
-async def rollout(rollout_id: str | None = None) -> AsyncIterator[RolloutScope]:
+async def rollout(
+    rollout_id: str | None = None, *, cassette: Cassette | None = None
+) -> AsyncIterator[RolloutScope]:
     """Scope one rollout: MCP tools called inside share one session per server, closed at the end.
 
     On their first call inside the block, the tools open one :class:`McpSession` for this
@@ -90,6 +98,11 @@ async def rollout(rollout_id: str | None = None) -> AsyncIterator[RolloutScope]:
     ``graph.ainvoke`` reaches every tool task the graph starts, costs nothing, and states the
     rollout's extent where the reader can see it.
 
+    With a *cassette* (:class:`mcp_tools.Cassette`), every MCP call in the block is recorded
+    there or replayed from it, in place of the tools' own cassette: give each group of rollouts
+    (one scenario's) one cassette so identical calls in the group get identical answers. A
+    replayed call does not open the session, so a fully replayed rollout starts no server.
+
     Example::
 
         tools = await mcp_tools.load_tools("python -m mcp_tools.servers.notes")
@@ -97,7 +110,7 @@ async def rollout(rollout_id: str | None = None) -> AsyncIterator[RolloutScope]:
         async with mcp_tools.rollout():
             await graph.ainvoke({"messages": [...]}, config={"callbacks": [handler]})
     """
-    scope = RolloutScope(rollout_id)
+    scope = RolloutScope(rollout_id, cassette=cassette)
     token = _CURRENT.set(scope)
     try:
         yield scope

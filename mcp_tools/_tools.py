@@ -18,6 +18,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, ToolException
 
 from art_adapters import TOOL_RECORD_EVENT, ConfigError, ToolCallRecord, ToolServerError, mcp_tool_record
+from mcp_tools._cassette import Cassette, CassetteCall, replay_result
+from mcp_tools._rollout import current_scope
 from mcp_tools._telemetry import record_outcome, tool_call_attributes, tool_call_span
 
 if TYPE_CHECKING:
@@ -72,6 +74,10 @@ class McpTool(StructuredTool):
        ``status="error"``); a crashed or hung server raises
        :class:`art_adapters.ToolServerError`, which ends the rollout.
 
+    With a :class:`mcp_tools.Cassette` (the rollout's, else the one given to ``load_tools``), step 2
+    first looks the call up there: a recorded call is answered from the cassette without touching
+    the server, and its record says ``replayed=True`` (the span: ``mcp_tools.replayed``).
+
     ``args_schema`` is the MCP tool's JSON schema. ``metadata`` holds ``mcp_server`` and
     ``mcp_tool`` (the name on the server, which differs from ``name`` when prefixed).
     Async only: MCP I/O is async, so ``invoke`` raises a :class:`ConfigError`.
@@ -108,6 +114,8 @@ def _make_call(
     resolve: SessionResolver,
     config: McpClientConfig,
     tracer_provider: TracerProvider | None,
+    cassette: Cassette | None = None,
+    server_tools: list[dict[str, Any]] | None = None,
 ) -> Callable[..., Awaitable[str]]:
     async def call(config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
         call_id = kwargs.pop(_CALL_ID_KWARG, None)
@@ -117,21 +125,23 @@ def _make_call(
         attributes = tool_call_attributes(
             mcp_name, server=server, session_id=None, call_id=call_id, arguments=kwargs
         )
-        text, is_error = "", False
+        scope = current_scope()
+        active = scope.cassette if scope is not None and scope.cassette is not None else cassette
+        text, is_error, replayed = "", False, False
         try:
-            session = await resolve()
-            connection = session.connection(server)
-            if connection.session_id:
-                attributes["mcp.session.id"] = connection.session_id
-            with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
-                try:
-                    result = await connection.call_tool(mcp_name, kwargs, config.call_timeout_s)
-                except ToolServerError as exc:
-                    error_type = type(exc).__name__
-                    attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
-                    raise
-                text, is_error = result_text(result), bool(result.get("isError"))
-                attributes.update(record_outcome(span, result=text, is_error=is_error))
+            if active is None:
+                result = await _live_call(kwargs, attributes)
+            else:
+                slot = active.slot(scope, server, mcp_name, kwargs)
+                recorded = await active.claim(slot)
+                replayed = recorded is not None
+                if recorded is not None:
+                    attributes["mcp_tools.replayed"] = True
+                    result = await _replayed_call(recorded, active, attributes)
+                else:
+                    attributes["mcp_tools.replayed"] = False
+                    result = await _recorded_live_call(active, slot, scope, kwargs, attributes, started_at)
+            text, is_error = result_text(result), bool(result.get("isError"))
         except ToolServerError as exc:
             record = mcp_tool_record(
                 attributes,
@@ -139,15 +149,99 @@ def _make_call(
                 duration_s=time.perf_counter() - start,
                 started_at=started_at,
             )
-            await _dispatch_record(record, config_, callbacks)
+            await _dispatch_record(_mark(record, active, replayed), config_, callbacks)
             raise
         record = mcp_tool_record(attributes, duration_s=time.perf_counter() - start, started_at=started_at)
-        await _dispatch_record(record, config_, callbacks)
+        await _dispatch_record(_mark(record, active, replayed), config_, callbacks)
         if is_error:
             raise ToolException(text)
         return text
 
+    async def _live_call(arguments: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
+        session = await resolve()
+        connection = session.connection(server)
+        if connection.session_id:
+            attributes["mcp.session.id"] = connection.session_id
+        with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
+            try:
+                result = await connection.call_tool(mcp_name, arguments, config.call_timeout_s)
+            except ToolServerError as exc:
+                error_type = type(exc).__name__
+                attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
+                raise
+            attributes.update(
+                record_outcome(span, result=result_text(result), is_error=bool(result.get("isError")))
+            )
+        return result
+
+    async def _recorded_live_call(
+        active: Cassette,
+        slot: Any,
+        scope: Any,
+        arguments: dict[str, Any],
+        attributes: dict[str, Any],
+        started_at: datetime,
+    ) -> dict[str, Any]:
+        # This call owns the slot: its live answer, or its failure during the call (a crash, a timeout,
+        # a refusal), is stored for every identical call. A server that cannot be started answered
+        # nothing: the slot is released, and a waiting identical call tries the server itself.
+        start = time.perf_counter()
+        stored = False
+        try:
+            await resolve()
+            try:
+                result = await _live_call(arguments, attributes)
+            except ToolServerError as exc:
+                entry = _cassette_entry(slot, scope, started_at, start, error=str(exc))
+                stored = True
+                await active.store(slot, entry)
+                raise
+            if server_tools is not None and active.tools(server) is None:
+                await active.record_tools(server, server_tools)
+            stored = True
+            await active.store(slot, _cassette_entry(slot, scope, started_at, start, result=result))
+            return result
+        finally:
+            if not stored:  # cancelled or failed otherwise: a waiting identical call takes the slot over
+                active.release(slot)
+
+    def _cassette_entry(
+        slot: Any, scope: Any, started_at: datetime, start: float, **outcome: Any
+    ) -> CassetteCall:
+        return CassetteCall(
+            server=slot[0],
+            tool=slot[1],
+            arguments=json.loads(slot[2]),
+            occurrence=slot[3],
+            duration_s=time.perf_counter() - start,
+            started_at=started_at,
+            rollout_id=scope.id if scope is not None else None,
+            **outcome,
+        )
+
+    async def _replayed_call(
+        recorded: CassetteCall, active: Cassette, attributes: dict[str, Any]
+    ) -> dict[str, Any]:
+        with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
+            try:
+                result = replay_result(recorded, active)
+            except ToolServerError as exc:
+                error_type = type(exc).__name__
+                attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
+                raise
+            attributes.update(
+                record_outcome(span, result=result_text(result), is_error=bool(result.get("isError")))
+            )
+        return result
+
     return call
+
+
+def _mark(record: ToolCallRecord, cassette: Cassette | None, replayed: bool) -> ToolCallRecord:
+    # A call through a cassette says whether its result came from the cassette (``replayed``) or the server.
+    if cassette is None:
+        return record
+    return record.model_copy(update={"replayed": replayed})
 
 
 def _tool_names(listing: dict[str, list[dict[str, Any]]], prefix: bool | None) -> dict[tuple[str, str], str]:
@@ -174,8 +268,13 @@ def build_tools(
     resolve: SessionResolver,
     config: McpClientConfig,
     tracer_provider: TracerProvider | None = None,
+    cassette: Cassette | None = None,
 ) -> list[McpTool]:
-    """Make one :class:`McpTool` per MCP tool of every server in *listing* (``{server: [tool wire dicts]}``)."""
+    """Make one :class:`McpTool` per MCP tool of every server in *listing* (``{server: [tool wire dicts]}``).
+
+    With a *cassette*, each call is looked up there first (see :class:`mcp_tools.Cassette`); a
+    :func:`mcp_tools.rollout` with its own cassette overrides it for the calls made inside it.
+    """
     names = _tool_names(listing, config.tool_name_prefix)
     tools: list[McpTool] = []
     for server, server_tools in listing.items():
@@ -187,7 +286,9 @@ def build_tools(
                     name=names[(server, tool["name"])],
                     description=tool.get("description") or tool.get("title") or tool["name"],
                     args_schema=schema,
-                    coroutine=_make_call(server, tool["name"], resolve, config, tracer_provider),
+                    coroutine=_make_call(
+                        server, tool["name"], resolve, config, tracer_provider, cassette, server_tools
+                    ),
                     func=_sync_unsupported,
                     handle_tool_error=True,
                     metadata={"mcp_server": server, "mcp_tool": tool["name"]},
