@@ -41,18 +41,29 @@ class RulerCache:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
 
     @staticmethod
-    def key(judge_id: str, request: JudgeRequest) -> str:
+    def key(
+        judge_id: str, request: JudgeRequest, *, identity: str | None = None, sample: int | None = None
+    ) -> str:
         """The SHA-256 of the judge id, prompt version, messages, schema and (when on) per-turn scoring.
 
         The judge id carries the model, endpoint and sampling settings, the messages carry the rubric
         and the trajectories' content: any change to one of them misses. A per-turn request never
         shares an entry with a per-trajectory one (its answers hold turn scores the other lacks).
+
+        ``identity`` (the ``id`` of :func:`~art_adapters.ruler.judge_identity`) and ``sample`` (the
+        index of one of ``samples`` answers) are added when given: the scorer gives them when the
+        identity holds more than the judge id and the messages do (``samples`` > 1, or rubric
+        dimensions and their weights), so a single judge's keys stay what they always were.
         """
         fields: dict[str, Any] = {
             "v": PROMPT_VERSION, "judge": judge_id, "messages": request.messages, "schema": request.schema
         }  # fmt: skip
         if request.per_turn:  # only then: per-trajectory keys stay what they always were
             fields["per_turn"] = True
+        if identity is not None:
+            fields["identity"] = identity
+        if sample is not None:
+            fields["sample"] = sample
         payload = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -60,13 +71,18 @@ class RulerCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(
-        self, key: str, labels: list[str], turns: dict[str, int] | None = None
+        self,
+        key: str,
+        labels: list[str],
+        turns: dict[str, int] | None = None,
+        dimensions: list[str] | None = None,
     ) -> dict[str, JudgeScore] | None:
         """The cached scores for ``key``, or ``None`` on a miss.
 
         An unreadable entry, or one whose ids do not match ``labels`` (with ``turns``, per-turn
-        scoring: whose turn scores are not one per turn of each label), is logged and counts as a
-        miss (the next :meth:`put` overwrites it).
+        scoring: whose turn scores are not one per turn of each label; with ``dimensions``: whose
+        dimension scores are not exactly those), is logged and counts as a miss (the next
+        :meth:`put` overwrites it).
         """
         path = self._path(key)
         try:
@@ -84,6 +100,11 @@ class RulerCache:
             s.turn_scores is None or len(s.turn_scores) != turns[label] for label, s in scores.items()
         ):
             logger.warning("ignoring RULER cache entry %s: its turn scores do not match the request", path)
+            return None
+        if dimensions is not None and any(
+            s.dimensions is None or sorted(s.dimensions) != sorted(dimensions) for s in scores.values()
+        ):
+            logger.warning("ignoring RULER cache entry %s: its dimensions do not match the request", path)
             return None
         return scores
 

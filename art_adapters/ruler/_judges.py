@@ -45,6 +45,21 @@ class Judge(Protocol):
         """Identifies the judge in cache keys: ``model_id`` plus the settings that change its verdict."""
         ...
 
+    @property
+    def model_name(self) -> str:
+        """The model's name on its endpoint (``"gpt-4.1-mini"``, ``"openai/gpt-4.1-mini"``)."""
+        ...
+
+    @property
+    def endpoint(self) -> str | None:
+        """The endpoint's URL as configured (may carry credentials: redact before writing it down)."""
+        ...
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The settings that change the verdict (temperature, budgets...), without credentials."""
+        ...
+
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Send ``messages``; return the answer's text."""
         ...
@@ -69,20 +84,35 @@ class LangChainJudge:
         self._schema_rejected = False  # auto mode: the endpoint answered 400/422 to a json_schema request
 
     @property
-    def model_id(self) -> str:
-        """Class, model name and base URL (where the model has them; without credentials in it)."""
-        name = getattr(self.model, "model_name", None) or getattr(self.model, "model", None) or "?"
-        base = getattr(self.model, "openai_api_base", None) or getattr(self.model, "base_url", None)
-        return f"{type(self.model).__name__}:{name}" + (f"@{redact_url(str(base))}" if base else "")
+    def model_name(self) -> str:
+        """The chat model's ``model_name`` (or ``model``); ``"?"`` when it has neither."""
+        return str(getattr(self.model, "model_name", None) or getattr(self.model, "model", None) or "?")
 
     @property
-    def cache_id(self) -> str:
-        """``model_id`` plus the model's sampling settings (temperature, token and reasoning budgets...)."""
+    def endpoint(self) -> str | None:
+        """The chat model's base URL (``openai_api_base`` or ``base_url``), ``None`` when it has none."""
+        base = getattr(self.model, "openai_api_base", None) or getattr(self.model, "base_url", None)
+        return str(base) if base else None
+
+    @property
+    def model_id(self) -> str:
+        """Class, model name and base URL (where the model has them; without credentials in it)."""
+        base = self.endpoint
+        return f"{type(self.model).__name__}:{self.model_name}" + (f"@{redact_url(base)}" if base else "")
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The invocation settings that change the verdict (temperature, token and reasoning budgets...)."""
         try:
             params = dict(self.model._get_invocation_params())  # what LangChain's own LLM cache keys on
         except Exception:  # noqa: BLE001 - a chat model without it: its name and endpoint only
             params = {}
-        return _with_settings(self.model_id, params)
+        return _verdict_settings(params)
+
+    @property
+    def cache_id(self) -> str:
+        """``model_id`` plus the model's sampling settings (temperature, token and reasoning budgets...)."""
+        return _with_settings(self.model_id, self.sampling)
 
     def _runnable(self, schema: dict[str, Any]) -> Any:
         if self.structured == "none" or self._schema_rejected:
@@ -153,15 +183,31 @@ class LiteLLMJudge:
         self.completion_kwargs = completion_kwargs
 
     @property
+    def model_name(self) -> str:
+        """The litellm model name."""
+        return self.model
+
+    @property
+    def endpoint(self) -> str | None:
+        """``api_base`` when one is set, else ``None`` (the provider's default endpoint)."""
+        base = self.completion_kwargs.get("api_base")
+        return str(base) if base else None
+
+    @property
     def model_id(self) -> str:
         """``litellm:`` and the model name, plus ``api_base`` (without credentials) when one is set."""
-        base = self.completion_kwargs.get("api_base")
-        return f"litellm:{self.model}" + (f"@{redact_url(str(base))}" if base else "")
+        base = self.endpoint
+        return f"litellm:{self.model}" + (f"@{redact_url(base)}" if base else "")
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The completion settings that change the verdict (temperature, budgets...; no credentials)."""
+        return _verdict_settings(self.completion_kwargs)
 
     @property
     def cache_id(self) -> str:
         """``model_id`` plus the completion settings (temperature, budgets...; no credentials)."""
-        return _with_settings(self.model_id, self.completion_kwargs)
+        return _with_settings(self.model_id, self.sampling)
 
     async def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Ask the model through ``litellm.acompletion``; return the answer's text."""
@@ -191,12 +237,17 @@ _CREDENTIAL = re.compile(
 )
 
 
-def _with_settings(model_id: str, settings: Mapping[str, Any]) -> str:
-    kept = {
+def _verdict_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that may change a verdict: no transport, endpoint, credential or unset (``None``) one."""
+    return {
         k: v
         for k, v in settings.items()
         if k not in _NOT_VERDICT and not _CREDENTIAL.search(k) and v is not None
     }
+
+
+def _with_settings(model_id: str, settings: Mapping[str, Any]) -> str:
+    kept = _verdict_settings(settings)
     return model_id + " " + json.dumps(kept, sort_keys=True, default=str) if kept else model_id
 
 

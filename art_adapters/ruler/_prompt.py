@@ -67,6 +67,20 @@ Score every trajectory and every assistant turn in it. Answer with JSON only, in
 with exactly one entry for each of these trajectory ids: {ids}; turn_scores lists one score per \
 assistant turn, in order, so {counts}."""
 
+# dimensions=...: the rubric is followed by the dimensions to score, and the answer gives a
+# "dimensions" object per trajectory instead of one "score".
+_DIMENSION_SYSTEM = """
+
+Score every trajectory on each of these dimensions separately, each from 0 to 1 (no overall score):
+{dimensions}"""
+
+_DIMENSION_INSTRUCTIONS = """\
+Score every trajectory on every dimension{and_turns}. Answer with JSON only, in this form:
+{{"scores": [{{"trajectory_id": "{first}", "explanation": "<one or two sentences>", \
+"dimensions": {{{example}}}{turn_example}}}, ...]}}
+with exactly one entry for each of these trajectory ids: {ids}; dimensions gives each of {names} \
+a score from 0 to 1{turn_rule}."""
+
 
 @dataclass
 class JudgeRequest:
@@ -82,6 +96,8 @@ class JudgeRequest:
         per_turn: whether the judge is asked for a score per assistant turn too.
         turns: with ``per_turn``, each label's number of assistant turns (of the main
             history), i.e. how many ``turn_scores`` a valid answer gives it.
+        dimensions: with rubric dimensions, their names and weights (a valid answer scores each
+            trajectory on exactly these); ``None`` otherwise.
     """
 
     messages: list[dict[str, str]]
@@ -91,6 +107,7 @@ class JudgeRequest:
     prefix_messages: int = 0
     per_turn: bool = False
     turns: dict[str, int] = field(default_factory=dict)
+    dimensions: dict[str, float] | None = None
 
     def label_of(self, index: int) -> str:
         """The label that trajectory ``index`` of the group was sent under."""
@@ -101,7 +118,10 @@ class JudgeRequest:
 
 
 def answer_schema(
-    labels: list[str], max_explanation_chars: int | None = None, turns: dict[str, int] | None = None
+    labels: list[str],
+    max_explanation_chars: int | None = None,
+    turns: dict[str, int] | None = None,
+    dimensions: list[str] | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of the judge's answer: one score per label, ids from ``labels`` only.
 
@@ -109,16 +129,28 @@ def answer_schema(
     schema-constrained small judge from rambling until it runs out of tokens. ``turns`` (label ->
     assistant turns; per-turn scoring) adds a required ``turn_scores`` array of scores in [0, 1],
     between the fewest and the most turns long (the exact count per label is checked on parsing).
+    ``dimensions`` (rubric dimension names) replaces ``score`` by a required ``dimensions`` object
+    with exactly those keys, each a score in [0, 1].
     """
     explanation: dict[str, Any] = {"type": "string"}
     if max_explanation_chars is not None:
         explanation["maxLength"] = max_explanation_chars
+    score = {"type": "number", "minimum": 0, "maximum": 1}
     properties: dict[str, Any] = {
         "trajectory_id": {"type": "string", "enum": list(labels)},
         "explanation": explanation,
-        "score": {"type": "number", "minimum": 0, "maximum": 1},
     }
-    required = ["trajectory_id", "explanation", "score"]
+    if dimensions is None:
+        properties["score"] = score
+        required = ["trajectory_id", "explanation", "score"]
+    else:
+        properties["dimensions"] = {
+            "type": "object",
+            "properties": {name: dict(score) for name in dimensions},
+            "required": list(dimensions),
+            "additionalProperties": False,
+        }
+        required = ["trajectory_id", "explanation", "dimensions"]
     if turns is not None:
         counts = [turns[label] for label in labels]
         properties["turn_scores"] = {
@@ -239,6 +271,8 @@ def build_request(
     dedup: bool = True,
     max_explanation_chars: int | None = None,
     per_turn: bool = False,
+    dimensions: dict[str, float] | None = None,
+    dimension_rubrics: dict[str, str] | None = None,
 ) -> JudgeRequest:
     """Render ``group`` for the judge: two chat messages, the answer's schema, and the label map.
 
@@ -262,6 +296,11 @@ def build_request(
             stops before the first assistant message (so every turn is inside its trajectory's
             block), and the answer format asks for ``turn_scores`` with each label's turn count
             (:attr:`JudgeRequest.turns`).
+        dimensions: rubric dimensions (name -> weight): the system message lists them after the
+            rubric (each with its ``dimension_rubrics`` text, if any), and the answer gives every
+            trajectory a ``dimensions`` object with one score per dimension instead of a ``score``.
+            ``None``: the prompt is exactly the one-score one.
+        dimension_rubrics: what each dimension means (name -> plain words).
     """
     trajectories = group.trajectories
     if not trajectories:
@@ -311,11 +350,17 @@ def build_request(
         sections.append(f'<trajectory id="{label}">\n{body}\n</trajectory>')
     system = _SYSTEM.format(rubric=rubric.strip())
     turns: dict[str, int] = {}
+    counts = ""
     if per_turn:
         turns = {label: assistant_turns(trajectories[members[label][0]]) for label in labels}
         counts = ", ".join(f"{label} has {turns[label]}" for label in labels)
-        sections.append(_TURN_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels), counts=counts))
         system = system.removesuffix(_ANSWER_ONLY) + _TURN_SYSTEM + _ANSWER_ONLY
+    if dimensions is not None:
+        listed = _dimension_system(dimensions, dimension_rubrics)
+        system = system.removesuffix(_ANSWER_ONLY) + listed + _ANSWER_ONLY
+        sections.append(_dimension_instructions(labels, list(dimensions), counts if per_turn else None))
+    elif per_turn:
+        sections.append(_TURN_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels), counts=counts))
     else:
         sections.append(_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels)))
     messages = [
@@ -324,10 +369,39 @@ def build_request(
     ]
     return JudgeRequest(
         messages=messages,
-        schema=answer_schema(labels, max_explanation_chars, turns if per_turn else None),
+        schema=answer_schema(
+            labels,
+            max_explanation_chars,
+            turns if per_turn else None,
+            list(dimensions) if dimensions is not None else None,
+        ),
         labels=labels,
         members=members,
         prefix_messages=prefix,
         per_turn=per_turn,
         turns=turns,
+        dimensions=dict(dimensions) if dimensions is not None else None,
+    )
+
+
+def _dimension_system(dimensions: dict[str, float], rubrics: dict[str, str] | None) -> str:
+    """The system message's paragraph listing the dimensions, each with what it means when given."""
+    lines = []
+    for name in dimensions:
+        meaning = ((rubrics or {}).get(name) or "").strip()
+        lines.append(f"- {name}" + (f": {meaning}" if meaning else ""))
+    return _DIMENSION_SYSTEM.format(dimensions="\n".join(lines))
+
+
+def _dimension_instructions(labels: list[str], names: list[str], counts: str | None) -> str:
+    """The answer format with a ``dimensions`` object per trajectory (and ``turn_scores`` per turn)."""
+    turn_rule = f"; turn_scores lists one score per assistant turn, in order, so {counts}"
+    return _DIMENSION_INSTRUCTIONS.format(
+        and_turns="" if counts is None else " and every assistant turn",
+        first=labels[0],
+        example=", ".join(f'"{name}": <0..1>' for name in names),
+        turn_example="" if counts is None else ', "turn_scores": [<turn 1: 0..1>, <turn 2: 0..1>, ...]',
+        ids=", ".join(labels),
+        names=", ".join(names),
+        turn_rule="" if counts is None else turn_rule,
     )

@@ -1,4 +1,4 @@
-"""RULER scoring: one judge call per group, scores matched by id, retried, cached.
+"""RULER scoring: one judge call per group (per judge of an ensemble), scores matched by id, retried, cached.
 
 Relative scores need no reward function: the judge compares the rollouts of one scenario. An answer
 that stays invalid after its retries raises (or leaves the group unscored), never a made-up reward.
@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._config import resolve_config
@@ -20,7 +22,10 @@ from .._trajectory import TrajectoryGroup
 from ._answer import InvalidAnswer, JudgeScore, parse_answer
 from ._cache import RulerCache
 from ._config import RulerConfig
+from ._ensemble import aggregate, agreement, mean_pairwise_tau
+from ._identity import _identity
 from ._judges import Judge, resolve_judge
+from ._monitor import JudgeChangeMonitor
 from ._prompt import JudgeRequest, build_request
 
 __all__ = ["combine_rewards", "ruler_score_group", "ruler_score_groups"]
@@ -39,12 +44,27 @@ _TURN_FEEDBACK = (
 )
 
 
+_DIMENSION_FEEDBACK = (
+    "That answer was invalid: {reason}. Reply again with only the JSON object, one entry for "
+    "each of the trajectory ids {ids}, each with a dimensions object giving every one of {names} "
+    "a score from 0 to 1{turns}."
+)
+
+
 def _feedback(request: JudgeRequest, reason: str) -> str:
     """What the judge is told after an invalid answer (the turn counts too when scoring per turn)."""
     ids = ", ".join(request.labels)
+    counts = ", ".join(f"{label}: {request.turns.get(label, 0)} turn(s)" for label in request.labels)
+    if request.dimensions is not None:
+        turns = (
+            f", and turn_scores with one score from 0 to 1 per assistant turn, in order ({counts})"
+            if request.per_turn
+            else ""
+        )
+        names = ", ".join(request.dimensions)
+        return _DIMENSION_FEEDBACK.format(reason=reason, ids=ids, names=names, turns=turns)
     if not request.per_turn:
         return _FEEDBACK.format(reason=reason, ids=ids)
-    counts = ", ".join(f"{label}: {request.turns[label]} turn(s)" for label in request.labels)
     return _TURN_FEEDBACK.format(reason=reason, ids=ids, counts=counts)
 
 
@@ -70,7 +90,8 @@ async def _ask(
         try:
             async with deadline:
                 text = await judge.complete(messages, request.schema)
-            return parse_answer(text, request.labels, request.turns if request.per_turn else None), attempt
+            turns = request.turns if request.per_turn else None
+            return parse_answer(text, request.labels, turns, request.dimensions), attempt
         except InvalidAnswer as exc:
             reason = str(exc)
             # Show the judge its mistake on the next attempt.
@@ -108,6 +129,10 @@ def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, Judg
             trajectory.metrics["independent_reward"] = trajectory.reward
         trajectory.metrics["ruler_score"] = verdict.score
         trajectory.reward = verdict.score
+        _forget_ensemble(trajectory)
+        if verdict.dimensions is not None:
+            for name, value in verdict.dimensions.items():
+                trajectory.metrics[f"ruler_{name}"] = value
         trajectory.metadata["ruler_explanation"] = verdict.explanation
         trajectory.metadata["ruler_label"] = verdict.trajectory_id
         line = f"RULER score {verdict.score:.3f}: {verdict.explanation}"
@@ -118,11 +143,168 @@ def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, Judg
         trajectory.logs.append(line)
 
 
+def _forget_ensemble(trajectory: Any) -> None:
+    """Drop what an earlier ensemble scoring left that this scoring would not overwrite."""
+    trajectory.metrics.pop("judge_agreement", None)
+    trajectory.metadata.pop("ruler_judges", None)
+
+
+@dataclass
+class _Member:
+    """One judge of the ensemble: its adapter, identity and (with ``samples`` > 1) sample index."""
+
+    adapter: Judge
+    identity: dict[str, Any]
+    sample: int | None
+
+
+def _members(judge: Any, judges: Sequence[Any] | None, ruler: RulerConfig) -> list[_Member]:
+    """The judges to ask (each ``samples`` times), or a :class:`ConfigError` saying what to pass."""
+    if judges is not None and judge is not None:
+        raise ConfigError("pass either judge= (one judge) or judges=[...] (an ensemble), not both")
+    if judges is None:
+        chosen = [judge]
+    elif isinstance(judges, str) or not isinstance(judges, Sequence):
+        raise ConfigError(
+            f"judges must be a list of judges (LangChain chat models or litellm model strings), got "
+            f"{type(judges).__name__}; for one judge pass judge="
+        )
+    elif not judges:
+        raise ConfigError("judges is empty: list at least one judge (or pass judge=)")
+    else:
+        chosen = list(judges)
+    adapters = [resolve_judge(j, structured=ruler.structured) for j in chosen]
+    identities = [_identity(adapter, ruler) for adapter in adapters]
+    seen: dict[str, int] = {}
+    for position, identity in enumerate(identities):
+        if identity["id"] in seen:
+            raise ConfigError(
+                f"judges {seen[identity['id']]} and {position} are the same judge ({identity['model']}, "
+                f"identity {identity['id']}): they would share cached answers; to ask one judge several "
+                "times set samples=k instead"
+            )
+        seen[identity["id"]] = position
+    samples = [None] if ruler.samples == 1 else list(range(ruler.samples))
+    return [
+        _Member(adapter, identity, sample)
+        for adapter, identity in zip(adapters, identities, strict=True)
+        for sample in samples
+    ]
+
+
+def _unscored(reason: str, name: str, identities: list[dict[str, Any]]) -> dict[str, Any]:
+    """``metadata["ruler"]`` of a group left unscored: why, and by whom."""
+    return {"status": "unscored", "reason": reason, "judge": name, "judges": identities}
+
+
+def _judge_name(members: list[_Member]) -> str:
+    """``metadata["ruler"]["judge"]``: the judge's ``model_id``; for an ensemble its distinct ones, joined."""
+    return ", ".join(dict.fromkeys(m.adapter.model_id for m in members))
+
+
+async def _verdict(
+    member: _Member,
+    request: JudgeRequest,
+    group: TrajectoryGroup,
+    ruler: RulerConfig,
+    store: RulerCache | None,
+    semaphore: asyncio.Semaphore | None,
+) -> tuple[dict[str, JudgeScore], int, bool]:
+    """One judge's scores for the group: from the cache, else asked; with the attempts and whether cached.
+
+    The key adds the judge's identity and sample index only when the identity holds more than the
+    judge id and the messages already do (``samples`` > 1, or dimensions with their weights).
+    """
+    adapter = member.adapter
+    extended = ruler.samples > 1 or ruler.dimensions is not None
+    key = RulerCache.key(
+        getattr(adapter, "cache_id", adapter.model_id),
+        request,
+        identity=member.identity["id"] if extended else None,
+        sample=member.sample,
+    )
+    turns = request.turns if request.per_turn else None
+    dimensions = list(request.dimensions) if request.dimensions is not None else None
+    cached = store.get(key, request.labels, turns, dimensions) if store is not None else None
+    if cached is not None:
+        return cached, 0, True
+    if semaphore is None:
+        scores, attempts = await _ask(
+            adapter, request, group, timeout_s=ruler.judge_timeout_s, max_retries=ruler.max_retries
+        )
+    else:
+        async with semaphore:
+            scores, attempts = await _ask(
+                adapter, request, group, timeout_s=ruler.judge_timeout_s, max_retries=ruler.max_retries
+            )
+    if store is not None:
+        store.put(key, adapter.model_id, scores)
+    return scores, attempts, False
+
+
+def _member_name(member: _Member) -> str:
+    return member.identity["model"] + (f" #{member.sample}" if member.sample is not None else "")
+
+
+def _apply_ensemble(
+    group: TrajectoryGroup,
+    request: JudgeRequest,
+    members: list[_Member],
+    verdicts: list[dict[str, JudgeScore]],
+    method: str,
+) -> float | None:
+    """Write the ensemble's aggregate, agreement and per-judge verdicts; return the group's Kendall tau."""
+    labels = [request.label_of(i) for i in range(len(group.trajectories))]
+    vectors = [[verdict[label].score for label in labels] for verdict in verdicts]
+    combined, agreed, tau = aggregate(vectors, method), agreement(vectors), mean_pairwise_tau(vectors)
+    for index, trajectory in enumerate(group.trajectories):
+        label = labels[index]
+        mine = [verdict[label] for verdict in verdicts]
+        pairs = list(zip(members, mine, strict=True))
+        if trajectory.reward is not None and "ruler_score" not in trajectory.metrics:
+            trajectory.metrics["independent_reward"] = trajectory.reward
+        trajectory.metrics["ruler_score"] = combined[index]
+        trajectory.reward = combined[index]
+        trajectory.metrics["judge_agreement"] = agreed[index]
+        if request.dimensions is not None:
+            for name in request.dimensions:
+                trajectory.metrics[f"ruler_{name}"] = statistics.fmean(
+                    v.dimensions[name] for v in mine if v.dimensions is not None
+                )
+        entries = []
+        for member, verdict in pairs:
+            entry: dict[str, Any] = {
+                "judge": member.identity["id"], "score": verdict.score, "explanation": verdict.explanation
+            }  # fmt: skip
+            if member.sample is not None:
+                entry["sample"] = member.sample
+            if verdict.dimensions is not None:
+                entry["dimensions"] = dict(verdict.dimensions)
+            entries.append(entry)
+        trajectory.metadata["ruler_judges"] = entries
+        explanations = [f"{_member_name(m)}: {v.explanation}" for m, v in pairs]
+        trajectory.metadata["ruler_explanation"] = "\n".join(explanations)
+        trajectory.metadata["ruler_label"] = label
+        line = (
+            f"RULER score {combined[index]:.3f} ({method} of {len(members)} judges, agreement "
+            f"{agreed[index]:.2f}): " + "; ".join(f"{_member_name(m)} {v.score:.3f}" for m, v in pairs)
+        )
+        if request.per_turn:
+            turn_lists = [v.turn_scores for v in mine]
+            assert all(t is not None for t in turn_lists)  # parse_answer and the cache check it
+            trajectory.metadata["turn_rewards"] = [
+                statistics.fmean(column) for column in zip(*turn_lists, strict=True)
+            ]
+        trajectory.logs.append(line)
+    return tau
+
+
 async def ruler_score_group(
     group: TrajectoryGroup,
     judge: Any = None,
     rubric: str | None = None,
     *,
+    judges: Sequence[Any] | None = None,
     config: RulerConfig | None = None,
     **settings: Any,
 ) -> TrajectoryGroup:
@@ -139,8 +321,13 @@ async def ruler_score_group(
             endpoint, or ``model.chat_model()`` of our backend), or a litellm model string
             (needs ``pip install 'art-adapters[litellm]'``).
         rubric: how to score; overrides ``config.rubric`` (:data:`DEFAULT_RUBRIC` by default).
+        judges: an ensemble instead of ``judge`` (pass exactly one of them): a list of judges, each
+            asked about the group (``samples`` times each) with the same prompt; each has its own
+            cache entries. Their scores are aggregated by ``config.aggregate``; the same judge twice
+            is a :class:`ConfigError` (use ``samples``).
         config: the judge's settings (:class:`RulerConfig`: timeout, retries, cache, structured
-            output, swallow_exceptions, reward_weights...); ``None``: its defaults.
+            output, swallow_exceptions, reward_weights, samples, aggregate, dimensions...);
+            ``None``: its defaults.
         **settings: :class:`RulerConfig` fields (``max_retries=0``, ``cache=False``, ...), laid
             over ``config``.
 
@@ -148,19 +335,31 @@ async def ruler_score_group(
         The scored copy: each trajectory's ``reward`` becomes the judge's score (also in
         ``metrics["ruler_score"]``), the reward it had before is kept as
         ``metrics["independent_reward"]``, the explanation goes to ``metadata["ruler_explanation"]``
-        and ``logs``, and ``group.metadata["ruler"]`` records the status, the judge and whether the
-        cache answered. :func:`combine_rewards` mixes the two rewards (or any metrics) with weights.
+        and ``logs``, and ``group.metadata["ruler"]`` records the status, the judge, its identity
+        (``"judges"``: one :func:`~art_adapters.ruler.judge_identity` record per judge) and whether
+        the cache answered. :func:`combine_rewards` mixes the two rewards (or any metrics) with weights.
         With ``per_turn=True`` the judge also scores each assistant turn of every trajectory's main
         history (the turns are numbered in the prompt; an answer with another number of turn scores
         than a trajectory has turns, or one outside [0, 1], is invalid and retried like a bad score),
         and ``metadata["turn_rewards"]`` gets them: one float per assistant message of
         ``messages``, in order, for ``TrainConfig(credit="turn")``.
+        With ``dimensions`` the judge scores each dimension (validated and retried the same way),
+        each lands in ``metrics["ruler_<name>"]`` and ``ruler_score`` is their weighted mean.
+        With an ensemble (several ``judges`` or ``samples`` > 1), ``ruler_score`` is the aggregate,
+        ``metrics["judge_agreement"]`` is ``1 - (max - min)`` of the judges' scores,
+        ``metadata["ruler_judges"]`` lists each judge's score and explanation, dimensions and turn
+        scores are the judges' means, and ``group.metadata["ruler"]`` adds ``"aggregate"`` and
+        ``"kendall_tau"`` (the mean pairwise Kendall tau-b of the judges' scores; ``None`` when
+        undefined). One judge failing fails the group (raised, or unscored with
+        ``swallow_exceptions``).
 
     Raises:
         JudgeError: no valid answer after the retries (unless ``swallow_exceptions``).
         ConfigError: an invalid argument or setting (always raised).
     """
-    return await _score(group, judge, _settings(config, rubric, settings))
+    ruler = _settings(config, rubric, settings)
+    semaphore = asyncio.Semaphore(ruler.max_concurrency) if judges is not None or ruler.samples > 1 else None
+    return await _score(group, judge, judges, ruler, semaphore)
 
 
 def _settings(config: RulerConfig | None, rubric: str | None, settings: dict[str, Any]) -> RulerConfig:
@@ -168,49 +367,65 @@ def _settings(config: RulerConfig | None, rubric: str | None, settings: dict[str
     return resolve_config(RulerConfig, config, settings if rubric is None else {**settings, "rubric": rubric})
 
 
-async def _score(group: TrajectoryGroup, judge: Any, ruler: RulerConfig) -> TrajectoryGroup:
-    """Score one group with validated settings (the judge adapter is made per group, as before)."""
-    adapter = resolve_judge(judge, structured=ruler.structured)
+async def _score(
+    group: TrajectoryGroup,
+    judge: Any,
+    judges: Sequence[Any] | None,
+    ruler: RulerConfig,
+    semaphore: asyncio.Semaphore | None,
+) -> TrajectoryGroup:
+    """Score one group with validated settings (the judge adapters are made per group, as before)."""
+    members = _members(judge, judges, ruler)
+    identities = [m.identity for m in members]
     store = ruler.cache_store()
     scored = group.model_copy(deep=True)
+    name = _judge_name(members)
     if not scored.trajectories:
         reason = f"no trajectories to score ({len(scored.exceptions)} rollout(s) failed)"
-        scored.metadata["ruler"] = {"status": "unscored", "reason": reason, "judge": adapter.model_id}
+        scored.metadata["ruler"] = _unscored(reason, name, identities)
         logger.warning("RULER: %s has %s", _describe(group), reason)
         return scored
 
     request = build_request(
-        scored, ruler.rubric, max_explanation_chars=ruler.max_explanation_chars, per_turn=ruler.per_turn
+        scored,
+        ruler.rubric,
+        max_explanation_chars=ruler.max_explanation_chars,
+        per_turn=ruler.per_turn,
+        dimensions=ruler.dimensions,
+        dimension_rubrics=ruler.dimension_rubrics,
     )
-    key = RulerCache.key(getattr(adapter, "cache_id", adapter.model_id), request)
-    turns = request.turns if request.per_turn else None
     try:
-        cached = store.get(key, request.labels, turns) if store is not None else None
-        if cached is not None:
-            scores, attempts = cached, 0
+        if len(members) == 1:
+            results = [await _verdict(members[0], request, group, ruler, store, semaphore)]
         else:
-            scores, attempts = await _ask(
-                adapter, request, group, timeout_s=ruler.judge_timeout_s, max_retries=ruler.max_retries
+            results = await gather_or_cancel(
+                [asyncio.create_task(_verdict(m, request, group, ruler, store, semaphore)) for m in members]
             )
-            if store is not None:
-                store.put(key, adapter.model_id, scores)
     except JudgeError as exc:
         if not ruler.swallow_exceptions:
             raise
-        scored.metadata["ruler"] = {"status": "unscored", "reason": str(exc), "judge": adapter.model_id}
+        scored.metadata["ruler"] = _unscored(str(exc), name, identities)
         return scored
 
-    _apply(scored, request, scores)
+    hits = [hit for _, _, hit in results]
     scored.metadata["ruler"] = {
         "status": "scored",
-        "judge": adapter.model_id,
-        "cache_hit": cached is not None,
-        "attempts": attempts,
+        "judge": name,
+        "cache_hit": all(hits),
+        "attempts": sum(attempts for _, attempts, _ in results),
         "distinct_trajectories": len(request.labels),
         "shared_prefix_messages": request.prefix_messages,
     }
+    if len(members) == 1:
+        _apply(scored, request, results[0][0])
+    else:
+        tau = _apply_ensemble(scored, request, members, [scores for scores, _, _ in results], ruler.aggregate)
+        scored.metadata["ruler"].update(aggregate=ruler.aggregate, kendall_tau=tau, cache_hits=sum(hits))
+    scored.metadata["ruler"]["judges"] = identities
     if request.per_turn:
         scored.metadata["ruler"]["per_turn"] = True
+    if request.dimensions is not None:
+        scored.metadata["ruler"]["dimensions"] = dict(request.dimensions)
     if ruler.reward_weights is not None:
         scored = combine_rewards(scored, ruler.reward_weights)
     return scored
@@ -221,25 +436,32 @@ async def ruler_score_groups(
     judge: Any = None,
     rubric: str | None = None,
     *,
+    judges: Sequence[Any] | None = None,
     config: RulerConfig | None = None,
+    monitor: JudgeChangeMonitor | None = None,
     **settings: Any,
 ) -> list[TrajectoryGroup]:
     """Score many groups concurrently (at most ``max_concurrency`` judge calls at once).
 
-    Takes the arguments of :func:`ruler_score_group` (``config`` and keyword settings, of which
-    ``max_concurrency`` applies here); returns the scored copies in the input's order. Without
-    ``swallow_exceptions`` the first :class:`JudgeError` cancels the other calls and is raised;
-    with it, failed groups come back marked unscored, never dropped.
+    Takes the arguments of :func:`ruler_score_group` (``judge`` or ``judges``, ``config`` and
+    keyword settings, of which ``max_concurrency`` applies here, counting every judge call of an
+    ensemble); returns the scored copies in the input's order. Without ``swallow_exceptions`` the
+    first :class:`JudgeError` cancels the other calls and is raised; with it, failed groups come
+    back marked unscored, never dropped.
+
+    ``monitor``: the run's :class:`~art_adapters.ruler.JudgeChangeMonitor`; the scored groups are
+    checked against the judges it recorded first, and a change of judge is logged as a warning.
     """
     ruler = _settings(config, rubric, settings)
-    resolve_judge(judge, structured=ruler.structured)  # fail fast on a bad judge
+    _members(judge, judges, ruler)  # fail fast on a bad judge
     semaphore = asyncio.Semaphore(ruler.max_concurrency)
 
-    async def one(group: TrajectoryGroup) -> TrajectoryGroup:
-        async with semaphore:
-            return await _score(group, judge, ruler)
-
-    return await gather_or_cancel([asyncio.create_task(one(group)) for group in groups])
+    scored = await gather_or_cancel(
+        [asyncio.create_task(_score(group, judge, judges, ruler, semaphore)) for group in groups]
+    )
+    if monitor is not None:
+        monitor.check(scored)
+    return scored
 
 
 def combine_rewards(group: TrajectoryGroup, weights: Mapping[str, float]) -> TrajectoryGroup:
