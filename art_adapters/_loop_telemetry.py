@@ -7,6 +7,7 @@ Trackio, from the environment). With nothing configured every call is a no-op.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -99,44 +100,49 @@ class LoopTelemetry:
             self.observer.log_train_metrics(step, row, run=self.run)
 
     def hacking(self, step: int, warnings: Sequence[HackingWarning]) -> None:
-        """Reward-hacking warnings as a trace of their own, tagged ``hacking_warning``: one span
-        ``hacking_warning N`` whose attribute ``art_adapters.hacking_warning`` lists the signals,
-        with one ``art_adapters.hacking_warning`` event per warning (signal, message, check, values).
-        The step's train-step trace carries them too (its row's ``hacking_signals``)."""
+        """Reward-hacking warnings as a trace of their own, tagged ``hacking_warning``: a span
+        ``hacking_warning N`` whose attribute ``art_adapters.hacking_warning`` lists the signals, with
+        a child span per warning holding an ``art_adapters.hacking_warning`` event (signal, message,
+        check, values). The step's train-step trace carries them too (its row's ``hacking_signals``)."""
         if not warnings or not self.observer.enabled:
             return
         from .observe._spans import SpanSpec, train_step_spans
 
         # ids of their own (the train-step span's scheme, under another name), never the train step's
-        base = train_step_spans(step, {}, run=f"{self.run}/hacking", at_ns=time.time_ns())[0]
+        root = train_step_spans(step, {}, run=f"{self.run}/hacking", at_ns=time.time_ns())[0]
         signals = ",".join(dict.fromkeys(w.signal for w in warnings))
-        attributes: dict[str, Any] = {
-            "art_adapters.hacking_warning": signals,
-            "art_adapters.step": step,
-            "art_adapters.run": self.run,
-            "langfuse.observation.type": "span",
-            "langfuse.trace.name": f"hacking warning step {step}",
-            "langfuse.trace.tags": ["hacking_warning", f"step:{step}", f"run:{self.run}"],
-            "langfuse.observation.level": "WARNING",
-            "langfuse.observation.output": json.dumps([w.model_dump(mode="json") for w in warnings]),
-        }
-        events = [
-            (
-                "art_adapters.hacking_warning",
+        common = {"art_adapters.step": step, "art_adapters.run": self.run}
+        specs = [
+            SpanSpec(
+                f"hacking_warning {step}", root.trace_id, root.span_id, None, root.start_ns, root.end_ns,
                 {
-                    "art_adapters.hacking.signal": w.signal,
-                    "art_adapters.hacking.message": w.message,
-                    "art_adapters.hacking.check": w.check,
-                    **{f"art_adapters.hacking.{k}": float(v) for k, v in w.values.items()},
+                    **common,
+                    "art_adapters.hacking_warning": signals,
+                    "langfuse.observation.type": "span",
+                    "langfuse.observation.level": "WARNING",
+                    "langfuse.trace.name": f"hacking warning step {step}",
+                    "langfuse.trace.tags": ["hacking_warning", f"step:{step}", f"run:{self.run}"],
+                    "langfuse.observation.output": json.dumps([w.model_dump(mode="json") for w in warnings]),
                 },
             )
-            for w in warnings
-        ]
-        spec = SpanSpec(
-            f"hacking_warning {step}", base.trace_id, base.span_id, None, base.start_ns, base.end_ns,
-            attributes, events,
-        )  # fmt: skip
-        self.observer._emit([spec])  # the observer's one way to send a finished span
+        ]  # fmt: skip
+        for index, w in enumerate(warnings, start=1):
+            digest = hashlib.sha256(f"{root.trace_id}:{root.span_id}:{index}".encode()).digest()
+            event = {
+                "art_adapters.hacking.signal": w.signal,
+                "art_adapters.hacking.message": w.message,
+                "art_adapters.hacking.check": w.check,
+                **{f"art_adapters.hacking.{k}": float(v) for k, v in w.values.items()},
+            }
+            attributes = {
+                **common, "art_adapters.hacking_warning": w.signal, "langfuse.observation.level": "WARNING"
+            }  # fmt: skip
+            span_id = int.from_bytes(digest[:8], "big") or 1
+            specs.append(SpanSpec(
+                f"hacking_warning {w.signal}", root.trace_id, span_id, root.span_id, root.start_ns,
+                root.end_ns, attributes, [("art_adapters.hacking_warning", event)],
+            ))  # fmt: skip
+        self.observer._emit(specs)  # the observer's one way to send finished spans (no public one yet)
 
     def close(self) -> None:
         """End rollout spans still open, send what is queued (bounded), finish the trackers."""
