@@ -201,6 +201,26 @@ async def test_a_call_missing_from_the_cassette_fails_clearly_or_goes_live(
     assert tool_texts(await run_agent(offline, "b", "new")) == answers
 
 
+async def test_a_cancelled_call_hands_its_slot_to_an_identical_waiting_call(tmp_path: Path) -> None:
+    cassette = mcp_tools.Cassette(tmp_path / "cancel.jsonl", mode="record")
+    tools = await mcp_tools.load_tools(counter(tmp_path), name="counter", cassette=cassette)
+    tick_tool = next(t for t in tools if t.name == "tick")
+
+    async def one_rollout(rollout_id: str) -> str:
+        async with mcp_tools.rollout(rollout_id):
+            return await tick_tool.ainvoke({"label": "a"})
+
+    first = asyncio.create_task(one_rollout("first"))
+    await asyncio.sleep(0.05)  # it has claimed tick(a) and is starting its server
+    second = asyncio.create_task(one_rollout("second"))
+    await asyncio.sleep(0.05)  # it waits for the first one's answer
+    first.cancel()
+    answer = await asyncio.wait_for(second, 30)
+    assert first.cancelled()
+    assert live_calls(tmp_path) == [answer]
+    assert [(c.rollout_id, c.result["content"][0]["text"]) for c in cassette.calls] == [("second", answer)]
+
+
 async def test_tool_errors_are_recorded_and_replayed(tmp_path: Path) -> None:
     path = tmp_path / "errors.jsonl"
     tools = await mcp_tools.load_tools(
