@@ -42,7 +42,8 @@ class HackingMonitorConfig(BaseModel):
 
     Each step's signals (:func:`step_signals`) are compared with a *baseline*, the mean of the first
     ``window`` steps the monitor saw, as the mean of the latest ``window`` steps after the baseline
-    (fewer while there are fewer). Nothing is checked until the baseline is complete.
+    (fewer while there are fewer). Nothing is checked until the baseline is complete; a monitor
+    (a :func:`~art_adapters.train_loop` call, a restarted one too) starts its own baseline.
 
     Attributes:
         enabled: run the monitor at all. Default True.
@@ -50,10 +51,10 @@ class HackingMonitorConfig(BaseModel):
             latest ones), >= 1. Default 2.
         stop: stop :func:`~art_adapters.train_loop` at the first step with a warning
             (``LoopResult.stopped`` says which). Default False: warn and go on.
-        reward_rise: the reward's mean must rise by at least this (absolute) for
-            ``reward_vs_verifiable`` ... Default 0.05.
-        verifiable_drop: ... while the verifiable reward's mean (``metrics["independent_reward"]``)
-            falls by at least this (absolute). Default 0.05.
+        reward_rise: warn (``reward_vs_verifiable``) when the reward's mean rises by at least this
+            (absolute) while the verifiable reward falls by ``verifiable_drop``. Default 0.05.
+        verifiable_drop: the fall of the verifiable reward's mean (``metrics["independent_reward"]``,
+            absolute) that, with a ``reward_rise``, warns. Default 0.05.
         calibration_drop: warn (``calibration``) when RULER's Spearman rank correlation with the
             verifiable reward falls by at least this from the baseline. Default 0.3.
         length_ratio: warn (``answer_length``) when the final assistant message's mean length in
