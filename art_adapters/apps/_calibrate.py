@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from art_adapters import ConfigError, Trajectory, TrajectoryGroup, load_groups
-from art_adapters._calibration import REFERENCE_METRIC, SCORE_METRIC, Calibration, calibrate
+from art_adapters._calibration import Calibration, calibrate  # from art_adapters once exported
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 
@@ -150,9 +150,9 @@ def rubrics_from_files(paths: Sequence[Path]) -> list[tuple[str, dict[str, Any]]
 def _reference(trajectory: Trajectory) -> Trajectory:
     """A copy carrying only its verifiable reward as ``reward`` (RULER keeps it as ``independent_reward``)."""
     copy = trajectory.model_copy(deep=True)
-    if SCORE_METRIC in copy.metrics:  # scored by RULER before: its reward is that score
-        copy.reward = copy.metrics.get(REFERENCE_METRIC)  # type: ignore[assignment]
-    stale = (REFERENCE_METRIC, "judge_agreement")
+    if "ruler_score" in copy.metrics:  # scored by RULER before: its reward is that score
+        copy.reward = copy.metrics.get("independent_reward")  # type: ignore[assignment]
+    stale = ("independent_reward", "judge_agreement")
     for key in [k for k in copy.metrics if k.startswith("ruler_") or k in stale]:
         del copy.metrics[key]
     return copy
