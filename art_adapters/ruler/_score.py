@@ -149,6 +149,16 @@ def _forget_ensemble(trajectory: Any) -> None:
     trajectory.metadata.pop("ruler_judges", None)
 
 
+def _forget_dimensions(group: TrajectoryGroup, ruler: RulerConfig) -> None:
+    """Drop the ``ruler_<dim>`` metrics of an earlier scoring's dimensions that this one does not score."""
+    earlier = group.metadata.get("ruler")
+    old = earlier.get("dimensions") if isinstance(earlier, dict) else None
+    stale = [name for name in old or {} if name not in (ruler.dimensions or {})]
+    for trajectory in group.trajectories:
+        for name in stale:
+            trajectory.metrics.pop(f"ruler_{name}", None)
+
+
 @dataclass
 class _Member:
     """One judge of the ensemble: its adapter, identity and (with ``samples`` > 1) sample index."""
@@ -408,6 +418,7 @@ async def _score(
         return scored
 
     hits = [hit for _, _, hit in results]
+    _forget_dimensions(scored, ruler)
     scored.metadata["ruler"] = {
         "status": "scored",
         "judge": name,

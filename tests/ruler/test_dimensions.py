@@ -85,6 +85,12 @@ async def test_each_dimension_is_scored_kept_and_weighted_into_the_reward(
     )  # fmt: skip
     assert len(server.requests) == 2
 
+    # Scored again with one score per trajectory: no dimension metric of the old rubric stays behind.
+    server.reset()
+    plain = await aa.ruler_score_group(scored, judge=judge, cache=tmp_path)
+    assert sorted(plain.trajectories[0].metrics) == ["ruler_score"]
+    assert "dimensions" not in plain.metadata["ruler"]
+
 
 @pytest.mark.parametrize(
     ("bad", "reason"),
