@@ -300,8 +300,10 @@ def _apply_ensemble(
             f"{agreed[index]:.2f}): " + "; ".join(f"{_member_name(m)} {v.score:.3f}" for m, v in pairs)
         )
         if request.per_turn:
-            turn_lists = [v.turn_scores for v in mine]
-            assert all(t is not None for t in turn_lists)  # parse_answer and the cache check it
+            turn_lists: list[list[float]] = []
+            for verdict in mine:
+                assert verdict.turn_scores is not None  # parse_answer and the cache check it
+                turn_lists.append(verdict.turn_scores)
             trajectory.metadata["turn_rewards"] = [
                 statistics.fmean(column) for column in zip(*turn_lists, strict=True)
             ]
