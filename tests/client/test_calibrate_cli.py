@@ -23,7 +23,14 @@ from art_adapters._trajectory import Message
 from art_adapters.apps import app
 from art_adapters.apps._calibrate import CalibrationRow, calibration_table, reference_groups
 from tests.helpers.judge_server import JudgeServer
-from tests.helpers.scripted_judges import closest_number, length_loving, sum_reward
+from tests.helpers.scripted_judges import (
+    LENGTH_RULE,
+    SUM_RULE,
+    closest_number,
+    judge_dimensions,
+    length_loving,
+    sum_reward,
+)
 
 #: (question, answers): the first group orders short right answers above long wrong ones.
 GROUPS = [
@@ -108,6 +115,33 @@ def test_the_table_ranks_the_agreeing_judge_above_the_length_loving_one(
     for server in servers:
         assert len(server.requests) == 2
         assert all("length earns nothing" in r["messages"][0]["content"] for r in server.requests)
+
+
+def test_rubric_dimensions_get_a_column_pair_each(tmp_path: Path) -> None:
+    groups_file = save_groups(tmp_path / "groups.jsonl", _groups())
+    rubric = tmp_path / "dimensions.json"
+    rubric.write_text(json.dumps({"dimensions": {"correctness": 2, "length": 1}}), encoding="utf-8")
+    out = tmp_path / "rows.json"
+    with JudgeServer() as server:
+        server.reset(default=judge_dimensions({"correctness": SUM_RULE, "length": LENGTH_RULE}))
+        result = CliRunner().invoke(
+            app,
+            [
+                "calibrate", str(groups_file), "--judge-model", "two-minds", "--judge-base-url", server.url,
+                "--judge-api-key", "test", "--rubric", str(rubric), "--no-cache", "--out", str(out),
+            ],
+            env={"COLUMNS": "250"},
+        )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "correctness Spearman" in result.output and "length agreement" in result.output
+    (row,) = [CalibrationRow.model_validate(r) for r in json.loads(out.read_text(encoding="utf-8"))]
+    assert row.calibration is not None and row.rubric == "dimensions.json"
+    dims = row.calibration.dimensions
+    assert dims["correctness"] == Agreement(spearman=1.0, pairwise=1.0, pairs=9, groups=2)
+    # length: the first group as in the test above; the second, judge ranks (1.5, 1.5, 3) against
+    # reward ranks (3, 2, 1): rho = -1.5 / sqrt(1.5 * 2), its one judge tie (101, 100) earning 1/2
+    assert dims["length"].spearman == pytest.approx((-4.5 / math.sqrt(22.5) - 1.5 / math.sqrt(3)) / 2)
+    assert dims["length"].pairwise == pytest.approx(1 / 9) and dims["length"].pairs == 9
 
 
 def test_groups_without_a_verifiable_reward_are_refused_with_what_to_do(tmp_path: Path) -> None:

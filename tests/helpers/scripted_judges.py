@@ -6,13 +6,16 @@ scores every block with a rule of its own, as a real judge following (or gaming)
 
 * :func:`length_loving`: longer answers score higher (a judge the policy can game with padding);
 * :func:`closest_number`: the answer nearest the sum asked for in ``What is A + B?`` scores highest
-  (a judge that agrees with the verifiable check :func:`sum_reward`).
+  (a judge that agrees with the verifiable check :func:`sum_reward`);
+* :func:`judge_dimensions`: one rule per rubric dimension (``RulerConfig.dimensions``), answered as
+  the ``dimensions`` object of each entry.
 
 The verifiable rewards the tests compare them with are here too, so both sides read the same text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +23,12 @@ from typing import Any
 from tests.helpers.judge_server import scores
 
 __all__ = [
+    "LENGTH_RULE",
+    "SUM_RULE",
     "answer_number",
     "closest_number",
     "judge_by",
+    "judge_dimensions",
     "length_loving",
     "sum_reward",
     "trajectory_blocks",
@@ -84,3 +90,23 @@ def _closest(body: dict[str, Any], text: str) -> float:
 
 #: Scores each trajectory as :func:`sum_reward` does: a judge that agrees with the verifiable check.
 closest_number = judge_by(_closest)
+
+
+def judge_dimensions(
+    rules: dict[str, Callable[[dict[str, Any], str], float]],
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A server answer for rubric dimensions: each entry's ``dimensions`` is ``rule(body, text)`` per name."""
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        entries = []
+        for label, block in trajectory_blocks(body).items():
+            text = _assistant_text(block)
+            by_name = {name: max(0.0, min(1.0, rule(body, text))) for name, rule in rules.items()}
+            entries.append({"trajectory_id": label, "explanation": "by dimension", "dimensions": by_name})
+        return {"content": json.dumps({"scores": entries})}
+
+    return answer
+
+
+#: The rules of :func:`length_loving` and :func:`closest_number`, for :func:`judge_dimensions`.
+LENGTH_RULE, SUM_RULE = _length, _closest

@@ -30,7 +30,7 @@ from art_adapters.observe import ObserveConfig, Observer
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.judge_server import JudgeServer
-from tests.helpers.scripted_judges import judge_by, length_loving
+from tests.helpers.scripted_judges import LENGTH_RULE, judge_by, judge_dimensions, length_loving
 from tests.loop.test_loop import brevity, loop_config, make_rollout, scenarios
 
 
@@ -144,3 +144,27 @@ async def test_every_step_reports_ruler_against_the_verifiable_reward(
     assert len(steps) == 2
     for span in steps:
         assert (span.attributes or {})["art_adapters.train.calibration_spearman"] == pytest.approx(rho)
+
+
+async def test_each_rubric_dimension_is_calibrated_in_the_rows(
+    fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    model = TrainableModel(name="calibrated-dims", project="loop-tests")
+    await model.register(fake_backend)
+    rules = {"brevity": lambda body, text: 1.0 / (1.0 + len(text.strip())), "length": LENGTH_RULE}
+    with JudgeServer() as server:
+        server.reset(default=judge_dimensions(rules))  # type: ignore[arg-type]
+        judge = ChatOpenAI(base_url=server.url, api_key="t", model="dims", max_retries=0, temperature=0)
+        score = combined_scorer(
+            judge, brevity, weight=1.0, cache=False, max_retries=0, dimensions={"brevity": 1, "length": 1}
+        )
+        result = await train_loop(
+            model, make_rollout(model), scenarios("d", 4), score=score,
+            config=loop_config(tmp_path, steps=1, eval_every=0),
+        )  # fmt: skip
+    assert result.final_step == 1
+    (row,) = MetricsHistory(tmp_path).rows("train")
+    assert row["calibration_spearman_brevity"] == pytest.approx(1.0)
+    assert row["calibration_pairwise_brevity"] == pytest.approx(1.0)
+    assert row["calibration_spearman_length"] == pytest.approx(-1.0)
+    assert row["calibration_pairwise_length"] == pytest.approx(0.0)
