@@ -21,8 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from art_adapters import ConfigError, Trajectory, TrajectoryGroup, load_groups
-from art_adapters._calibration import Calibration, calibrate  # from art_adapters once exported
+from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, calibrate, load_groups
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 

@@ -141,7 +141,7 @@ def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_pa
     assert params["steps"].default == 4 and params["learning_rate"].default == 2e-4
     assert params["n_scenarios"].default == TrainMcpConfig.model_fields["n_scenarios"].default
     assert params["val_fraction"].help == TrainMcpConfig.model_fields["val_fraction"].description
-    assert params["learning_rate"].help == "AdamW step size for the LoRA weights."  # TrainConfig's own words
+    assert params["learning_rate"].help == "AdamW step size for the LoRA weights: the peak of lr_schedule."  # TrainConfig's own words
     assert params["steps"].help.startswith("Train until the model is at this step")  # LoopConfig's
     options = {"server": "x", "steps": 7, "learning_rate": 1e-3, "seed": 5, "tools": None}
     config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
