@@ -4,7 +4,9 @@
 
     ArtAdaptersError
     ├── ConfigError                 a setting or argument is wrong; fix the call
-    │   └── ScenarioFileError       (mcp_tools) a scenarios file is missing or holds an invalid line
+    │   ├── ScenarioFileError       (mcp_tools) a scenarios file is missing or holds an invalid line
+    │   └── CassetteError           (mcp_tools) a cassette file is missing or holds an invalid line
+    │       └── CassetteMissError   (mcp_tools) a replayed call is not in the cassette (on_missing="fail")
     ├── RolloutError                the user's rollout (graph run, tool call) failed
     │   ├── ToolServerError         an MCP server crashed, hung or refused a call
     │   └── RolloutBudgetError      more rollouts failed than RunConfig's max_failures /
