@@ -28,7 +28,7 @@ from ._sft_config import SFTConfig, load_trajectories
 from ._train_config import TrainConfig
 from ._trajectory import Trajectory, TrajectoryGroup
 from .observe._metrics import MetricsHistory, group_metrics
-from .ruler import RulerConfig, combine_rewards, ruler_score_groups
+from .ruler import JudgeChangeMonitor, RulerConfig, combine_rewards, judge_identity, ruler_score_groups
 
 if TYPE_CHECKING:
     from ._model import TrainableModel
@@ -247,38 +247,116 @@ def verifiable_scorer(reward: Callable[[Trajectory, Any], float]) -> Scorer:
     return score
 
 
-def ruler_scorer(judge: Any, config: RulerConfig | None = None, **options: Any) -> Scorer:
-    """A scorer that asks RULER's ``judge`` (:func:`~art_adapters.ruler_score_groups`).
+def _one_of(judge: Any, judges: Sequence[Any] | None, settings: RulerConfig, scorer: str) -> list[Any] | None:
+    """``judges`` as a list when the scorer judges with an ensemble, ``None`` for one ``judge``.
 
-    ``config`` and the keyword ``options`` are :class:`~art_adapters.RulerConfig` settings (checked
-    now); ``swallow_exceptions`` defaults to True here, so a group the judge cannot score is reported
-    as unscored instead of stopping the loop.
+    Raises:
+        ConfigError: both or neither are given, ``judges`` is not a non-empty list, or lists
+            the same judge twice (checked now, not after a batch of rollouts).
     """
+    if (judge is None) == (judges is None):
+        raise ConfigError(
+            f"{scorer} needs exactly one of judge= (one judge) or judges=[...] (an ensemble), "
+            f"got {'both' if judge is not None else 'neither'}"
+        )
+    if judges is None:
+        return None
+    if isinstance(judges, str) or not isinstance(judges, Sequence) or not judges:
+        got = "an empty list" if isinstance(judges, Sequence) and not judges else type(judges).__name__
+        raise ConfigError(
+            f"{scorer}: judges must be a non-empty list of judges (LangChain chat models or litellm "
+            f"model strings), got {got}; for one judge pass judge="
+        )
+    seen: dict[str, int] = {}
+    for position, member in enumerate(judges):
+        identity = judge_identity(member, settings)
+        if identity["id"] in seen:
+            raise ConfigError(
+                f"{scorer}: judges {seen[identity['id']]} and {position} are the same judge "
+                f"({identity['model']}); to ask one judge several times set samples=k instead"
+            )
+        seen[identity["id"]] = position
+    return list(judges)
+
+
+def ruler_scorer(
+    judge: Any = None,
+    config: RulerConfig | None = None,
+    *,
+    judges: Sequence[Any] | None = None,
+    monitor: JudgeChangeMonitor | None = None,
+    **options: Any,
+) -> Scorer:
+    """A scorer that asks RULER's ``judge``, or an ensemble of ``judges``
+    (:func:`~art_adapters.ruler_score_groups`).
+
+    Pass exactly one of ``judge`` and ``judges``; an ensemble aggregates its judges' scores
+    (``aggregate``, ``samples``) and gives each trajectory ``metrics["judge_agreement"]``, which the
+    metrics rows carry as ``judge_agreement_mean``. ``config`` and the keyword ``options`` are
+    :class:`~art_adapters.RulerConfig` settings (checked now); ``swallow_exceptions`` defaults to
+    True here, so a group the judge cannot score is reported as unscored instead of stopping the loop.
+
+    Every group the scorer scores is checked by one :class:`~art_adapters.ruler.JudgeChangeMonitor`
+    (``monitor``, else one of the scorer's own): a scorer is made once per run, so a judge that
+    changes mid-run (another model, endpoint, temperature or rubric) is logged as a warning.
+
+    Raises:
+        ConfigError: both or neither of ``judge``/``judges``, an empty ``judges`` or the same
+            judge twice, or a bad setting.
+    """
+    return _ruler(judge, judges, config, monitor, options, "ruler_scorer")
+
+
+def _ruler(
+    judge: Any,
+    judges: Sequence[Any] | None,
+    config: RulerConfig | None,
+    monitor: JudgeChangeMonitor | None,
+    options: dict[str, Any],
+    caller: str,
+) -> Scorer:
+    """:func:`ruler_scorer`'s scorer; ``caller`` names the function in error messages."""
     if "swallow_exceptions" not in options and (config is None or "swallow_exceptions" not in
                                                 config.model_fields_set):  # fmt: skip
         options = {**options, "swallow_exceptions": True}
     settings = resolve_config(RulerConfig, config, options)
+    ensemble = _one_of(judge, judges, settings, caller)
+    watch = monitor if monitor is not None else JudgeChangeMonitor()
 
     async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
-        return list(await ruler_score_groups(groups, judge=judge, config=settings))
+        return list(
+            await ruler_score_groups(groups, judge=judge, judges=ensemble, config=settings, monitor=watch)
+        )
 
     return score
 
 
 def combined_scorer(
-    judge: Any,
-    reward: Callable[[Trajectory, Any], float],
+    judge: Any = None,
+    reward: Callable[[Trajectory, Any], float] | None = None,
     weight: float = 0.5,
     config: RulerConfig | None = None,
+    *,
+    judges: Sequence[Any] | None = None,
+    monitor: JudgeChangeMonitor | None = None,
     **options: Any,
 ) -> Scorer:
     """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``.
 
-    ``config`` and ``options`` are the RULER settings, as for :func:`ruler_scorer`.
+    ``reward(trajectory, scenario) -> float`` is the verifiable reward; it stays in each
+    trajectory's ``metrics["independent_reward"]``, so the rows carry RULER's calibration against it
+    (``calibration_spearman``...) even with ``weight=1`` (RULER alone trains). ``judge`` or
+    ``judges`` (exactly one), ``monitor``, ``config`` and ``options`` are as for :func:`ruler_scorer`.
+
+    Raises:
+        ConfigError: no ``reward``, a ``weight`` outside [0, 1], or what :func:`ruler_scorer` refuses.
     """
+    if reward is None:
+        raise ConfigError("combined_scorer needs reward=, the verifiable reward(trajectory, scenario)")
     if not 0.0 <= weight <= 1.0:
         raise ConfigError(f"weight must be in [0, 1], got {weight}")
-    verifiable, ruler = verifiable_scorer(reward), ruler_scorer(judge, config, **options)
+    verifiable = verifiable_scorer(reward)
+    ruler = _ruler(judge, judges, config, monitor, options, "combined_scorer")
 
     async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
         scored = await ruler(await verifiable(groups, scenarios), scenarios)

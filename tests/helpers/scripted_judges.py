@@ -23,6 +23,7 @@ from typing import Any
 from tests.helpers.judge_server import scores
 
 __all__ = [
+    "BREVITY_RULE",
     "LENGTH_RULE",
     "SUM_RULE",
     "answer_number",
@@ -110,3 +111,12 @@ def judge_dimensions(
 
 #: The rules of :func:`length_loving` and :func:`closest_number`, for :func:`judge_dimensions`.
 LENGTH_RULE, SUM_RULE = _length, _closest
+
+
+def _brevity(body: dict[str, Any], text: str) -> float:
+    return 1.0 / (1.0 + len(text.strip()))
+
+
+#: Scores each trajectory as tests/loop's verifiable brevity reward does: ``1 / (1 + characters)`` of its
+#: reply (a judge that agrees with that check; beside :data:`LENGTH_RULE`, two judges that disagree).
+BREVITY_RULE = _brevity
