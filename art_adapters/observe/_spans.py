@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from art_adapters._trajectory import Message, RolloutFailure, ToolCallRecord, Trajectory, TrajectoryGroup
+from art_adapters.observe._scores import group_judges, judge_attributes, score_records, trajectory_scores
 
 __all__ = [
     "AttributeValue",
@@ -27,6 +28,7 @@ __all__ = [
     "span_ids",
     "trajectory_span_ids",
     "train_step_spans",
+    "trajectory_scores",
     "trajectory_spans",
 ]
 
@@ -144,7 +146,8 @@ def genai_message(message: Message) -> dict[str, Any]:
 
 @dataclass
 class RolloutContext:
-    """Where a trajectory sits in the run: its group, scenario, step, model and split."""
+    """Where a trajectory sits in the run: its group, scenario, step, model and split; and who judged
+    it (``judges``: the identity records of its group's RULER judges, :func:`group_judges`)."""
 
     group_id: str | None = None
     scenario_id: str | None = None
@@ -154,6 +157,7 @@ class RolloutContext:
     agent_name: str = "agent"
     extra_tags: tuple[str, ...] = ()
     namespace: str = ""
+    judges: tuple[Mapping[str, Any], ...] = ()
 
 
 def _scalar_metrics(metrics: Mapping[str, Any], prefix: str) -> dict[str, AttributeValue]:
@@ -345,7 +349,7 @@ def trajectory_spans(
     for t_index, record in enumerate(trajectory.tool_records):
         spans.append(_tool_span(context.namespace, trajectory.id, trace_id, root_id, t_index, record, start))
     if include_scores:
-        spans.extend(score_spans(trajectory, namespace=context.namespace))
+        spans.extend(score_spans(trajectory, namespace=context.namespace, judges=context.judges))
     return spans
 
 
@@ -439,31 +443,30 @@ def _tool_span(
     )
 
 
-def trajectory_scores(trajectory: Trajectory) -> list[tuple[str, float, str | None]]:
-    """The (name, value, comment) scores a trajectory carries: RULER's (with the explanation), the reward."""
-    scores: list[tuple[str, float, str | None]] = []
-    ruler = trajectory.metrics.get("ruler_score")
-    explanation = trajectory.metadata.get("ruler_explanation")
-    comment = explanation if isinstance(explanation, str) else None
-    if isinstance(ruler, int | float) and not isinstance(ruler, bool):
-        scores.append(("ruler", float(ruler), comment))
-    if trajectory.reward is not None:
-        scores.append(("reward", float(trajectory.reward), comment if ruler == trajectory.reward else None))
-    return scores
-
-
-def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: str = "") -> list[SpanSpec]:
+def score_spans(
+    trajectory: Trajectory,
+    *,
+    at_ns: int | None = None,
+    namespace: str = "",
+    judges: Sequence[Mapping[str, Any]] | None = None,
+) -> list[SpanSpec]:
     """One evaluator span per score, child of the rollout's root span (empty when unscored).
 
-    A score (RULER's, or the reward) is an *evaluator* span ``score {name}`` with the value and
-    the judge's explanation as attributes and a ``gen_ai.evaluation.result`` event, so any OTLP
-    backend shows it; the Langfuse SDK path also sends it as a Langfuse score.
+    A score (RULER's, the reward, each rubric dimension's ``ruler.<dimension>``, the ensemble's
+    ``judge_agreement``: :func:`~art_adapters.observe._scores.score_records`) is an *evaluator*
+    span ``score {name}`` with the value and the comment (the judge's explanation) as attributes
+    and a ``gen_ai.evaluation.result`` event, so any OTLP backend shows it; the Langfuse SDK path
+    also sends it as a Langfuse score. A score a judge gave names that judge
+    (:func:`~art_adapters.observe._scores.judge_attributes`: ``art_adapters.judge.ids``,
+    ``art_adapters.judge.models``, ``art_adapters.judges``), from ``judges`` (the group's judge
+    identities) or, without them, the ids an ensemble's verdicts carry.
     """
     trace_id, root_id = trajectory_span_ids(trajectory, namespace)
     end = _ns(trajectory.finished_at) or _ns(trajectory.started_at) or 0
     at = at_ns if at_ns is not None else end
     spans: list[SpanSpec] = []
-    for name, value, comment in trajectory_scores(trajectory):
+    for score in score_records(trajectory, judges):
+        name, value, comment = score.name, score.value, score.comment
         attrs: dict[str, AttributeValue] = {
             "langfuse.observation.type": "evaluator",
             "langfuse.observation.output": _json({"value": value, "comment": comment}),
@@ -481,6 +484,10 @@ def score_spans(trajectory: Trajectory, *, at_ns: int | None = None, namespace: 
             attrs[f"{_PREFIX}.score.comment"] = comment
             attrs["gen_ai.evaluation.explanation"] = comment
             event["gen_ai.evaluation.explanation"] = comment
+        named = judge_attributes(score.judges)
+        attrs.update(named)
+        if named:
+            event[f"{_PREFIX}.judge.ids"] = named[f"{_PREFIX}.judge.ids"]
         spans.append(
             SpanSpec(
                 f"score {name}",
@@ -560,8 +567,9 @@ def score_attributes(trajectory: Trajectory) -> dict[str, AttributeValue]:
 
 
 def group_context(group: TrajectoryGroup, **fields: Any) -> RolloutContext:
-    """The :class:`RolloutContext` of a group's trajectories."""
+    """The :class:`RolloutContext` of a group's trajectories (its judges: :func:`group_judges`)."""
     scenario = group.metadata.get("scenario_id")
+    fields.setdefault("judges", group_judges(group))
     return RolloutContext(
         group_id=group.id, scenario_id=str(scenario) if scenario is not None else None, **fields
     )
