@@ -1,10 +1,13 @@
-"""PNG charts of a run's metrics history: reward with its spread, loss, KL (matplotlib, lazily)."""
+"""PNG charts of a run's metrics history: reward with its spread, loss, KL, and the judge's side
+(RULER's rubric dimensions, calibration against the verifiable reward, judge agreement) when the
+run has them (matplotlib, lazily)."""
 
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from art_adapters._errors import ConfigError
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory
@@ -21,6 +24,61 @@ _CHARTS = (
     ("tool_call_rate", "Rollouts that called a tool (fraction)", ("tool_call_rate",)),
     ("tool_error_rate", "Tool calls that reported an error (fraction)", ("tool_error_rate",)),
 )
+
+#: (file stem, title, y label, (metric key, legend label)...) of the charts of the judge's side, one line
+#: per key and split.
+_JUDGE_CHARTS = (
+    (
+        "calibration",
+        "RULER vs the verifiable reward (within groups)",
+        "agreement",
+        (("calibration_spearman", "Spearman"), ("calibration_pairwise", "pairwise agreement")),
+    ),
+    (
+        "judge_agreement",
+        "Agreement of the judges (1 - spread of their scores)",
+        "agreement",
+        (("judge_agreement_mean", "judge agreement"),),
+    ),
+)
+
+#: The file stem of the rubric dimensions' chart (``ruler_<dimension>_mean``, one line per dimension).
+_DIMENSIONS_CHART = "ruler_dimensions"
+
+
+def _dimension_keys(history: MetricsHistory) -> list[str]:
+    """The ``ruler_<dimension>_mean`` columns of the history (not ``ruler_score_mean``), sorted."""
+    keys = {
+        key
+        for row in history.rows()
+        for key in row
+        if key.startswith("ruler_") and key.endswith("_mean") and key != "ruler_score_mean"
+    }
+    return sorted(keys)
+
+
+def _lines_chart(
+    plt: Any, history: MetricsHistory, path: Path, title: str, ylabel: str, keys: list[tuple[str, str]]
+) -> bool:
+    """Draw ``(key, label)`` series of every split on one chart at ``path``; ``False`` (nothing written)
+    when none has a value. Splits other than ``train`` are dashed."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    drawn = False
+    for split in history.splits():
+        for key, label in keys:
+            steps, values = history.series(key, split)
+            if steps:
+                style = "-" if split == "train" else "--"
+                ax.plot(steps, values, marker="o", linestyle=style, label=f"{split} {label}")
+                drawn = True
+    if drawn:
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path)
+    plt.close(fig)
+    return drawn
 
 
 def _history(run: str | os.PathLike[str]) -> MetricsHistory:
@@ -43,7 +101,12 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
 
     Charts: ``reward.png`` (mean reward per split, with a band of one standard deviation
     and the min/max as dotted lines), then ``loss.png``, ``kl.png``, ``exception_rate.png``,
-    ``tool_call_rate.png`` and ``tool_error_rate.png`` when the history has those metrics.
+    ``tool_call_rate.png`` and ``tool_error_rate.png`` when the history has those metrics; and
+    the judge's side when the run has it: ``ruler_dimensions.png`` (the mean score of each RULER
+    rubric dimension, ``ruler_<dimension>_mean``), ``calibration.png`` (``calibration_spearman``
+    and ``calibration_pairwise``: how RULER agrees with the verifiable reward) and
+    ``judge_agreement.png`` (``judge_agreement_mean``, judge ensembles). Splits other than
+    ``train`` are dashed on these.
 
     Raises:
         ConfigError: no metrics file, no rows in it, or matplotlib is not installed.
@@ -110,6 +173,14 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
             fig.savefig(path)
             written.append(path)
         plt.close(fig)
+
+    dimensions = [(key, key.removeprefix("ruler_").removesuffix("_mean")) for key in _dimension_keys(history)]
+    judged = [(_DIMENSIONS_CHART, "RULER rubric dimensions (mean score)", "score", dimensions)]
+    judged += [(stem, title, ylabel, list(keys)) for stem, title, ylabel, keys in _JUDGE_CHARTS]
+    for stem, title, ylabel, series in judged:
+        path = out / f"{stem}.png"
+        if series and _lines_chart(plt, history, path, title, ylabel, series):
+            written.append(path)
     if not written:
         raise ConfigError(f"{history.path} has no reward, loss or KL values to plot")
     logger.info("wrote %d chart(s) to %s", len(written), out)
