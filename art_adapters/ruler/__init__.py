@@ -20,7 +20,7 @@ from ._answer import JudgeScore
 from ._cache import RulerCache
 from ._config import RulerConfig
 from ._identity import judge_identity
-from ._judge_env import judge_from_env
+from ._judge_env import judge_from_env, judges_from_env
 from ._judges import LangChainJudge, LiteLLMJudge
 from ._monitor import JudgeChangeMonitor
 from ._prompt import DEFAULT_RUBRIC, JudgeRequest, build_request
@@ -39,6 +39,7 @@ __all__ = [
     "combine_rewards",
     "judge_from_env",
     "judge_identity",
+    "judges_from_env",
     "ruler_score_group",
     "ruler_score_groups",
 ]

@@ -1,7 +1,8 @@
 """The judge from the environment: the one place that reads the ``ART_ADAPTERS_JUDGE_*`` variables.
 
 The demo, ``train-mcp`` and ``mcp_tools.generate_scenarios`` (its default writer) all ask
-:func:`judge_from_env`; each decides for itself what to do when it finds no judge.
+:func:`judge_from_env`; each decides for itself what to do when it finds no judge. The demo asks
+:func:`judges_from_env`, which adds a second judge (``ART_ADAPTERS_JUDGE_*_2``) for an ensemble.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
 
 __all__ = [
+    "JUDGE_API_KEY_2_ENV",
     "JUDGE_API_KEY_ENV",
+    "JUDGE_BASE_URL_2_ENV",
     "JUDGE_BASE_URL_ENV",
+    "JUDGE_MODEL_2_ENV",
     "JUDGE_MODEL_ENV",
     "OPENAI_API_KEY_ENV",
     "OPENAI_JUDGE_MODEL",
     "judge_from_env",
+    "judges_from_env",
 ]
 
 logger = logging.getLogger(__name__)
@@ -34,6 +39,12 @@ JUDGE_MODEL_ENV = "ART_ADAPTERS_JUDGE_MODEL"
 JUDGE_BASE_URL_ENV = "ART_ADAPTERS_JUDGE_BASE_URL"
 #: The judge endpoint's key.
 JUDGE_API_KEY_ENV = "ART_ADAPTERS_JUDGE_API_KEY"
+#: A second judge's model name (an ensemble of two, :func:`judges_from_env`).
+JUDGE_MODEL_2_ENV = "ART_ADAPTERS_JUDGE_MODEL_2"
+#: The second judge's endpoint; unset: the OpenAI API.
+JUDGE_BASE_URL_2_ENV = "ART_ADAPTERS_JUDGE_BASE_URL_2"
+#: The second judge's key (the first judge's key is never sent to the second's endpoint).
+JUDGE_API_KEY_2_ENV = "ART_ADAPTERS_JUDGE_API_KEY_2"
 #: The OpenAI API's key: the key of last resort, and alone it names :data:`OPENAI_JUDGE_MODEL`.
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 #: The judge used when only ``$OPENAI_API_KEY`` is set.
@@ -86,8 +97,6 @@ def judge_from_env(
     Raises:
         ConfigError: an endpoint is set without a model name to ask it for, or is not an http(s) URL.
     """
-    from langchain_openai import ChatOpenAI
-
     name = (model or "").strip() or _env(JUDGE_MODEL_ENV)
     source = None if (model or "").strip() else f"${JUDGE_MODEL_ENV}"  # an argument needs no saying
     url = base_url or _env(JUDGE_BASE_URL_ENV)
@@ -105,8 +114,70 @@ def judge_from_env(
             return None
         name, source = OPENAI_JUDGE_MODEL, f"${OPENAI_API_KEY_ENV}"
     key = api_key or _env(JUDGE_API_KEY_ENV) or openai_key or _NO_KEY
+    return _chat(name, url, key, temperature, source)
+
+
+def _chat(
+    name: str, url: str | None, key: str, temperature: float, source: str | None
+) -> tuple[ChatOpenAI, str]:
+    """The chat model, and the line naming it, its endpoint (no credentials) and where the name came from."""
+    from langchain_openai import ChatOpenAI
+
     judge = ChatOpenAI(model=name, base_url=url, api_key=key, temperature=temperature)
     where = redact_url(url) if url else "the OpenAI API"
     line = f"{name} at {where}" + (f" ({source})" if source else "")
     logger.debug("judge from the environment: %s", line)
     return judge, line
+
+
+def judges_from_env(*, temperature: float = 0.0) -> list[tuple[ChatOpenAI, str]]:
+    """The configured judges for an ensemble: :func:`judge_from_env`'s, and a second one when
+    ``$ART_ADAPTERS_JUDGE_MODEL_2`` is set; each with its line (as :func:`judge_from_env` writes it).
+
+    The second judge is read from its own variables, with the first judge's rules:
+
+    * model: ``$ART_ADAPTERS_JUDGE_MODEL_2`` (blank: unset, no second judge);
+    * endpoint: ``$ART_ADAPTERS_JUDGE_BASE_URL_2``, else the OpenAI API (not the first judge's endpoint);
+    * key: ``$ART_ADAPTERS_JUDGE_API_KEY_2``, else ``$OPENAI_API_KEY``, else a placeholder; never
+      ``$ART_ADAPTERS_JUDGE_API_KEY``, so the first endpoint's key does not travel to the second.
+
+    Pass them to ``ruler_scorer(judges=[judge for judge, _ in found])``: the trajectories then carry
+    the judges' agreement (``metrics["judge_agreement"]``). Nothing is sent here.
+
+    Args:
+        temperature: both chat models' sampling temperature (0 for judging).
+
+    Returns:
+        ``[]`` when no judge is configured, ``[first]`` or ``[first, second]``.
+
+    Raises:
+        ConfigError: a second judge without a first (set ``$ART_ADAPTERS_JUDGE_MODEL`` or
+            ``$OPENAI_API_KEY``), ``$ART_ADAPTERS_JUDGE_BASE_URL_2`` without ``$ART_ADAPTERS_JUDGE_MODEL_2``,
+            an endpoint that is not an http(s) URL, or the second judge the same model at the same
+            endpoint as the first (one judge asked twice is ``RulerConfig.samples``, not an ensemble).
+    """
+    first = judge_from_env(temperature=temperature)
+    name, url = _env(JUDGE_MODEL_2_ENV), _env(JUDGE_BASE_URL_2_ENV)
+    if url is not None:
+        _check_url(url, f"${JUDGE_BASE_URL_2_ENV}")
+        if name is None:
+            raise ConfigError(
+                f"${JUDGE_BASE_URL_2_ENV} is set ({redact_url(url)}) but ${JUDGE_MODEL_2_ENV} is not: set it "
+                "to the second judge's model name on that endpoint (or unset both for one judge)"
+            )
+    if name is None:
+        return [] if first is None else [first]
+    if first is None:
+        raise ConfigError(
+            f"${JUDGE_MODEL_2_ENV} is set ({name}) but there is no first judge: set ${JUDGE_MODEL_ENV} "
+            f"(and ${JUDGE_BASE_URL_ENV}) or ${OPENAI_API_KEY_ENV}, or unset ${JUDGE_MODEL_2_ENV}"
+        )
+    judge, _ = first
+    if name == judge.model_name and url == (judge.openai_api_base or None):
+        where = redact_url(url) if url else "the OpenAI API"
+        raise ConfigError(
+            f"${JUDGE_MODEL_2_ENV} names the first judge again ({name} at {where}): an ensemble needs "
+            "another model or endpoint (to ask one judge several times, use RulerConfig.samples)"
+        )
+    key = _env(JUDGE_API_KEY_2_ENV) or _env(OPENAI_API_KEY_ENV) or _NO_KEY
+    return [first, _chat(name, url, key, temperature, f"${JUDGE_MODEL_2_ENV}")]
