@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +107,9 @@ def _who(identity: Mapping[str, Any]) -> str:
 
 
 def _per_judge(
-    verdicts: list[Mapping[str, Any]], judges: tuple[Mapping[str, Any], ...], value: Any
+    verdicts: list[Mapping[str, Any]],
+    judges: tuple[Mapping[str, Any], ...],
+    value: Callable[[Mapping[str, Any]], Any],
 ) -> str:
     """``"model (judge id) 0.80; model (judge id) #1 0.60"``: each verdict's ``value(verdict)``."""
     by_id = {str(j.get("id")): j for j in judges}
