@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,6 +23,7 @@ import mcp_tools
 from art_adapters import (
     ConfigError,
     EvalReport,
+    HackingWarning,
     LocalBackend,
     LoopConfig,
     RetentionPolicy,
@@ -30,13 +33,13 @@ from art_adapters import (
     StepReport,
     TrainableModel,
     TrainConfig,
-    ruler_scorer,
+    combined_scorer,
     train_loop,
     verifiable_scorer,
 )
 from art_adapters.files import write_atomic
-from art_adapters.observe import get_observer, plot_run
-from art_adapters.ruler import judge_from_env
+from art_adapters.observe import MetricsHistory, get_observer, plot_run
+from art_adapters.ruler import judge_from_env, judges_from_env
 
 from ._demo_agent import (
     CALCULATOR_SERVER,
@@ -48,7 +51,17 @@ from ._demo_agent import (
     teacher_trajectories,
 )
 
-__all__ = ["DemoConfig", "DemoResult", "resolve_judge", "run_demo"]
+__all__ = [
+    "DemoConfig",
+    "DemoResult",
+    "demo_scorer",
+    "judge_line",
+    "judge_rows",
+    "resolve_judge",
+    "resolve_judges",
+    "results_table",
+    "run_demo",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +149,21 @@ class DemoResult(BaseModel):
     seconds: float = 0.0
 
 
+def judge_line(wheres: Sequence[str], no_judge: bool = False) -> str:
+    """The demo's line saying what scores its training rollouts, from the judges' lines (none, one or two).
+
+    ``wheres``: each judge's line from :func:`~art_adapters.ruler.judges_from_env` (``"m at URL ($VAR)"``).
+    """
+    if not wheres:
+        why = "--no-judge" if no_judge else "no $ART_ADAPTERS_JUDGE_MODEL or $OPENAI_API_KEY set"
+        return f"rewards: the verifiable check (correct add call + correct answer); {why}"
+    if len(wheres) == 1:
+        return f"rewards: RULER, judge {wheres[0]}"
+    return (
+        f"rewards: RULER, judges {' and '.join(wheres)} (their mean; the table shows how far they agree)"
+    )
+
+
 def resolve_judge(no_judge: bool = False) -> tuple[Any | None, str]:
     """The RULER judge (:func:`~art_adapters.ruler.judge_from_env`) or ``None``, and a line saying so.
 
@@ -143,13 +171,56 @@ def resolve_judge(no_judge: bool = False) -> tuple[Any | None, str]:
     """
     found = None if no_judge else judge_from_env()
     if found is None:
-        why = "--no-judge" if no_judge else "no $ART_ADAPTERS_JUDGE_MODEL or $OPENAI_API_KEY set"
-        return None, f"rewards: the verifiable check (correct add call + correct answer); {why}"
+        return None, judge_line([], no_judge)
     judge, where = found
-    return judge, f"rewards: RULER, judge {where}"
+    return judge, judge_line([where])
 
 
-def _table(before: EvalReport, after: EvalReport, console: Console) -> None:
+def resolve_judges(no_judge: bool = False) -> tuple[list[Any], str]:
+    """The RULER judges (:func:`~art_adapters.ruler.judges_from_env`: one, or two when
+    ``$ART_ADAPTERS_JUDGE_MODEL_2`` is set too) and the line saying so; ``[]`` with *no_judge* or none set.
+    """
+    found = [] if no_judge else judges_from_env()
+    return [judge for judge, _ in found], judge_line([where for _, where in found], no_judge)
+
+
+#: The rows :func:`judge_rows` adds: label, metrics-row key, format.
+_JUDGE_ROWS = (
+    ("judge agreement", "judge_agreement_mean", "{:.2f}"),
+    ("RULER vs the check: Spearman", "calibration_spearman", "{:+.2f}"),
+    ("RULER vs the check: pairs in order", "calibration_pairwise", "{:.0%}"),
+)
+
+
+def judge_rows(run_dir: Path, start: int) -> list[tuple[str, str, str]]:
+    """The table's judge rows, from the last ``train`` row this run wrote to ``run_dir/metrics.jsonl``.
+
+    That row (a step after ``start``, not the SFT warm-up) describes the last step's training groups:
+    the judges' mean per-trajectory agreement (``judge_agreement_mean``, ``1 - (max - min)`` of their
+    scores: two judges only) and RULER's agreement with the verifiable check (``calibration_spearman``,
+    ``calibration_pairwise``: the check is kept beside RULER's score as ``independent_reward``).
+    Each row is ``(label, "-", value)``: the
+    numbers belong to the training rollouts, not to a held-out evaluation. A number the row lacks
+    leaves its row out; without a judge there are none.
+    """
+    rows = [
+        r for r in MetricsHistory(run_dir).rows("train") if r["step"] > start and not r.get("sft_warmup")
+    ]
+    if not rows:
+        return []
+    last = rows[-1]
+    out = []
+    for label, key, form in _JUDGE_ROWS:
+        value = last.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append((f"{label} (step {last['step']} training)", "-", form.format(value)))
+    return out
+
+
+def results_table(
+    before: EvalReport, after: EvalReport, extra: Sequence[tuple[str, str, str]] = ()
+) -> Table:
+    """The before/after table of the held-out evaluation, then the ``extra`` rows (:func:`judge_rows`)."""
     table = Table(title="held-out questions (never trained on)")
     table.add_column("")
     table.add_column(f"step {before.step}", justify="right")
@@ -163,7 +234,25 @@ def _table(before: EvalReport, after: EvalReport, console: Console) -> None:
         b, a = before.metrics.get(key), after.metrics.get(key)
         table.add_row(label, f"{b:.0%}" if b is not None else "-", f"{a:.0%}" if a is not None else "-")
     table.add_row("rollouts", str(before.trajectories), str(after.trajectories))
-    console.print(table)
+    for label, b, a in extra:
+        table.add_row(label, b, a)
+    return table
+
+
+def _print_warning(warning: HackingWarning, console: Console) -> None:
+    """A reward-hacking warning as it is raised: one yellow line with its message and what to check."""
+    console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
+
+
+def demo_scorer(judges: Sequence[Any]) -> Scorer:
+    """How the demo scores its training groups: RULER with ``judges`` (one, or an ensemble of two), the
+    verifiable check kept beside it as ``independent_reward`` (so the rows carry RULER's calibration
+    against it) but not mixed in (``weight=1``); without judges, the check alone."""
+    if not judges:
+        return verifiable_scorer(check)
+    if len(judges) == 1:
+        return combined_scorer(judges[0], check, weight=1.0)
+    return combined_scorer(judges=list(judges), reward=check, weight=1.0)
 
 
 def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -> LoopConfig:
@@ -230,19 +319,22 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
        stateless) and build the agent (:mod:`art_adapters.apps._demo_agent`).
     3. Train with ``train_loop``: it evaluates the current step on the held-out questions
        (``eval_samples`` each at ``eval_temperature``, scored by the verifiable check), trains
-       ``steps`` GRPO steps (groups scored by RULER when a judge is configured, see
-       :func:`resolve_judge`, else by the verifiable check) and evaluates again.
-    4. Print the before/after table, write ``run_dir/plots/reward.png`` and answer ``question``
-       through ``model.chat_model()`` in the same graph.
+       ``steps`` GRPO steps (groups scored by RULER when a judge is configured, by two judges when
+       ``$ART_ADAPTERS_JUDGE_MODEL_2`` is set too, see :func:`resolve_judges`, with the verifiable
+       check kept beside RULER for calibration; else by the check alone) and evaluates again. Each
+       reward-hacking warning is printed as it is raised.
+    4. Print the before/after table (with a judge: the last step's judge agreement and RULER's
+       calibration against the check, :func:`judge_rows`), write ``run_dir/plots/reward.png`` and
+       answer ``question`` through ``model.chat_model()`` in the same graph.
     """
     started = time.monotonic()
     if config.threads is not None:
         os.environ["ART_ADAPTERS_TORCH_THREADS"] = str(config.threads)
     questions = make_scenarios(config.train_size + config.eval_size, seed=config.seed)
     train, held_out = questions[: config.train_size], questions[config.train_size :]
-    judge, judge_line = resolve_judge(config.no_judge)
+    judges, scorer_line = resolve_judges(config.no_judge)
     check_scorer: Scorer = verifiable_scorer(check)
-    console.print(judge_line)
+    console.print(scorer_line)
     for line in get_observer().where():  # Langfuse / OTLP from the environment: traced with no code
         console.print(line)
     with console.status("starting the embedded backend (the first start converts the bundled model)"):
@@ -271,23 +363,23 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
             with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
                 result = await train_loop(
                     model, make_rollout(sampler), train,
-                    score=check_scorer if judge is None else ruler_scorer(judge), config=loop_config,
+                    score=demo_scorer(judges), config=loop_config,
                     val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
                     on_step=lambda step: (_print_step(step, console), bar.next_step(step, loop_config.steps)),
                     on_eval=lambda report: bar.evaluated(report, start),
-                    progress=bar.update,
+                    progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
                 )  # fmt: skip
             if result.stopped:
                 console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
             for line in result.where:
                 console.print(f"this run: {line}", highlight=False)
             before, after = result.evals[0], result.evals[-1]
-            _table(before, after, console)
+            console.print(results_table(before, after, judge_rows(config.run_dir, start)))
             plot = _plot(config.run_dir, console)
             final_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
             answer = await _answer(final_agent, config.question, console)
         return DemoResult(
-            before=before, after=after, start_step=start, final_step=result.final_step, scorer=judge_line,
+            before=before, after=after, start_step=start, final_step=result.final_step, scorer=scorer_line,
             plot=plot, answer=answer, unscored=result.unscored, seconds=time.monotonic() - started,
         )  # fmt: skip
     finally:
