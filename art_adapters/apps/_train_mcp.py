@@ -20,12 +20,14 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 from rich.console import Console
+from rich.markup import escape
 
 import mcp_tools
 from art_adapters import (
     Backend,
     ConfigError,
     EvalReport,
+    HackingWarning,
     LocalBackend,
     LoopConfig,
     LoopResult,
@@ -615,7 +617,8 @@ async def _train(
     console: Any,
     tally: ToolTally | None = None,
 ) -> LoopResult:
-    """Hand over to the training loop (``config.loop``): RULER scores, held-out evaluation, metrics."""
+    """Hand over to the training loop (``config.loop``): RULER scores, held-out evaluation, metrics;
+    each reward-hacking warning (``config.loop.hacking``) is printed in yellow as it is raised."""
 
     def on_step(step: StepReport) -> None:
         reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
@@ -635,6 +638,9 @@ async def _train(
             + _tool_rates(report.metrics)
         )
 
+    def on_warning(warning: HackingWarning) -> None:  # config.loop.hacking: as each is raised
+        console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
+
     return await train_loop(
         model,
         rollout,
@@ -645,6 +651,7 @@ async def _train(
         eval_rollout=eval_rollout,
         on_step=on_step,
         on_eval=on_eval,
+        on_warning=on_warning,
     )
 
 
