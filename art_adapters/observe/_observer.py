@@ -21,6 +21,7 @@ from art_adapters._trajectory import TrajectoryGroup
 from art_adapters.observe._config import ObserveConfig
 from art_adapters.observe._live import RolloutSpan
 from art_adapters.observe._metrics import MetricsHistory, group_metrics
+from art_adapters.observe._scores import group_judges, judge_metadata, score_records
 from art_adapters.observe._spans import (
     RolloutContext,
     SpanSpec,
@@ -28,7 +29,6 @@ from art_adapters.observe._spans import (
     group_context,
     score_spans,
     train_step_spans,
-    trajectory_scores,
     trajectory_span_ids,
     trajectory_spans,
 )
@@ -428,9 +428,9 @@ class Observer:
                 if not live:  # not traced while it ran: the whole rollout as a trace now
                     self._emit(trajectory_spans(trajectory, context, include_scores=scores))
                 elif scores:  # traced live: only the scores join its trace
-                    self._emit(score_spans(trajectory, namespace=self.config.run))
+                    self._emit(score_spans(trajectory, namespace=self.config.run, judges=context.judges))
                 if scores:
-                    self._langfuse_scores(trajectory)
+                    self._langfuse_scores(trajectory, context.judges)
             if self.enabled and failures and group.metadata.get("traced") != "live":
                 failed_context = replace(context, extra_tags=(*context.extra_tags, "failed"))
                 for failure in group.exceptions:
@@ -444,34 +444,37 @@ class Observer:
 
         Each score is an evaluator span in the rollout's trace (value, explanation as
         ``gen_ai.evaluation.explanation`` and a ``gen_ai.evaluation.result`` event) and,
-        with the Langfuse SDK, a Langfuse score with the explanation as its comment.
+        with the Langfuse SDK, a Langfuse score with the explanation as its comment; a score a
+        judge gave names the group's judges (``group.metadata["ruler"]["judges"]``: span
+        attributes ``art_adapters.judge.*``, Langfuse score metadata ``judge_ids``, ``judges``).
         """
         sent = 0
         if not self.enabled:
             return sent
         now = time.time_ns()
+        judges = group_judges(group)
         for trajectory in group.trajectories:
-            specs = score_spans(trajectory, at_ns=now, namespace=self.config.run)
+            specs = score_spans(trajectory, at_ns=now, namespace=self.config.run, judges=judges)
             self._emit(specs)
-            self._langfuse_scores(trajectory)
+            self._langfuse_scores(trajectory, judges)
             sent += len(specs)
         return sent
 
-    def _langfuse_scores(self, trajectory: Any) -> int:
+    def _langfuse_scores(self, trajectory: Any, judges: Sequence[Mapping[str, Any]] = ()) -> int:
         if self._langfuse is None:
             return 0
         trace_id, root_id = trajectory_span_ids(trajectory, self.config.run)
         sent = 0
-        for name, value, comment in trajectory_scores(trajectory):
+        for score in score_records(trajectory, judges):
             try:
                 self._langfuse.create_score(
-                    name=name,
-                    value=value,
+                    name=score.name,
+                    value=score.value,
                     trace_id=f"{trace_id:032x}",
                     observation_id=f"{root_id:016x}",
-                    comment=comment,
+                    comment=score.comment,
                     data_type="NUMERIC",
-                    metadata={"trajectory_id": trajectory.id},
+                    metadata={"trajectory_id": trajectory.id, **judge_metadata(score.judges)},
                 )
                 sent += 1
             except Exception as exc:  # noqa: BLE001 - must not break the caller
