@@ -25,6 +25,8 @@ from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, 
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 
+from ._options import quiet_http_logs
+
 __all__ = [
     "CALIBRATE_HELP",
     "CalibrationRow",
@@ -278,6 +280,7 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Compare judges and rubrics on saved groups (see ``CALIBRATE_HELP``)."""
+    quiet_http_logs()
     console = Console()
     try:
         try:

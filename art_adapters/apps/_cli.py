@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import shlex
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,7 +22,7 @@ from art_adapters.observe import plot_run
 from ._calibrate import CALIBRATE_HELP, calibrate_command
 from ._demo import DemoConfig, run_demo
 from ._import import IMPORT_HELP, import_traces
-from ._options import Setting, build_config, config_command
+from ._options import Setting, build_config, config_command, quiet_http_logs
 from ._sft import SFT_HELP, SFT_OPTIONS, SftCommand, run_sft
 from ._sft import report as sft_report
 from ._train_mcp import TrainMcpConfig, report, run_train_mcp
@@ -44,11 +43,7 @@ app.command("calibrate", help=CALIBRATE_HELP)(calibrate_command)
 
 
 
-def _quiet_http_logs() -> None:
-    """One log line per HTTP request drowns the progress lines (unless --verbose)."""
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        for name in ("httpx", "httpx2"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+_quiet_http_logs = quiet_http_logs
 
 
 #: ``demo``'s options: every DemoConfig field, defaults and help from the model.

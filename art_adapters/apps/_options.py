@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 import types
 import typing
@@ -183,3 +184,10 @@ def build_config(model: type[M], options: dict[str, Any], settings: Sequence[Set
         default = model.model_fields[parent].get_default(call_default_factory=True)
         top[parent] = _merged(default, updates)
     return model.model_validate(top)
+
+
+def quiet_http_logs() -> None:
+    """One log line per HTTP request drowns the progress lines (unless --verbose)."""
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
