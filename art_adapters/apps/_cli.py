@@ -41,8 +41,6 @@ app.callback()(configure_logging)
 app.command("import", help=IMPORT_HELP)(import_traces)
 app.command("calibrate", help=CALIBRATE_HELP)(calibrate_command)
 
-
-
 _quiet_http_logs = quiet_http_logs
 
 
