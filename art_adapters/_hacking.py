@@ -206,9 +206,14 @@ class HackingMonitor:
     def observe(self, step: int, groups: Sequence[TrajectoryGroup]) -> list[HackingWarning]:
         """Record ``step``'s signals and return the warnings they raise (each also logged).
 
-        A step without rollouts (nothing sampled, e.g. an SFT step) is not recorded.
+        A step without rollouts (nothing sampled, e.g. an SFT step) is not recorded, nor is a step
+        no judge scored (no trajectory with ``metrics["ruler_score"]``): a verifiable reward cannot
+        be pleased instead of solved, and a policy that learns to answer more briefly under it is not
+        hacking anything (the demo's verifiable check raised such a length warning before).
         """
         if not self.config.enabled:
+            return []
+        if not any("ruler_score" in t.metrics for g in groups for t in g.trajectories):
             return []
         signals = self._last = step_signals(groups, self.config.ngram)
         if not signals:

@@ -228,3 +228,15 @@ async def test_the_loop_stops_on_a_warning_when_configured(fake_backend: FakeBac
     assert result.stopped is not None and result.stopped.startswith("reward hacking suspected at step 2")
     assert "answer_length" in result.stopped and "check:" in result.stopped
     assert seen == result.steps[-1].warnings
+
+
+def test_steps_no_judge_scored_are_not_watched() -> None:
+    """A verifiable reward alone cannot be hacked: answers that shrink under it raise nothing."""
+    monitor = HackingMonitor(HackingMonitorConfig(window=1))
+    for step, answer in enumerate(["a long and careful answer of many words", "short"]):
+        group = TrajectoryGroup(trajectories=[
+            Trajectory(messages=[Message(role="user", content="q"), Message(role="assistant", content=answer)],
+                       reward=r) for r in (0.0, 1.0)
+        ])  # fmt: skip
+        assert monitor.observe(step, [group]) == []
+    assert monitor.history == []
