@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._config import Count, PositiveCount, resolve_config
 from ._errors import ConfigError, RolloutBudgetError, RolloutError
@@ -70,6 +70,12 @@ class RunConfig(BaseModel):
         max_failure_rate: failed rollouts tolerated as a fraction in [0, 1] of all the run's
             rollouts (``len(scenarios) * n``, rounded down); ``None``: no fraction limit.
             Default 0.1.
+        ray_address: run every rollout as a Ray task on a Ray cluster at this address
+            (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); ``None`` (the default) runs them
+            in this process. Everything above applies the same way; see :mod:`art_adapters._ray`
+            for what travels to the workers. Needs ``pip install 'art-adapters[ray]'``.
+        ray_num_cpus: CPUs one rollout task reserves on its Ray node (> 0; a fraction lets an
+            I/O-bound rollout share a CPU). Default 1. Only with ``ray_address``.
 
     A budget has one meaning: set one of the two and only that one applies
     (``RunConfig(max_failures=3)`` tolerates 3 failures, whatever the run's size); set both and
@@ -85,6 +91,14 @@ class RunConfig(BaseModel):
     retries: Count = 0
     max_failures: Count | None = None
     max_failure_rate: float | None = Field(default=0.1, ge=0.0, le=1.0, allow_inf_nan=False)
+    ray_address: str | None = Field(default=None, min_length=1)
+    ray_num_cpus: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _ray_settings(self) -> RunConfig:
+        if "ray_num_cpus" in self.model_fields_set and self.ray_address is None:
+            raise ValueError("ray_num_cpus applies to Ray tasks only: set ray_address too, or drop ray_num_cpus")
+        return self
 
     def budget(self, total: int) -> tuple[int | None, str | None]:
         """How many of ``total`` rollouts may fail, and the setting that decides it.
@@ -279,10 +293,15 @@ class _Tracing:
         return self.observer.start_rollout(context, slot.index)
 
 
+#: One attempt of a rollout: :func:`_attempt` here, or a Ray task (:class:`~art_adapters._ray.RayRollouts`).
+_AttemptFn = Callable[[RolloutFn, _Slot, "float | None"], Awaitable[Trajectory]]
+
+
 async def _run_slot(
     rollout: RolloutFn,
     slot: _Slot,
     *,
+    attempt: _AttemptFn,
     semaphore: asyncio.Semaphore,
     timeout_s: float | None,
     retries: int,
@@ -295,7 +314,9 @@ async def _run_slot(
         span = tracing.start(slot)
         try:
             with span.active() if span is not None else nullcontext():
-                await _attempts(rollout, slot, timeout_s=timeout_s, retries=retries, display=display, span=span)
+                await _attempts(
+                    rollout, slot, attempt=attempt, timeout_s=timeout_s, retries=retries, display=display, span=span
+                )
             if slot.trajectory is not None:
                 if slot.trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
                     slot.trajectory.id = Trajectory().id
@@ -312,19 +333,26 @@ async def _run_slot(
 
 
 async def _attempts(
-    rollout: RolloutFn, slot: _Slot, *, timeout_s: float | None, retries: int, display: _Display, span: Any
+    rollout: RolloutFn,
+    slot: _Slot,
+    *,
+    attempt: _AttemptFn,
+    timeout_s: float | None,
+    retries: int,
+    display: _Display,
+    span: Any,
 ) -> None:
     """The attempts of one rollout: the first success, or the last failure, lands on ``slot``."""
     failures: list[str] = []
-    for attempt in range(retries + 1):
+    for tried in range(retries + 1):
         started = time.monotonic()
         try:
-            trajectory = await _attempt(rollout, slot, timeout_s)
+            trajectory = await attempt(rollout, slot, timeout_s)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
-            failures.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
-            if attempt < retries:
+            failures.append(f"attempt {tried + 1}: {type(exc).__name__}: {exc}")
+            if tried < retries:
                 display.retried += 1
                 if span is not None:
                     span.retried(failures[-1])
@@ -337,19 +365,19 @@ async def _attempts(
                 )
                 continue
             partial = getattr(exc, "trajectory", None)
-            slot.exception = RolloutFailure.from_exception(
+            slot.exception = _failure(
                 exc,
                 scenario_id=slot.scenario_id,
                 rollout_index=slot.index,
                 trajectory=partial if isinstance(partial, Trajectory) else None,
-                attempts=attempt + 1,
+                attempts=tried + 1,
                 previous_failures=failures[:-1],
             )
             logger.warning(
                 "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
                 slot.index,
                 slot.scenario_id,
-                attempt + 1,
+                tried + 1,
                 type(exc).__name__,
                 exc,
             )
@@ -360,12 +388,20 @@ async def _attempts(
             "scenario_id": slot.scenario_id,
             "group_id": slot.group_id,
             "rollout_index": slot.index,
-            "attempts": attempt + 1,
+            "attempts": tried + 1,
             "duration_s": round(time.monotonic() - started, 3),
         }
         trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
         slot.trajectory = trajectory
         return
+
+
+def _failure(exc: Exception, **fields: Any) -> RolloutFailure:
+    """The record of a failed rollout; one that raised on a Ray worker keeps the worker's type and traceback."""
+    remote = getattr(exc, "remote_failure", None)
+    if isinstance(remote, RolloutFailure):
+        return remote.model_copy(update=fields)
+    return RolloutFailure.from_exception(exc, **fields)
 
 
 async def run_groups(
@@ -427,7 +463,9 @@ async def run_groups(
         traced live, ``trace_id`` and ``rollout_span_id``).
 
     Raises:
-        ConfigError: an argument or setting is invalid, or ``rollout`` is not an async function.
+        ConfigError: an argument or setting is invalid, or ``rollout`` is not an async function
+            (with ``ray_address``: or it, or a scenario, cannot be serialised for the workers).
+        ImportError: ``ray_address`` is set and Ray is not installed.
         RolloutBudgetError: more rollouts failed than the budget allows (see :class:`RunConfig`).
     """
     run = resolve_config(RunConfig, config, settings, hints=_RETIRED)
@@ -454,6 +492,11 @@ async def run_groups(
     options = tracing if tracing is not None else RolloutTracing()
     observer = options.resolve()
     live = _Tracing(observer if observer.enabled else None, options)
+    attempt: _AttemptFn = _attempt
+    if run.ray_address is not None:  # each attempt a Ray task; Ray is imported only here
+        from ._ray import RayRollouts
+
+        attempt = RayRollouts(rollout, address=run.ray_address, num_cpus=run.ray_num_cpus).attempt
     semaphore = asyncio.Semaphore(run.max_concurrency)
     display = _Display(progress, total)
     seen_ids: set[str] = set()
@@ -462,6 +505,7 @@ async def run_groups(
             _run_slot(
                 rollout,
                 slot,
+                attempt=attempt,
                 semaphore=semaphore,
                 timeout_s=run.timeout_s,
                 retries=run.retries,
