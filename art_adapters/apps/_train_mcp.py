@@ -18,7 +18,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
 from rich.console import Console
 from rich.markup import escape
 
@@ -187,6 +187,13 @@ class TrainMcpConfig(BaseModel):
         description="The agent's system prompt (a worked example helps a small model).",
     )
     loop: LoopConfig = Field(default_factory=default_loop, description="The training loop's settings.")
+    ray_address: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Run every rollout as a Ray task on the Ray cluster at this address ('auto', "
+        "'HOST:6379'); the MCP server is started on the workers, which call the backend at its URL, so "
+        "give a --backend-url they can reach. Needs pip install 'art-adapters[ray]' (docs/scaling.md).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -207,6 +214,9 @@ class TrainMcpConfig(BaseModel):
         self.loop = self.loop.model_copy(
             update={name: value for name, value in unset.items() if name not in self.loop.model_fields_set}
         )
+        if self.ray_address is not None and self.loop.run.ray_address != self.ray_address:
+            run = self.loop.run.model_copy(update={"ray_address": self.ray_address})
+            self.loop = self.loop.model_copy(update={"run": run})
         return self
 
 
@@ -390,6 +400,58 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
     return rollout
 
 
+class _WorkerRollout(BaseModel):
+    """A train-mcp rollout that builds its agent where it runs: for Ray workers (``--ray-address``).
+
+    The agent of :func:`make_rollout` holds an HTTP client and MCP tools that cannot be sent to
+    another process, so this record (settings only; the key hidden from reprs) travels instead,
+    and every call loads the server's tools and builds the agent on the worker, in the task's own
+    event loop.
+
+    Attributes:
+        config: the run's settings (server, tools, agent).
+        model: the served model name (``name`` for the latest step).
+        base_url: the backend's OpenAI-compatible URL, as the workers reach it.
+        api_key: the backend's key.
+        temperature: sampling temperature (0 for evaluation).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    config: TrainMcpConfig
+    model: str
+    base_url: str
+    api_key: SecretStr
+    temperature: float
+
+    async def __call__(self, scenario: Scenario | dict[str, Any]) -> Trajectory:
+        """One rollout: the server's tools, the agent on the backend's model, then :func:`make_rollout`'s run."""
+        import httpx
+        from langchain_openai import ChatOpenAI
+
+        config = self.config
+        tools = select_tools(await mcp_tools.load_tools(_server(config)), config.tools, config.exclude_tools)
+        async with httpx.AsyncClient() as client:
+            chat = ChatOpenAI(
+                model=self.model,
+                base_url=self.base_url,
+                api_key=self.api_key,
+                temperature=self.temperature,
+                max_tokens=config.max_tokens,
+                max_retries=2,
+                http_async_client=client,
+                include_response_headers=True,
+            )
+            agent = build_agent(
+                chat,
+                tools,
+                system_prompt=config.system_prompt,
+                max_turns=config.max_turns,
+                first_tool_choice=config.first_tool_choice,
+            )
+            return await make_rollout(agent)(scenario)
+
+
 async def _scenarios(
     config: TrainMcpConfig,
     tools: Sequence[BaseTool],
@@ -538,8 +600,16 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             max_turns=config.max_turns,
             first_tool_choice=config.first_tool_choice,
         )
+        eval_rollout = make_rollout(eval_agent)
+        if config.ray_address:  # the agents are built on the workers
+            settings = config.model_copy(update={"api_key": None, "judge_api_key": None})  # workers need neither
+            remote = {"config": settings, "model": model.name, "base_url": backend.openai_base_url}
+            key = SecretStr(backend.api_key or "not-needed")
+            rollout = _WorkerRollout(**remote, api_key=key, temperature=config.temperature)
+            eval_rollout = _WorkerRollout(**remote, api_key=key, temperature=0.0)
+            console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
         loop_result = await _train(
-            model, rollout, make_rollout(eval_agent), train, val, judge, ruler_options, config, console, tally
+            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally
         )
         result.loop_result = loop_result
         result.target_step, result.stopped = config.loop.steps, loop_result.stopped
@@ -581,6 +651,21 @@ class ToolTally:
             trajectory = await rollout(scenario)
             self.add(trajectory)
             return trajectory
+
+        return counted
+
+    def counting_scores(self, score: Any) -> Any:
+        """*score* (a ``train_loop`` scorer), counting the tool calls of every trajectory it is given.
+
+        For rollouts that ran elsewhere (Ray workers), where :meth:`counting` would count in the
+        worker's copy of this tally.
+        """
+
+        async def counted(groups: Any, scenarios: Any) -> Any:
+            for group in groups:
+                for trajectory in group.trajectories:
+                    self.add(trajectory)
+            return await score(groups, scenarios)
 
         return counted
 
@@ -641,11 +726,14 @@ async def _train(
     def on_warning(warning: HackingWarning) -> None:  # config.loop.hacking: as each is raised
         console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
 
+    score = ruler_scorer(judge, **ruler_options)
+    if config.ray_address and tally is not None:  # the rollouts ran on Ray workers: count here
+        score = tally.counting_scores(score)
     return await train_loop(
         model,
         rollout,
         train,
-        score=ruler_scorer(judge, **ruler_options),
+        score=score,
         config=config.loop,
         val_scenarios=val,
         eval_rollout=eval_rollout,
