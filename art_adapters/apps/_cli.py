@@ -106,6 +106,7 @@ TRAIN_MCP_OPTIONS = [
     Setting("model_name"),
     Setting("base_model"),
     Setting("backend_url"),
+    Setting("ray_address"),
     Setting("api_key", extra={"envvar": "ART_ADAPTERS_API_KEY", "show_default": False}),
     Setting("judge_model"),
     Setting("judge_base_url"),
