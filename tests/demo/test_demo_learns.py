@@ -24,6 +24,7 @@ def _train_rows(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # about 6 min alone; under the full suite's load on 2 cores it passed 600 s
 async def test_grpo_on_the_demo_raises_held_out_correctness(tmp_path: Path) -> None:
     """GRPO alone (no SFT): a few steps of several passes each raise held-out correctness."""
     config = DemoConfig(

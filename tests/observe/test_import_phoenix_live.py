@@ -113,6 +113,8 @@ def openinference_run(
     path = tmp_path_factory.mktemp("openinference") / "spans.jsonl"
     provider = provider_for(phoenix, OPENINFERENCE, path)
     instrumentor = module.LangChainInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:  # left on by an earlier test on this worker: to our provider
+        instrumentor.uninstrument()
     instrumentor.instrument(tracer_provider=provider)
     handler = aa.TrajectoryCallbackHandler()
 
