@@ -17,22 +17,27 @@ from __future__ import annotations
 import math
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 import torch
-from langchain_core.tools import tool
-from pydantic import Field
 
 from art_adapters import (
     SFTConfig,
     TrainableModel,
     TrainConfig,
-    TrajectoryCallbackHandler,
     TrajectoryGroup,
 )
 from art_adapters._trajectory import Message, ToolSchema, Trajectory
-from tests.helpers.families_support import ADD, SYSTEM, Family, vllm_conversation, vllm_tools
+from tests.helpers.families_support import (
+    ADD,
+    SYSTEM,
+    Family,
+    captured_add_run,
+    forced_add_graph,
+    vllm_conversation,
+    vllm_tools,
+)
 
 #: Real model families only, as in test_family_training.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
@@ -182,45 +187,6 @@ async def test_the_sft_step_is_served_as_name_at_1(family: Family, sft: dict[str
 # --------------------------------------------------------------------------- GRPO on captured runs
 
 
-@tool
-def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=99)]) -> int:
-    """Add two small integers."""
-    return a + b
-
-
-def _graph(model: TrainableModel) -> Any:
-    """agent -> tools -> agent -> end: the first turn is a forced ``add`` call, the second an answer."""
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    call = model.chat_model(temperature=1.0, max_tokens=48).bind_tools([add], tool_choice="add")
-    answer = model.chat_model(temperature=1.0, max_tokens=6).bind_tools([add], tool_choice="none")
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
-        return {"messages": [await llm.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([add]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
-
-
-async def _run(graph: Any) -> Trajectory:
-    handler = TrajectoryCallbackHandler()
-    await graph.ainvoke(
-        {"messages": [("system", SYSTEM), ("user", "What is 2 + 3?")]},
-        config={"callbacks": [handler], "recursion_limit": 6},
-    )
-    trajectory = handler.trajectory
-    assert trajectory is not None and trajectory.error is None
-    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
-    return trajectory
-
-
 @pytest.fixture(scope="session")
 async def captured(family: Family) -> dict[str, Any]:
     """A fresh model and four captured graph runs of it (step 0), rewards [1, 0, 1, 0]."""
@@ -228,8 +194,8 @@ async def captured(family: Family) -> dict[str, Any]:
         name=f"grpo-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
     )
     await model.register(family.backend)
-    graph = _graph(model)
-    runs = [await _run(graph) for _ in range(4)]
+    graph = forced_add_graph(model, answer_tokens=6)
+    runs = [await captured_add_run(graph) for _ in range(4)]
     runs = [run.model_copy(update={"reward": r}) for run, r in zip(runs, [1.0, 0.0, 1.0, 0.0], strict=True)]
     return {"model": model, "runs": runs}
 

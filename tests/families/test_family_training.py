@@ -13,60 +13,19 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 import torch
-from langchain_core.tools import tool
-from pydantic import Field
 
-from art_adapters import TrainableModel, TrainConfig, TrajectoryCallbackHandler, TrajectoryGroup
+from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup
 from art_adapters._trajectory import Trajectory
-from tests.helpers.families_support import SYSTEM, Family
+from tests.helpers.families_support import Family, captured_add_run, forced_add_graph
 
 #: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
 
 TOLERANCE = 1e-4
-
-
-@tool
-def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=99)]) -> int:
-    """Add two small integers."""
-    return a + b
-
-
-def _graph(model: TrainableModel) -> Any:
-    """agent -> (tool call?) tools -> agent -> end; the first turn must call ``add``."""
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    call = model.chat_model(temperature=1.0, max_tokens=48).bind_tools([add], tool_choice="add")
-    answer = model.chat_model(temperature=1.0, max_tokens=8).bind_tools([add], tool_choice="none")
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
-        return {"messages": [await llm.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([add]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
-
-
-async def _run(graph: Any) -> Trajectory:
-    handler = TrajectoryCallbackHandler()
-    await graph.ainvoke(
-        {"messages": [("system", SYSTEM), ("user", "What is 2 + 3?")]},
-        config={"callbacks": [handler], "recursion_limit": 6},
-    )
-    trajectory = handler.trajectory
-    assert trajectory is not None and trajectory.error is None
-    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
-    return trajectory
 
 
 async def _extends(family: Family, trajectory: Trajectory) -> bool:
@@ -87,8 +46,8 @@ async def trained(family: Family) -> dict[str, Any]:
         name=f"fam-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
     )
     await model.register(family.backend)
-    graph = _graph(model)
-    runs = [await _run(graph) for _ in range(2)]
+    graph = forced_add_graph(model)
+    runs = [await captured_add_run(graph) for _ in range(2)]
     extends = [await _extends(family, run) for run in runs]
     group = TrajectoryGroup(
         trajectories=[

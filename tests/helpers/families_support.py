@@ -19,9 +19,13 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from art_adapters import LocalBackend
+from langchain_core.tools import tool
+from pydantic import Field
+
+from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler
+from art_adapters._trajectory import Trajectory
 
 #: Bump when the tiny model's recipe changes, so a stale cached folder is not reused.
 TINY_QWEN3 = "qwen3-tiny-v1"
@@ -246,3 +250,44 @@ class Family:
     def prompt_ids(self, request: Mapping[str, Any]) -> list[int]:
         """The prompt token ids vLLM feeds the model: the rendering tokenised without added specials."""
         return list(self.tokenizer(self.render(request), add_special_tokens=False)["input_ids"])
+
+
+@tool
+def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=99)]) -> int:
+    """Add two small integers."""
+    return a + b
+
+
+def forced_add_graph(model: TrainableModel, answer_tokens: int = 8) -> Any:
+    """agent -> (tool call?) tools -> agent -> end; the first turn must call ``add``, the second
+    answers with tools turned off (at most ``answer_tokens`` tokens)."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    call = model.chat_model(temperature=1.0, max_tokens=48).bind_tools([add], tool_choice="add")
+    answer = model.chat_model(temperature=1.0, max_tokens=answer_tokens).bind_tools([add], tool_choice="none")
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def captured_add_run(graph: Any) -> Trajectory:
+    """One captured run of :func:`forced_add_graph` on "What is 2 + 3?" (system, user, call, tool, answer)."""
+    handler = TrajectoryCallbackHandler()
+    await graph.ainvoke(
+        {"messages": [("system", SYSTEM), ("user", "What is 2 + 3?")]},
+        config={"callbacks": [handler], "recursion_limit": 6},
+    )
+    trajectory = handler.trajectory
+    assert trajectory is not None and trajectory.error is None
+    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    return trajectory
