@@ -153,6 +153,7 @@ class Observer:
         self._lock = threading.Lock()
         self._closed = False
         self._langfuse: Any = None
+        self._score_sink: Any = None  # where scores go: the SDK client, or LangfuseScoreClient
         self._provider: TracerProvider | None = None
         self._ids: Any = None
         self._open: dict[str, RolloutSpan] = {}
@@ -260,13 +261,29 @@ class Observer:
                 "observe: the Langfuse SDK did not start (%s); spans over plain OTLP to %s", exc, url
             )
             return
-        if getattr(getattr(self._langfuse, "_resources", None), "tracer_provider", provider) is not provider:
-            # The SDK keeps one client per public key: an earlier one (maybe shut down) was returned,
-            # with its own provider. Send our spans over plain OTLP; scores still go through the SDK.
+        self._score_sink = self._langfuse
+        resources = getattr(self._langfuse, "_resources", None)
+        if getattr(resources, "tracer_provider", provider) is not provider:
+            # The SDK keeps one client per public key for the whole process: an earlier one was
+            # returned, with its own provider and host, maybe shut down (then it drops every score:
+            # langfuse-python#1799). Spans go over plain OTLP; scores over the REST API when that
+            # client cannot carry them to our host.
             url = cfg.langfuse_otlp_url()
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+            same_host = str(getattr(resources, "base_url", "")).rstrip("/") == cfg.langfuse_base_url.rstrip("/")
+            if getattr(resources, "_shutdown", False) or not same_host:
+                from art_adapters.observe._langfuse_rest import LangfuseScoreClient
+
+                self._score_sink = LangfuseScoreClient(
+                    cfg.langfuse_public_key or "",
+                    cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else "",
+                    cfg.langfuse_base_url,
+                    timeout_s=cfg.export_timeout_s,
+                )
             logger.info(
-                "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s", url
+                "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s%s",
+                url,
+                "" if self._score_sink is self._langfuse else ", scores over the REST API",
             )
             return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
@@ -461,13 +478,13 @@ class Observer:
         return sent
 
     def _langfuse_scores(self, trajectory: Any, judges: Sequence[Mapping[str, Any]] = ()) -> int:
-        if self._langfuse is None:
+        if self._score_sink is None:
             return 0
         trace_id, root_id = trajectory_span_ids(trajectory, self.config.run)
         sent = 0
         for score in score_records(trajectory, judges):
             try:
-                self._langfuse.create_score(
+                self._score_sink.create_score(
                     name=score.name,
                     value=score.value,
                     trace_id=f"{trace_id:032x}",
@@ -513,12 +530,12 @@ class Observer:
             step, metrics, run=run or self.config.run, at_ns=now - duration, duration_ns=duration
         )
         self._emit(specs)
-        if self._langfuse is not None:
+        if self._score_sink is not None:
             trace_id = f"{specs[0].trace_id:032x}"
             for name, value in metrics.items():
                 if _is_number(value):
                     try:
-                        self._langfuse.create_score(
+                        self._score_sink.create_score(
                             name=f"{split}/{name}", value=float(value), trace_id=trace_id, data_type="NUMERIC"
                         )
                     except Exception as exc:  # noqa: BLE001 - observability must never break the caller
@@ -531,9 +548,9 @@ class Observer:
         ok = True
         if self._provider is not None:
             ok = self._provider.force_flush(int(timeout_s * 1000))
-        if self._langfuse is not None:
+        if self._score_sink is not None:
             try:
-                self._langfuse.flush()
+                self._score_sink.flush()
             except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                 logger.warning("observe: Langfuse flush failed (%s)", exc)
         return ok
@@ -552,9 +569,12 @@ class Observer:
         self._closed = True
         if self._provider is not None:
             self._provider.shutdown()
-        if self._langfuse is not None:
+        # The SDK's client is shared by every Langfuse(...) with this key in the process, and a shut
+        # down one drops every later score (langfuse-python#1799): it was flushed above and the SDK
+        # shuts it down at exit. Our own REST score client is ours to close.
+        if self._score_sink is not None and self._score_sink is not self._langfuse:
             try:
-                self._langfuse.shutdown()
+                self._score_sink.shutdown()
             except Exception as exc:  # noqa: BLE001 - observability must never break the caller
                 logger.warning("observe: Langfuse shutdown failed (%s)", exc)
 

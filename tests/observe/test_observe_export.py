@@ -399,6 +399,42 @@ def test_a_second_langfuse_observer_with_the_same_key_still_delivers(
     assert delivered == [True, True]
 
 
+def _ruler_scores(recorder: Recorder) -> list[dict[str, Any]]:
+    scores: list[dict[str, Any]] = []
+    for path, body in recorder.posts:
+        if path.endswith("/scores"):
+            batch = json.loads(body)
+            scores.extend(batch if isinstance(batch, list) else batch.get("scores", [batch]))
+    return [s for s in scores if s["name"] == "ruler"]
+
+
+def test_scores_reach_each_host_when_one_key_is_used_for_two_hosts_and_after_a_shutdown(
+    scored_groups: list[aa.TrajectoryGroup],
+) -> None:
+    """The SDK keeps one client per key for the process (with the first one's host, and dropping every
+    score once shut down: langfuse-python#1799); each observer's scores still reach its own host."""
+    hosts = [Recorder(), Recorder()]
+    a, b = hosts
+    # (key, host, whether the user shuts the SDK client down): another host for a key in use, and
+    # the same host after the shared client was shut down.
+    plan = [("pk-lf-hosts", a, False), ("pk-lf-hosts", b, False), ("pk-lf-shut", a, True), ("pk-lf-shut", a, False)]
+    try:
+        for index, (key, host, user_shuts_down) in enumerate(plan):
+            observer = observe.configure_langfuse(key, "sk-lf-shared", host.url, run=f"r{index}")
+            trace_ids = observer.log_rollouts(scored_groups[:1], step=index)
+            if user_shuts_down:
+                observer.langfuse_client.shutdown()
+            observer.shutdown()
+            ruler = [s for s in _ruler_scores(host) if s["traceId"] in trace_ids]
+            assert len(ruler) == len(trace_ids), f"observer {index}: {len(ruler)} of {len(trace_ids)} scores"
+            values = {t.metrics["ruler_score"] for t in scored_groups[0].trajectories}
+            assert {s["value"] for s in ruler} == values
+    finally:
+        for host in hosts:
+            host.httpd.shutdown()
+            host.httpd.server_close()
+
+
 async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(
     scored_groups: list[aa.TrajectoryGroup], tmp_path: Any
 ) -> None:
