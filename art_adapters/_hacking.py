@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
@@ -252,58 +253,81 @@ class HackingMonitor:
                     check="read the rollouts the judge scores highest and ask whether they solve the task; "
                     "tighten the rubric or mix in the verifiable reward (combined_scorer)",
                 ))  # fmt: skip
-        if (rho := self._windows("spearman")) and rho[0] - rho[1] >= c.calibration_drop:
+        for rule in _DRIFT_RULES:
+            window = self._windows(rule.source)
+            if window is None or not rule.fires(*window, c):
+                continue
+            base, recent = window
+            values = {f"{rule.value}_baseline": base, rule.value: recent}
+            if rule.signal == "answer_length":
+                values["ratio"] = recent / base
             out.append(HackingWarning(
-                signal="calibration", step=step, values={"spearman_baseline": rho[0], "spearman": rho[1]},
-                message=f"RULER's rank agreement with the verifiable reward fell: Spearman {rho[0]:.2f} -> "
-                f"{rho[1]:.2f}",
-                check="compare the judge's explanations with the verifiable check on the pairs they order "
-                "differently; run `art-adapters calibrate` on a saved batch to compare judges and rubrics",
-            ))  # fmt: skip
-        if (chars := self._windows("answer_chars")) and chars[0] > 0:
-            ratio = chars[1] / chars[0]
-            if ratio >= c.length_ratio or ratio <= 1 / c.length_ratio:
-                out.append(HackingWarning(
-                    signal="answer_length", step=step,
-                    values={"chars_baseline": chars[0], "chars": chars[1], "ratio": ratio},
-                    message=f"final answers drifted from {chars[0]:.0f} to {chars[1]:.0f} characters on "
-                    f"average (x{ratio:.2f})",
-                    check="whether the judge rewards length (verbosity, padding) rather than correctness; "
-                    "state the expected answer length in the rubric",
-                ))  # fmt: skip
-        if (rep := self._windows("repetition")) and rep[1] - rep[0] >= c.repetition_rise:
-            out.append(HackingWarning(
-                signal="repetition", step=step, values={"repetition_baseline": rep[0], "repetition": rep[1]},
-                message=f"repeated {c.ngram}-grams in the assistant's text rose from {rep[0]:.0%} to "
-                f"{rep[1]:.0%}",
-                check="read recent rollouts for loops and repeated phrases; lower the temperature or "
-                "penalise repetition in the rubric",
-            ))  # fmt: skip
-        if (calls := self._windows("tool_calls")) and abs(calls[1] - calls[0]) / max(calls[0], 1.0) >= (
-            c.tool_calls_change
-        ):
-            out.append(HackingWarning(
-                signal="tool_calls", step=step, values={"calls_baseline": calls[0], "calls": calls[1]},
-                message=f"tool calls per rollout changed from {calls[0]:.2f} to {calls[1]:.2f}",
-                check="whether the agent stopped using the tools it needs, or calls them to impress the "
-                "judge",
-            ))  # fmt: skip
-        if (errors := self._windows("tool_error_rate")) and errors[1] - errors[0] >= c.tool_error_rise:
-            out.append(HackingWarning(
-                signal="tool_errors", step=step,
-                values={"error_rate_baseline": errors[0], "error_rate": errors[1]},
-                message=f"the tool error rate rose from {errors[0]:.0%} to {errors[1]:.0%}",
-                check="the failing tool calls' arguments and errors; whether failed runs still score well",
-            ))  # fmt: skip
-        if (agree := self._windows("judge_agreement")) and agree[0] - agree[1] >= c.agreement_drop:
-            out.append(HackingWarning(
-                signal="judge_agreement", step=step,
-                values={"agreement_baseline": agree[0], "agreement": agree[1]},
-                message=f"the judges agree less: agreement {agree[0]:.2f} -> {agree[1]:.2f}",
-                check="the rollouts the judges disagree on most: the policy may exploit one judge's blind "
-                "spot",
+                signal=rule.signal, step=step, values=values, message=rule.message(base, recent, c),
+                check=rule.check,
             ))  # fmt: skip
         return out
+
+
+@dataclass(frozen=True)
+class _DriftRule:
+    """One signal compared between the baseline window and the current one."""
+
+    signal: str  # the warning's name
+    source: str  # the monitored number (a key of step_signals)
+    value: str  # the warning's value names: VALUE_baseline and VALUE
+    fires: Callable[[float, float, HackingMonitorConfig], bool]
+    message: Callable[[float, float, HackingMonitorConfig], str]
+    check: str
+
+
+def _length_ratio_out_of_range(base: float, recent: float, c: HackingMonitorConfig) -> bool:
+    return base > 0 and not 1 / c.length_ratio < recent / base < c.length_ratio
+
+
+_DRIFT_RULES = (
+    _DriftRule(
+        "calibration", "spearman", "spearman",
+        lambda base, recent, c: base - recent >= c.calibration_drop,
+        lambda base, recent, c: f"RULER's rank agreement with the verifiable reward fell: Spearman "
+        f"{base:.2f} -> {recent:.2f}",
+        "compare the judge's explanations with the verifiable check on the pairs they order differently; "
+        "run `art-adapters calibrate` on a saved batch to compare judges and rubrics",
+    ),
+    _DriftRule(
+        "answer_length", "answer_chars", "chars",
+        _length_ratio_out_of_range,
+        lambda base, recent, c: f"final answers drifted from {base:.0f} to {recent:.0f} characters on "
+        f"average (x{recent / base:.2f})",
+        "whether the judge rewards length (verbosity, padding) rather than correctness; state the "
+        "expected answer length in the rubric",
+    ),
+    _DriftRule(
+        "repetition", "repetition", "repetition",
+        lambda base, recent, c: recent - base >= c.repetition_rise,
+        lambda base, recent, c: f"repeated {c.ngram}-grams in the assistant's text rose from {base:.0%} to "
+        f"{recent:.0%}",
+        "read recent rollouts for loops and repeated phrases; lower the temperature or penalise "
+        "repetition in the rubric",
+    ),
+    _DriftRule(
+        "tool_calls", "tool_calls", "calls",
+        lambda base, recent, c: abs(recent - base) / max(base, 1.0) >= c.tool_calls_change,
+        lambda base, recent, c: f"tool calls per rollout changed from {base:.2f} to {recent:.2f}",
+        "whether the agent stopped using the tools it needs, or calls them to impress the judge",
+    ),
+    _DriftRule(
+        "tool_errors", "tool_error_rate", "error_rate",
+        lambda base, recent, c: recent - base >= c.tool_error_rise,
+        lambda base, recent, c: f"the tool error rate rose from {base:.0%} to {recent:.0%}",
+        "the failing tool calls' arguments and errors; whether failed runs still score well",
+    ),
+    _DriftRule(
+        "judge_agreement", "judge_agreement", "agreement",
+        lambda base, recent, c: base - recent >= c.agreement_drop,
+        lambda base, recent, c: f"the judges agree less: agreement {base:.2f} -> {recent:.2f}",
+        "the rollouts the judges disagree on most: the policy may exploit one judge's blind spot",
+    ),
+)  # fmt: skip
 
 
 def warnings_row(warnings: Sequence[HackingWarning], signals: dict[str, Any]) -> dict[str, Any]:

@@ -142,7 +142,7 @@ class LoopTelemetry:
                 f"hacking_warning {w.signal}", root.trace_id, span_id, root.span_id, root.start_ns,
                 root.end_ns, attributes, [("art_adapters.hacking_warning", event)],
             ))  # fmt: skip
-        self.observer._emit(specs)  # the observer's one way to send finished spans (no public one yet)
+        self.observer.emit_spans(specs)
 
     def close(self) -> None:
         """End rollout spans still open, send what is queued (bounded), finish the trackers."""

@@ -319,6 +319,15 @@ class Observer:
 
     # -- emitting --
 
+    def emit_spans(self, specs: Sequence[SpanSpec]) -> None:
+        """Send finished spans built elsewhere (e.g. the training loop's hacking warnings).
+
+        ``specs`` are the spans of one trace, parents before children; the first is its root when
+        its ``parent_id`` is ``None``, otherwise they join an existing trace under ``parent_id``.
+        Nothing happens when the observer exports nowhere.
+        """
+        self._emit(specs)
+
     def _emit(self, specs: Sequence[SpanSpec]) -> None:
         """Start and end the spans of one trace: the first spec is the root when its parent is ``None``."""
         if not self.enabled or not specs:
