@@ -43,18 +43,9 @@ if _TYPE_CHECKING:
     from ._capture.langchain import TrajectoryCallbackHandler
     from ._capture.otel import TrajectorySpanProcessor
     from ._capture.otel_genai import mcp_tool_record
-    from ._loop import (
-        EvalReport,
-        LoopConfig,
-        LoopResult,
-        Scorer,
-        StepReport,
-        combined_scorer,
-        ruler_scorer,
-        train_loop,
-        verifiable_scorer,
-    )
+    from ._loop import EvalReport, LoopConfig, LoopResult, StepReport, train_loop
     from ._runner import RolloutFn, RunConfig, RunProgress, run_groups, run_groups_sync
+    from ._scorers import Scorer, combined_scorer, ruler_scorer, verifiable_scorer
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
     from .ruler import RulerConfig, combine_rewards, ruler_score_group, ruler_score_groups
 
@@ -74,12 +65,12 @@ _LAZY: dict[str, str] = {
     "EvalReport": "._loop",
     "LoopConfig": "._loop",
     "LoopResult": "._loop",
-    "Scorer": "._loop",
+    "Scorer": "._scorers",
     "StepReport": "._loop",
-    "combined_scorer": "._loop",
-    "ruler_scorer": "._loop",
+    "combined_scorer": "._scorers",
+    "ruler_scorer": "._scorers",
     "train_loop": "._loop",
-    "verifiable_scorer": "._loop",
+    "verifiable_scorer": "._scorers",
     "RolloutFn": "._runner",
     "RunConfig": "._runner",
     "RunProgress": "._runner",

@@ -25,7 +25,8 @@ from art_adapters._calibration import (
     ranks,
     spearman,
 )
-from art_adapters._loop import combined_scorer, train_loop
+from art_adapters._loop import train_loop
+from art_adapters._scorers import combined_scorer
 from art_adapters.observe import ObserveConfig, Observer
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend

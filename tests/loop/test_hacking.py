@@ -28,7 +28,8 @@ from art_adapters._hacking import (
     step_signals,
     warnings_row,
 )
-from art_adapters._loop import combined_scorer, train_loop
+from art_adapters._loop import train_loop
+from art_adapters._scorers import combined_scorer
 from art_adapters._trajectory import Message, ToolCallRecord
 from art_adapters.observe import ObserveConfig, Observer
 from art_adapters.observe._metrics import MetricsHistory

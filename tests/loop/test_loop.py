@@ -18,7 +18,8 @@ from langchain_openai import ChatOpenAI
 
 from art_adapters import ConfigError, TrainableModel, TrainConfig, Trajectory
 from art_adapters._batch_store import BatchStore
-from art_adapters._loop import LoopConfig, next_batch, ruler_scorer, train_loop, verifiable_scorer
+from art_adapters._loop import LoopConfig, next_batch, train_loop
+from art_adapters._scorers import ruler_scorer, verifiable_scorer
 from art_adapters._trajectory import Message, load_groups
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend

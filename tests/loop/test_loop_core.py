@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from art_adapters import ConfigError, Trajectory, TrajectoryGroup
-from art_adapters._loop import LoopConfig, next_batch, unscored_reason
+from art_adapters._loop import LoopConfig, next_batch
+from art_adapters._scorers import unscored_reason
 
 
 def test_batches_cover_every_scenario_once_per_epoch_and_are_reproducible() -> None:
@@ -46,7 +47,7 @@ async def test_combined_scorer_reports_a_judge_failure_as_unscored() -> None:
 
     from langchain_openai import ChatOpenAI
 
-    from art_adapters._loop import combined_scorer, verifiable_scorer
+    from art_adapters._scorers import combined_scorer, verifiable_scorer
     from art_adapters._trajectory import Message
 
     with socket.socket() as s:

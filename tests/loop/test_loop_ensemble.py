@@ -22,7 +22,8 @@ from langchain_openai import ChatOpenAI
 
 from art_adapters import ConfigError, TrainableModel
 from art_adapters._batch_store import BatchStore
-from art_adapters._loop import StepReport, combined_scorer, ruler_scorer, train_loop
+from art_adapters._loop import StepReport, train_loop
+from art_adapters._scorers import combined_scorer, ruler_scorer
 from art_adapters._trajectory import load_groups
 from art_adapters.observe._metrics import MetricsHistory
 from art_adapters.ruler import JudgeChangeMonitor

@@ -15,7 +15,8 @@ from typing import Any
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from art_adapters import TrainableModel
-from art_adapters._loop import train_loop, verifiable_scorer
+from art_adapters._loop import train_loop
+from art_adapters._scorers import verifiable_scorer
 from art_adapters.observe import ObserveConfig, Observer
 from tests.helpers.fake_backend import FakeBackend
 from tests.loop.test_loop import brevity, loop_config, make_rollout, scenarios

@@ -22,8 +22,8 @@ from art_adapters._loop import (
     stop_reason,
     train_loop,
     train_step,
-    verifiable_scorer,
 )
+from art_adapters._scorers import verifiable_scorer
 from art_adapters._trajectory import load_groups
 from art_adapters.observe._metrics import MetricsHistory
 

@@ -11,7 +11,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 import art_adapters as aa
-from art_adapters._loop import ruler_scorer, unscored_reason
+from art_adapters._scorers import ruler_scorer, unscored_reason
 from art_adapters.ruler import DEFAULT_RUBRIC, RulerCache
 
 
