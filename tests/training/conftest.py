@@ -1,4 +1,4 @@
-"""Shared fixtures of the training tests: the bundled model's folder and tokenizer."""
+"""Shared fixtures of the training tests: the bundled model's folder and tokenizer, a trainer on it."""
 
 from __future__ import annotations
 
@@ -41,6 +41,14 @@ def render(tokenizer: Any) -> Any:
         return list(out["input_ids"] if isinstance(out, Mapping) or hasattr(out, "keys") else out)
 
     return _render
+
+
+@pytest.fixture(scope="module")
+def trainer(bundled_path: Path) -> Any:
+    """A ``PeftTrainer`` on the bundled model (CPU), one per test module."""
+    from art_adapters_backend.training.peft_trainer import PeftTrainer
+
+    return PeftTrainer(bundled_path, device="cpu")
 
 
 @pytest.fixture(autouse=True, scope="module")

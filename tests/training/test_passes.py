@@ -4,7 +4,6 @@ log-probs stay the sampling ones), per-pass metrics, and a failed step undone.""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
 from art_adapters import TrainConfig
+from tests.helpers.toy_sequences import toy_sequences
 
 pytestmark = pytest.mark.slow
 
@@ -20,34 +20,9 @@ CONFIG = TrainConfig(learning_rate=2e-3, micro_batch_size=2, lora_rank=8, lora_a
 
 
 @pytest.fixture(scope="module")
-def trainer(bundled_path: Path) -> PeftTrainer:
-    return PeftTrainer(bundled_path, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def toy(tokenizer: Any, render: Any) -> list[TrainingSequence]:
     """Four conversations in two groups, unequal advantages, old log-probs unknown."""
-    pairs = [
-        ("What is 2+2?", "4", 1.0),
-        ("What is 3+5?", "The answer is eight, I think.", -0.6),
-        ("Name a colour.", "Blue.", 0.9),
-        ("Say hello in French.", "Bonjour! Comment allez-vous aujourd'hui?", -1.2),
-    ]
-    out = []
-    for i, (question, answer, advantage) in enumerate(pairs):
-        prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
-        completion = tokenizer.encode(answer, add_special_tokens=False)
-        out.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * len(prompt) + [1] * len(completion),
-                old_logprobs=[None] * (len(prompt) + len(completion)),
-                advantage=advantage,
-                group_id=f"g{i // 2}",
-                trajectory_id=f"t{i}",
-            )
-        )
-    return out
+    return toy_sequences(tokenizer, render, group_of=lambda i: f"g{i // 2}")
 
 
 def _sampled(trainer: PeftTrainer, sequences: list[TrainingSequence]) -> list[TrainingSequence]:

@@ -12,6 +12,7 @@ from art_adapters_backend.training.data import NothingTrainableError, TrainingSe
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
 from art_adapters import TrainConfig
+from tests.helpers.toy_sequences import toy_sequences
 
 pytestmark = pytest.mark.slow
 
@@ -25,34 +26,9 @@ def transformers_5() -> bool:
 
 
 @pytest.fixture(scope="module")
-def trainer(bundled_path: Path) -> PeftTrainer:
-    return PeftTrainer(bundled_path, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def toy(tokenizer: Any, render: Any) -> list[TrainingSequence]:
     """Four real conversations: prompt (masked out) + completion (masked in), unequal advantages."""
-    pairs = [
-        ("What is 2+2?", "4", 1.0),
-        ("What is 3+5?", "The answer is eight, I think.", -0.6),
-        ("Name a colour.", "Blue.", 0.9),
-        ("Say hello in French.", "Bonjour! Comment allez-vous aujourd'hui?", -1.2),
-    ]
-    out = []
-    for i, (question, answer, advantage) in enumerate(pairs):
-        prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
-        completion = tokenizer.encode(answer, add_special_tokens=False)
-        out.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * len(prompt) + [1] * len(completion),
-                old_logprobs=[None] * (len(prompt) + len(completion)),
-                advantage=advantage,
-                group_id="g",
-                trajectory_id=f"t{i}",
-            )
-        )
-    return out
+    return toy_sequences(tokenizer, render, group_of=lambda i: "g")
 
 
 def _with_old_logprobs(
