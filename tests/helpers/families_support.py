@@ -26,6 +26,7 @@ from pydantic import Field
 
 from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler
 from art_adapters._trajectory import Trajectory
+from tests.helpers.tiny_models import save_random_model, tiny_config
 
 #: Bump when the tiny model's recipe changes, so a stale cached folder is not reused.
 TINY_QWEN3 = "qwen3-tiny-v1"
@@ -55,32 +56,23 @@ def qwen3_chat_template() -> str:
 
 def _build_tiny_qwen3(target: Path) -> None:
     """Write a 2-layer, hidden-64 Qwen3 model (fp32, fixed seed) with Qwen3's tokenizer into ``target``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+    from transformers import AutoTokenizer, Qwen3Config
 
     tokenizer = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
+    config = tiny_config(
+        Qwen3Config,
+        tokenizer,
         hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
-        eos_token_id=im_end,
-        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         bos_token_id=None,
     )
-    torch.manual_seed(_SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
+        save_random_model(config, tokenizer, tmp, seed=_SEED)
         os.replace(tmp, target)  # atomic: a folder at ``target`` is always complete
     except OSError:
         if not (target / "config.json").is_file():  # not another process winning the race
@@ -291,3 +283,16 @@ async def captured_add_run(graph: Any) -> Trajectory:
     assert trajectory is not None and trajectory.error is None
     assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
     return trajectory
+
+
+async def assert_served_at_step_1(family: Family, model: TrainableModel) -> None:
+    """``model`` stands at step 1, and a request to ``name@1`` is answered and recorded as its step 1."""
+    assert await model.get_step() == 1
+    client = model.openai_client()
+    reply = await client.chat.completions.create(
+        model=model.served_name(1), messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
+    await client.close()
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    record = await family.backend.get_token_record(reply.id)
+    assert (record["trained_model"], record["step"]) == (model.name, 1)

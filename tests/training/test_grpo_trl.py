@@ -35,6 +35,7 @@ from art_adapters_backend.training.grpo import (
 )
 
 from art_adapters import TrainConfig
+from tests.helpers.tiny_models import save_random_model, tiny_config
 
 B, P, C = 3, 4, 6  # sequences, prompt tokens, completion tokens
 MAX_COMPLETION = 8
@@ -53,30 +54,18 @@ def _trl_loss_type(config: TrainConfig) -> str:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
 
     vocab = {f"t{i}": i for i in range(64)} | {"<pad>": 64, "<eos>": 65}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=66,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=64,
-        eos_token_id=65,
-        bos_token_id=0,
+    config = tiny_config(
+        LlamaConfig, tokenizer, hidden_size=32, max_position_embeddings=64, eos_token_id=65, bos_token_id=0
     )
-    model = LlamaForCausalLM(config)
     # Saved so TRL can load its reference model (beta > 0) by path; both load the same weights.
     folder = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_random_model(config, tokenizer, folder, seed=0)
     return str(folder), tokenizer
 
 
