@@ -43,6 +43,7 @@ from art_adapters import (
 from art_adapters._trajectory import Message
 from art_adapters.apps._cli import app
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.openai_tools import ADD_TOOL
 
 # --------------------------------------------------------------------------- the task
 
@@ -130,20 +131,7 @@ async def test_sft_on_a_teachers_trajectories_raises_held_out_correctness(
 
 
 # The few-shot turn shows a tool call; the model imitates it (its turns are recorded by the server).
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 EXAMPLE = [
     {"role": "user", "content": "Use the add tool to compute 1 + 2."},
     {

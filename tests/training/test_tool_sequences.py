@@ -20,22 +20,10 @@ from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import LocalBackend, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import Message
+from tests.helpers.openai_tools import ADD_TOOL
 
 MODEL = "smollm2-135m-instruct"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 
 
 # An earlier turn written with compact JSON: the model imitates it, unlike the canonical rendering.
