@@ -33,6 +33,7 @@ from tests.helpers.families_support import (
     ADD,
     SYSTEM,
     Family,
+    assert_served_at_step_1,
     captured_add_run,
     forced_add_graph,
     vllm_conversation,
@@ -173,15 +174,7 @@ async def test_sft_on_a_teachers_trajectory_trains_the_chat_templates_tokens_of_
 
 async def test_the_sft_step_is_served_as_name_at_1(family: Family, sft: dict[str, Any]) -> None:
     model: TrainableModel = sft["model"]
-    assert await model.get_step() == 1
-    client = model.openai_client()
-    reply = await client.chat.completions.create(
-        model=model.served_name(1), messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
-    )
-    await client.close()
-    assert reply.choices[0].finish_reason in ("stop", "length")
-    record = await family.backend.get_token_record(reply.id)
-    assert (record["trained_model"], record["step"]) == (model.name, 1)
+    await assert_served_at_step_1(family, model)
 
 
 # --------------------------------------------------------------------------- GRPO on captured runs

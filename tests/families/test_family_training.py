@@ -20,7 +20,7 @@ import torch
 
 from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup
 from art_adapters._trajectory import Trajectory
-from tests.helpers.families_support import Family, captured_add_run, forced_add_graph
+from tests.helpers.families_support import Family, assert_served_at_step_1, captured_add_run, forced_add_graph
 
 #: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
@@ -100,15 +100,7 @@ async def test_each_captured_turn_was_prompted_with_vllms_rendering_of_the_graph
 
 async def test_the_step_is_served_as_name_at_1(family: Family, trained: dict[str, Any]) -> None:
     model: TrainableModel = trained["model"]
-    assert await model.get_step() == 1
-    client = model.openai_client()
-    reply = await client.chat.completions.create(
-        model=model.served_name(1), messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
-    )
-    await client.close()
-    assert reply.choices[0].finish_reason in ("stop", "length")
-    record = await family.backend.get_token_record(reply.id)
-    assert (record["trained_model"], record["step"]) == (model.name, 1)
+    await assert_served_at_step_1(family, model)
 
 
 def _logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.Tensor:
