@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.phoenix_server import PhoenixServer, ensure_venv
+from tests.helpers.phoenix_fixture import started_phoenix
+from tests.helpers.phoenix_server import PhoenixServer
 
 BIN = Path(sys.executable).parent
 ROLLOUTS = 3  # --groups 1 --rollouts 3: one training step's rollouts
@@ -29,14 +30,7 @@ EVALS = 2  # --eval-size 1 --eval-samples 1, before and after the step
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
-    python, note = ensure_venv()
-    if python is None:
-        pytest.skip(f"Phoenix unavailable: {note}")
-    server = PhoenixServer(python, tmp_path_factory.mktemp("phoenix")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from started_phoenix(tmp_path_factory)
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -32,7 +32,8 @@ from art_adapters.apps._cli import app
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter, trajectories_from_phoenix
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
-from tests.helpers.phoenix_server import PhoenixServer, ensure_venv, free_port
+from tests.helpers.phoenix_fixture import started_phoenix
+from tests.helpers.phoenix_server import PhoenixServer, free_port
 
 OPENINFERENCE = "import-openinference"
 OURS = "import-observer"
@@ -41,14 +42,7 @@ LIVE = "import-live-rollouts"
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
-    python, note = ensure_venv()
-    if python is None:
-        pytest.skip(f"Phoenix unavailable: {note}")
-    server = PhoenixServer(python, tmp_path_factory.mktemp("phoenix")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from started_phoenix(tmp_path_factory)
 
 
 def wait_for_spans(server: PhoenixServer, project: str, count: int, timeout_s: float = 30.0) -> None:
