@@ -414,6 +414,36 @@ def _trajectory_sequences(
     return builder.done
 
 
+def _trainable(
+    trajectory: Trajectory, built: Sequence[_Built], metrics: BuildMetrics, max_sequence_length: int | None
+) -> list[_Built]:
+    """The sequences of ``built`` (``trajectory``'s) worth training: those with a loss token and at
+    most ``max_sequence_length`` tokens (``None``: any length).
+
+    What is left out is counted in ``metrics``: a trajectory without a sequence
+    (``trajectories_without_turns``), a sequence without a loss token (``sequences_without_loss``),
+    a longer one (``sequences_too_long``, also logged). GRPO (:func:`build_sequences`) and SFT
+    (:func:`.sft.sft_sequences`) filter alike.
+    """
+    if not built:
+        metrics.trajectories_without_turns += 1
+        return []
+    kept: list[_Built] = []
+    for b in built:
+        if not any(b.mask):
+            metrics.sequences_without_loss += 1
+            continue
+        if max_sequence_length is not None and len(b.ids) > max_sequence_length:
+            metrics.sequences_too_long += 1
+            logger.warning(
+                "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
+                len(b.ids), trajectory.id, max_sequence_length,
+            )  # fmt: skip
+            continue
+        kept.append(b)
+    return kept
+
+
 def _turn_count(trajectory: Trajectory) -> int:
     """Assistant messages of the main history: the turns ``metadata["turn_rewards"]`` scores."""
     return sum(message.role == "assistant" for message in trajectory.messages)
@@ -602,23 +632,8 @@ def build_sequences(
         used_trajectories = 0
         for trajectory, advantage, turn_advantages in zip(scored, advantages, per_turn, strict=True):
             built = _trajectory_sequences(trajectory, get_record, render, metrics, policy, turn_advantages)
-            if not built:
-                metrics.trajectories_without_turns += 1
-                continue
-            kept = 0
-            for b in built:
-                if not any(b.mask):
-                    metrics.sequences_without_loss += 1
-                    continue
-                if max_sequence_length is not None and len(b.ids) > max_sequence_length:
-                    metrics.sequences_too_long += 1
-                    logger.warning(
-                        "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
-                        len(b.ids),
-                        trajectory.id,
-                        max_sequence_length,
-                    )
-                    continue
+            kept = _trainable(trajectory, built, metrics, max_sequence_length)
+            for b in kept:
                 token_advantages = None
                 if turn_advantages is not None:
                     token_advantages = [a if m else 0.0 for a, m in zip(b.advantages, b.mask, strict=True)]
@@ -636,8 +651,7 @@ def build_sequences(
                         temperature=b.temperature,
                     )
                 )
-                kept += 1
-            used_trajectories += kept > 0
+            used_trajectories += bool(kept)
         if not group_sequences:
             dropped["no_sequences"] += 1
             continue

@@ -39,6 +39,7 @@ from .data import (
     RecordLookup,
     Renderer,
     TrainingSequence,
+    _trainable,
     _trajectory_sequences,
 )
 
@@ -139,21 +140,8 @@ def sft_sequences(
     sequences: list[TrainingSequence] = []
     for trajectory in trajectories:
         built = _trajectory_sequences(trajectory, get_record, render, metrics, only_model)
-        if not built:
-            metrics.trajectories_without_turns += 1
-            continue
-        kept = 0
-        for b in built:
-            if not any(b.mask):
-                metrics.sequences_without_loss += 1
-                continue
-            if max_sequence_length is not None and len(b.ids) > max_sequence_length:
-                metrics.sequences_too_long += 1
-                logger.warning(
-                    "dropping a %d-token sequence of trajectory %s (max_sequence_length=%d)",
-                    len(b.ids), trajectory.id, max_sequence_length,
-                )  # fmt: skip
-                continue
+        kept = _trainable(trajectory, built, metrics, max_sequence_length)
+        for b in kept:
             sequences.append(
                 TrainingSequence(
                     token_ids=b.ids,
@@ -166,8 +154,7 @@ def sft_sequences(
                     temperature=1.0,
                 )
             )
-            kept += 1
-        metrics.trajectories += kept > 0
+        metrics.trajectories += bool(kept)
     metrics.groups_used = int(bool(sequences))
     if not sequences:
         metrics.groups_dropped = {"no_sequences": 1}
