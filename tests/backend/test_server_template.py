@@ -9,18 +9,9 @@ from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
 from art_adapters_backend.model_family import resolve_model_family
 from art_adapters_backend.tool_parser import StreamingToolParser, parse_reply
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+from tests.helpers.openai_tools import ADD_TOOL
+
+ADD = ADD_TOOL
 WEATHER = {
     "type": "function",
     "function": {

@@ -22,6 +22,7 @@ from art_adapters_backend.engine.vllm_engine import vllm_available
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig
 from art_adapters._trajectory import Message
+from tests.helpers.openai_tools import ADD_TOOL
 from tests.helpers.sampled_groups import group_from_choices
 
 pytestmark = pytest.mark.slow
@@ -54,18 +55,7 @@ async def _sample_train_serve(backend: LocalBackend) -> None:
     await client.close()
 
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+ADD = ADD_TOOL
 MUL = {"type": "function", "function": {**ADD["function"], "name": "multiply", "description": "Multiply."}}
 
 
