@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
     from opentelemetry.trace import TracerProvider
 
+    from mcp_tools._cassette import Cassette
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["McpSession"]
@@ -196,11 +198,17 @@ class McpSession:
             server = next(iter(self.servers))
         return await self.connection(server).call_tool(tool, arguments or {})
 
-    async def load_tools(self) -> list[BaseTool]:
+    async def load_tools(self, *, cassette: Cassette | None = None) -> list[BaseTool]:
         """LangChain tools bound to this session: every call of every rollout uses it.
 
         The tools record each call in the trajectory and as an OTel span, like those of
         :func:`mcp_tools.load_tools`.
+
+        Args:
+            cassette: record every call there, or replay calls from it (see
+                :class:`mcp_tools.Cassette`; a :func:`mcp_tools.rollout` with its own cassette
+                overrides it inside). A recording cassette also records this session's tool list,
+                so the cassette can later be replayed by :func:`mcp_tools.load_tools` offline.
         """
         from mcp_tools._tools import build_tools
 
@@ -208,7 +216,14 @@ class McpSession:
             return self
 
         listing = await self.list_tools()
+        if cassette is not None and cassette.recording:
+            for server_name, tools in listing.items():
+                await cassette.record_tools(server_name, tools)
         warn_unisolated(self.servers, listing)
         return build_tools(
-            listing, resolve=resolve, config=self.config, tracer_provider=self.tracer_provider
+            listing,
+            resolve=resolve,
+            config=self.config,
+            tracer_provider=self.tracer_provider,
+            cassette=cassette,
         )

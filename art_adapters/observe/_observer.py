@@ -270,7 +270,8 @@ class Observer:
             # client cannot carry them to our host.
             url = cfg.langfuse_otlp_url()
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
-            same_host = str(getattr(resources, "base_url", "")).rstrip("/") == cfg.langfuse_base_url.rstrip("/")
+            their_host = str(getattr(resources, "base_url", "")).rstrip("/")
+            same_host = their_host == cfg.langfuse_base_url.rstrip("/")
             if getattr(resources, "_shutdown", False) or not same_host:
                 from art_adapters.observe._langfuse_rest import LangfuseScoreClient
 

@@ -135,6 +135,21 @@ async def test_replay_works_offline_without_starting_the_server(recording: tuple
         assert await tick_tool.ainvoke({"label": "b"}) == texts[2]
 
 
+async def test_a_session_records_to_a_cassette_that_replays_offline(tmp_path: Path) -> None:
+    """``McpSession.load_tools(cassette=)``: an explicit session records its tool list and calls."""
+    path = tmp_path / "session.jsonl"
+    async with mcp_tools.McpSession(counter(tmp_path), name="counter") as session:
+        tools = await session.load_tools(cassette=mcp_tools.Cassette(path, mode="record"))
+        texts = tool_texts(await run_agent(tools))
+    assert live_calls(tmp_path) == texts and len(set(texts)) == 3
+    assert [line["type"] for line in cassette_lines(path)] == ["header", "tools", "call", "call", "call"]
+
+    offline = await mcp_tools.load_tools(OFFLINE, name="counter", cassette=mcp_tools.Cassette(path))
+    replayed = await run_agent(offline)
+    assert tool_texts(replayed) == texts
+    assert all(r.model_dump()["replayed"] for r in replayed.tool_records)
+
+
 async def test_a_group_sharing_one_cassette_sees_identical_results(tmp_path: Path) -> None:
     cassette = mcp_tools.Cassette(tmp_path / "group.jsonl", mode="record")
     tools = await mcp_tools.load_tools(counter(tmp_path), name="counter", cassette=cassette)

@@ -417,7 +417,9 @@ def test_scores_reach_each_host_when_one_key_is_used_for_two_hosts_and_after_a_s
     a, b = hosts
     # (key, host, whether the user shuts the SDK client down): another host for a key in use, and
     # the same host after the shared client was shut down.
-    plan = [("pk-lf-hosts", a, False), ("pk-lf-hosts", b, False), ("pk-lf-shut", a, True), ("pk-lf-shut", a, False)]
+    plan = [
+        ("pk-lf-hosts", a, False), ("pk-lf-hosts", b, False), ("pk-lf-shut", a, True), ("pk-lf-shut", a, False)
+    ]  # fmt: skip
     try:
         for index, (key, host, user_shuts_down) in enumerate(plan):
             observer = observe.configure_langfuse(key, "sk-lf-shared", host.url, run=f"r{index}")
