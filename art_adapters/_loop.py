@@ -373,6 +373,11 @@ def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str |
         f"{untrained} iterations in a row trained nothing (last: {report.reason}); check the scorer and "
         "the rewards' spread (a group whose rollouts all score the same carries no signal)"
     )
+    if report.reason and "zero variance" in report.reason and report.reward_mean is not None:
+        reason += (
+            f"; the last batch's mean reward was {report.reward_mean:.2f}: if that is the best score, the "
+            "policy has mastered these scenarios and needs harder or more varied ones"
+        )
     logger.warning("training loop stopped at step %d: %s", report.step, reason)
     return reason
 

@@ -204,6 +204,15 @@ def test_stop_reason_after_max_untrained_iterations() -> None:
     assert stop_reason(1, report, settings) is None
     reason = stop_reason(2, report, settings)
     assert reason is not None and "2 iterations in a row" in reason and "equal rewards" in reason
+    assert "mastered" not in reason
+
+    # every group alike at a mean reward: say what that may mean (a policy that solves every scenario)
+    mastered = aa.StepReport(
+        step=7, trained=False, reward_mean=1.0,
+        reason="nothing trainable: all 3 group(s) were dropped (3 zero variance)",
+    )  # fmt: skip
+    reason = stop_reason(2, mastered, settings)
+    assert reason is not None and "mean reward was 1.00" in reason and "harder or more varied" in reason
 
 
 def test_eval_due_every_k_steps_but_not_at_the_end() -> None:
