@@ -79,7 +79,9 @@ class DemoConfig(BaseModel):
         description="Backend data, metrics.jsonl and plots/; a rerun continues training.",
     )
     steps: NonNegativeInt = Field(
-        default=8, description="GRPO steps to train (0: evaluate only). About 1 min each on 2 cores."
+        default=8,
+        description="Training steps: the SFT warm-up (if any) first, then GRPO (0: evaluate only). About "
+        "1 min each on 2 cores.",
     )
     groups: PositiveInt = Field(default=3, description="Training questions per step.")
     rollouts: int = Field(default=4, ge=2, description="Rollouts per question (the GRPO group size, >= 2).")
@@ -113,9 +115,10 @@ class DemoConfig(BaseModel):
         default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
     )
     sft_warmup: NonNegativeInt = Field(
-        default=0,
+        default=24,
         description="Before GRPO, one SFT step on this many demonstrations by a scripted teacher of "
-        "training questions (written to run_dir/sft-warmup.jsonl); it counts as one of --steps. 0: none.",
+        "training questions (distillation, written to run_dir/sft-warmup.jsonl; the fastest configuration "
+        "in bench/learning.py); it counts as one of --steps. 0: GRPO from the base model alone.",
     )
     eval_every: NonNegativeInt = Field(
         default=0, description="Also evaluate on the held-out questions every this many steps (0: only "

@@ -18,7 +18,7 @@ def test_short_demo_prints_the_table_writes_the_plot_and_answers(tmp_path: Path)
     command = [
         sys.executable, "-m", "art_adapters.apps", "demo", "--run-dir", str(run_dir), "--steps", "1",
         "--groups", "1", "--rollouts", "3", "--eval-size", "1", "--eval-samples", "1", "--train-size", "2",
-        "--question", "What is 20 + 22?",
+        "--question", "What is 20 + 22?", "--sft-warmup", "0",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400, check=False)
     out = done.stdout

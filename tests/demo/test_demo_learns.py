@@ -29,7 +29,7 @@ async def test_grpo_on_the_demo_raises_held_out_correctness(tmp_path: Path) -> N
     """GRPO alone (no SFT): a few steps of several passes each raise held-out correctness."""
     config = DemoConfig(
         run_dir=tmp_path / "grpo", steps=3, groups=3, rollouts=4, eval_size=8, eval_samples=4,
-        passes=2, mini_batches=2, seed=0, no_judge=True, threads=1, question="What is 20 + 22?",
+        passes=2, mini_batches=2, sft_warmup=0, seed=0, no_judge=True, threads=1, question="What is 20 + 22?",
     )  # fmt: skip
     out = io.StringIO()
     result = await run_demo(config, console=Console(file=out, width=160))
