@@ -392,7 +392,7 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
 def _print_step(report: StepReport, console: Console) -> None:
     reward = f"{report.reward_mean:.2f}" if report.reward_mean is not None else "-"
     loss = report.metrics.get("loss")
-    state = "trained" if report.trained else f"not trained ({report.reason})"
+    state = "trained" if report.trained else f"not trained, still at this step ({report.reason})"
     if report.metrics.get("sft_warmup"):
         state, reward = "SFT warm-up on the teacher's demonstrations", "-"
     console.print(
