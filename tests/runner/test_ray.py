@@ -129,6 +129,42 @@ async def test_a_rollout_past_its_timeout_fails_on_the_worker(cluster: str) -> N
     assert len(groups[1].trajectories) == 1
 
 
+async def test_a_rollout_blocked_in_sync_code_is_killed_by_the_driver(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout stuck in blocking code cannot time itself out (its event loop never runs again): the
+    driver kills its task BACKSTOP_GRACE_S after timeout_s, and the attempt fails as a timeout."""
+    import art_adapters._ray as ray_rollouts
+
+    monkeypatch.setattr(ray_rollouts, "BACKSTOP_GRACE_S", 2.0)  # our driver-side constant (30 s by default)
+    marker = tmp_path / "stuck.pid"
+
+    async def stuck(scenario: dict[str, Any]) -> aa.Trajectory:
+        if scenario["q"] == "stuck":
+            Path(scenario["marker"]).write_text(str(os.getpid()))
+            time.sleep(120)  # blocking: asyncio's timeout cannot interrupt it
+        return aa.Trajectory(messages=[aa.Message(role="user", content="done")])
+
+    started = time.monotonic()
+    config = on_worker(tolerate(1, timeout_s=1.0), cluster)
+    scenarios = [{"q": "stuck", "marker": str(marker)}, {"q": "quick"}]
+    groups = await aa.run_groups(stuck, scenarios, n=1, config=config, progress=False)
+    assert time.monotonic() - started < 60
+    [failure] = groups[0].exceptions
+    assert failure.type == "builtins.TimeoutError", failure
+    assert "timeout_s=1 s" in failure.message and "killed 2 s later" in failure.message
+    assert len(groups[1].trajectories) == 1
+    pid = int(marker.read_text())
+    for _ in range(100):  # the killed worker process goes away
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"the stuck worker {pid} is still running")
+
+
 async def test_a_worker_killed_mid_rollout_fails_that_attempt_and_the_retry_finishes(
     cluster: str, tmp_path: Path
 ) -> None:
