@@ -53,12 +53,53 @@ def instrumented(request: pytest.FixtureRequest) -> Iterator[TrajectorySpanProce
     provider = TracerProvider()
     processor = TrajectorySpanProcessor()
     provider.add_span_processor(processor)
+    before = _wrapped_attributes()
     instrumentor.instrument(tracer_provider=provider)
     try:
         yield processor
     finally:
         instrumentor.uninstrument()
         provider.shutdown()
+        _unwrap_stale(before)
+
+
+#: Where LangChain instrumentations put their wrappers: (module, class).
+_WRAPPED_CLASSES = (
+    ("langchain_core.callbacks.base", "BaseCallbackManager"),
+    ("langgraph.pregel", "Pregel"),
+    ("langgraph.types", "Command"),
+    ("langchain.agents.middleware.types", "AgentMiddleware"),
+)
+
+
+def _wrapped_attributes() -> set[tuple[type, str]]:
+    """The (class, attribute) pairs of :data:`_WRAPPED_CLASSES` that a wrapt wrapper replaces now."""
+    import importlib
+
+    found = set()
+    for module_name, class_name in _WRAPPED_CLASSES:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        found |= {(cls, n) for n, v in vars(cls).items() if type(v).__name__.endswith("FunctionWrapper")}
+    return found
+
+
+def _unwrap_stale(before: set[tuple[type, str]]) -> None:
+    """Take off the wrappers an instrumentation's ``uninstrument()`` left behind (those not there ``before``).
+
+    OpenLLMetry's ``uninstrument()`` (opentelemetry-instrumentation-langchain) removes none of its
+    wrappers (``BaseCallbackManager.__init__``, ``Pregel.stream``/``astream``, ``Command.__init__``,
+    the ``AgentMiddleware`` hooks): its ``unwrap(module, "Class.method")`` calls do not reach the
+    class attributes. The stale wrappers keep making their own spans current in every later test on
+    the worker, so OpenInference's spans there get a parent that is never exported (the live
+    Phoenix import then found no trace). OTel's own ``unwrap`` on each class removes them.
+    """
+    from opentelemetry.instrumentation.utils import unwrap
+
+    for cls, name in _wrapped_attributes() - before:
+        unwrap(cls, name)
 
 
 @pytest.fixture
