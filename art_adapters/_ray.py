@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -97,18 +98,24 @@ class _Outcome(BaseModel):
     config_error: bool = False
 
 
-def _run_on_worker(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> _Outcome:
-    """The Ray task: one attempt of ``rollout`` on ``slot.scenario``, in a fresh event loop."""
+def _run_on_worker(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> Iterator[_Outcome | None]:
+    """The Ray task: one attempt of ``rollout`` on ``slot.scenario``, in a fresh event loop.
+
+    A streaming generator: it first yields ``None`` as soon as it runs on a worker, so the driver
+    starts its backstop then (time spent in Ray's queue waiting for a CPU is not the rollout's),
+    and then the attempt's :class:`_Outcome`.
+    """
     from ._runner import _attempt  # the local path's attempt: same checks, same timeout
 
+    yield None
     try:
-        return _Outcome(trajectory=asyncio.run(_attempt(rollout, slot, timeout_s)))
+        yield _Outcome(trajectory=asyncio.run(_attempt(rollout, slot, timeout_s)))
     except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
         partial = getattr(exc, "trajectory", None)
         failure = RolloutFailure.from_exception(
             exc, trajectory=partial if isinstance(partial, Trajectory) else None
         )
-        return _Outcome(failure=failure, config_error=isinstance(exc, ConfigError))
+        yield _Outcome(failure=failure, config_error=isinstance(exc, ConfigError))
 
 
 def _report(value: Any, name: str) -> str:
@@ -141,7 +148,9 @@ class RayRollouts:
         if not ray.is_initialized():
             logger.info("connecting to the Ray cluster at %s", address)
             ray.init(address=address)
-        self._task = ray.remote(_run_on_worker).options(num_cpus=num_cpus, max_retries=0, name=TASK_NAME)
+        self._task = ray.remote(_run_on_worker).options(
+            num_cpus=num_cpus, max_retries=0, name=TASK_NAME, num_returns="streaming"
+        )
         try:
             self._rollout_ref = ray.put(rollout)
         except Exception as exc:
@@ -158,37 +167,41 @@ class RayRollouts:
 
         ``rollout`` is the function given to ``__init__`` (already in the object store). The
         worker enforces ``timeout_s`` itself; the driver kills the task ``BACKSTOP_GRACE_S`` later
-        if it has not come back. Cancelling this coroutine cancels the task.
+        if it has not come back. Both count from when the task starts on a worker: a task waiting
+        in Ray's queue for a free CPU waits as long as the cluster needs. Cancelling this
+        coroutine cancels the task.
 
         Raises:
             ConfigError: the scenario cannot be serialised, or the rollout raised one.
             RemoteRolloutError: the rollout raised on the worker (the failure is kept as data).
-            TimeoutError: the task did not come back within ``timeout_s`` plus the grace.
+            TimeoutError: the task did not come back within ``timeout_s`` plus the grace of starting.
             ray.exceptions.RayError: the worker or node died, or the task could not run.
         """
         ray = self._ray
         try:
-            ref = self._task.remote(self._rollout_ref, slot, timeout_s)
+            task = self._task.remote(self._rollout_ref, slot, timeout_s)
         except Exception as exc:
             raise ConfigError(
                 f"scenario {slot.scenario_id} cannot be sent to a Ray worker ({type(exc).__name__}: {exc}); "
                 "scenarios must be serialisable (dicts, pydantic models, dataclasses). "
                 f"Ray's report:\n{_report(slot.scenario, 'scenario')}"
             ) from exc
-        backstop = asyncio.timeout(None if timeout_s is None else timeout_s + BACKSTOP_GRACE_S)
+        backstop: asyncio.Timeout | None = None
         try:
+            await (await anext(task))  # running on a worker now; a queued task has used none of its time
+            backstop = asyncio.timeout(None if timeout_s is None else timeout_s + BACKSTOP_GRACE_S)
             async with backstop:
-                outcome: _Outcome = await ref
+                outcome: _Outcome = await (await anext(task))
         except TimeoutError:
-            if not backstop.expired():
+            if backstop is None or not backstop.expired():
                 raise
-            ray.cancel(ref, force=True)  # blocked past its own timeout: kill its worker
+            ray.cancel(task, force=True)  # blocked past its own timeout: kill its worker
             raise TimeoutError(
-                f"rollout did not finish within timeout_s={timeout_s:g} s (its Ray task was killed "
-                f"{BACKSTOP_GRACE_S:g} s later)"
+                f"rollout did not finish within timeout_s={timeout_s:g} s of starting on its worker (its "
+                f"Ray task was killed {BACKSTOP_GRACE_S:g} s later)"
             ) from None
         except asyncio.CancelledError:
-            ray.cancel(ref)  # the run is cancelled, or the budget ran out: stop the remote attempt too
+            ray.cancel(task)  # the run is cancelled, or the budget ran out: stop the remote attempt too
             raise
         if outcome.failure is None:
             if outcome.trajectory is None:  # pragma: no cover - _run_on_worker sets one of the two
