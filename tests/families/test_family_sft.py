@@ -206,12 +206,13 @@ async def test_a_grpo_step_makes_two_passes_of_two_cispo_updates(family: Family,
     built = (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"])
     assert built == (8, 0, 0), metrics
     assert metrics["updates"] == 4, metrics
-    for key in ("loss", "clip_low_fraction", "clip_high_fraction", "ratio_mean"):
+    for key in ("loss", "clip_low_fraction", "clip_high_fraction", "ratio_mean", "policy_shift"):
         assert math.isfinite(metrics[f"pass_1_{key}"]) and math.isfinite(metrics[f"pass_2_{key}"]), key
     assert not any(key.startswith("pass_3_") for key in metrics), metrics
     print(
         f"{family.name}: CISPO 2x2 updates on {metrics['sequences']} sequences, ratio mean "
-        f"pass 1 {metrics['pass_1_ratio_mean']:.6f}, pass 2 {metrics['pass_2_ratio_mean']:.6f}"
+        f"pass 1 {metrics['pass_1_ratio_mean']:.6f}, pass 2 {metrics['pass_2_ratio_mean']:.6f}; policy shift "
+        f"pass 1 {metrics['pass_1_policy_shift']:.6f}, pass 2 {metrics['pass_2_policy_shift']:.6f}"
     )
     # The second pass scores its tokens with weights two updates past the sampling ones.
     assert metrics["pass_2_ratio_mean"] != 1.0

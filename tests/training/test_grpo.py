@@ -161,7 +161,21 @@ def test_unknown_old_logprobs_count_as_on_policy() -> None:
         BatchTotals(sequences=1, tokens=2),
     )
     assert out.ratio_sum == pytest.approx(1.0 + math.exp(0.5))
+    assert out.shift_sum == pytest.approx(0.5)  # A x log-ratio: the unknown token counts as on-policy (0)
     assert math.isfinite(out.loss.item())
+
+
+def test_policy_shift_sums_advantage_times_log_ratio_over_loss_tokens() -> None:
+    """Positive where probability went up on a positive-advantage token or down on a negative one."""
+    logprobs = torch.tensor([[0.0, -1.0, -2.0], [-3.0, -0.5, -1.0]])
+    old = torch.tensor([[9.0, -1.5, -2.0], [-3.0, -0.25, -9.0]])
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    out = grpo_loss(
+        logprobs, old, torch.tensor([2.0, -4.0]), mask,
+        LossSettings.from_config(TrainConfig(epsilon=0.9)), BatchTotals(sequences=2, tokens=3),
+    )  # fmt: skip
+    # 2 x (-1 + 1.5) + 2 x 0 on row 1; -4 x (-0.5 + 0.25) on row 2; masked positions count for nothing
+    assert out.shift_sum == pytest.approx(1.0 + 1.0)
 
 
 def test_nan_in_masked_positions_does_not_leak() -> None:

@@ -97,6 +97,10 @@ def test_unknown_old_logprobs_are_scored_once_by_the_starting_weights(
     assert [p.ratio_mean for p in unknown.passes] == pytest.approx([p.ratio_mean for p in given.passes], abs=1e-6)
     assert unknown.passes[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
     assert abs(unknown.passes[2].ratio_mean - 1.0) > 1e-4  # not re-scored each pass
+    # The first pass is on-policy; the later ones see the policy moved the way the advantages ask.
+    assert unknown.passes[0].policy_shift == pytest.approx(0.0, abs=1e-6)
+    assert 0 < unknown.passes[1].policy_shift < unknown.passes[2].policy_shift, unknown.passes
+    assert unknown.scalars()["pass_3_policy_shift"] == unknown.passes[2].policy_shift
 
 
 def test_more_mini_batches_than_sequences_gives_one_sequence_each(

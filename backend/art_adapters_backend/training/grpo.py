@@ -416,6 +416,9 @@ class LossOutput:
             ``"cispo"``: above the cap with A > 0, counted as high, as TRL counts it;
             ``"sapo"``: none, its gate is smooth).
         ratio_sum: sum over loss tokens of the importance ratio.
+        shift_sum: sum over loss tokens of ``A_it * log_rho_it`` (detached): how far the updates
+            made since sampling moved the policy toward the tokens with positive advantage and
+            away from those with negative (0 on-policy).
         tokens: loss tokens in the micro-batch.
     """
 
@@ -425,6 +428,7 @@ class LossOutput:
     clipped_low: int
     clipped_high: int
     ratio_sum: float
+    shift_sum: float
     tokens: int
 
 
@@ -506,5 +510,6 @@ def grpo_loss(
         clipped_low=int(low.sum()),
         clipped_high=int(high.sum()),
         ratio_sum=float((ratio_tok * mask).sum()),
+        shift_sum=float((advantages.detach() * log_ratio.detach() * mask).sum()),
         tokens=int(mask.sum()),
     )

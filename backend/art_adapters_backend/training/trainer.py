@@ -65,12 +65,17 @@ class PassMetrics(BaseModel):
             measured just before each update (see :class:`.grpo.LossOutput`).
         ratio_mean: mean importance ratio over the pass's loss tokens (1.0 when on-policy;
             moves off 1 from the second update on).
+        policy_shift: mean over the pass's loss tokens of advantage x log-ratio, each measured
+            just before its update: from the second pass on, positive when the earlier updates
+            moved probability toward the tokens with positive advantage and away from those with
+            negative, as GRPO should (about 0 in the first pass, which is on-policy).
     """
 
     loss: float
     clip_low_fraction: float
     clip_high_fraction: float
     ratio_mean: float
+    policy_shift: float
 
 
 class StepMetrics(BaseModel):
@@ -121,7 +126,7 @@ class StepMetrics(BaseModel):
     def scalars(self) -> dict[str, Any]:
         """The metrics as flat scalars, as the train API reports them: every field but ``step``
         and ``passes``, and per pass ``p`` (from 1) ``pass_<p>_loss``, ``pass_<p>_clip_low_fraction``,
-        ``pass_<p>_clip_high_fraction`` and ``pass_<p>_ratio_mean``."""
+        ``pass_<p>_clip_high_fraction``, ``pass_<p>_ratio_mean`` and ``pass_<p>_policy_shift``."""
         out = self.model_dump(exclude={"step", "passes"})
         for number, one in enumerate(self.passes, start=1):
             out.update({f"pass_{number}_{key}": value for key, value in one.model_dump().items()})
@@ -274,7 +279,7 @@ class _UpdateSums:
     """Sums of one optimizer update's micro-batches (see :class:`.grpo.LossOutput`)."""
 
     def __init__(self) -> None:
-        self.loss = self.policy = self.kl = self.ratio = self.grad_norm = 0.0
+        self.loss = self.policy = self.kl = self.ratio = self.shift = self.grad_norm = 0.0
         self.low = self.high = 0
 
     def add(self, out: Any) -> None:
@@ -283,6 +288,7 @@ class _UpdateSums:
         self.policy += out.policy_loss
         self.kl += out.kl_sum
         self.ratio += out.ratio_sum
+        self.shift += out.shift_sum
         self.low += out.clipped_low
         self.high += out.clipped_high
 
@@ -293,6 +299,7 @@ def _pass_metrics(updates: Sequence[_UpdateSums], tokens: int) -> PassMetrics:
         clip_low_fraction=sum(u.low for u in updates) / tokens,
         clip_high_fraction=sum(u.high for u in updates) / tokens,
         ratio_mean=sum(u.ratio for u in updates) / tokens,
+        policy_shift=sum(u.shift for u in updates) / tokens,
     )
 
 
