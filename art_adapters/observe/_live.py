@@ -123,7 +123,7 @@ class RolloutSpan:
         self._span.set_attributes(specs[0].attributes)
         if trajectory.error:
             self._set_error(trajectory.error)
-        self._observer._emit(specs[1:])
+        self._observer.emit_spans(specs[1:])
         if keep_open:
             self._observer._hold(trajectory.id, self)
         else:
@@ -136,7 +136,7 @@ class RolloutSpan:
             partial = failure.trajectory.model_copy()
             partial.metadata = {**partial.metadata, **self.ids}
             failed_context = replace(self._context, extra_tags=(*self._context.extra_tags, "failed"))
-            self._observer._emit(trajectory_spans(partial, failed_context, include_scores=False)[1:])
+            self._observer.emit_spans(trajectory_spans(partial, failed_context, include_scores=False)[1:])
         self._span.set_attribute("langfuse.trace.tags", [*rollout_tags(self._span), "failed"])
         self._span.add_event(
             "exception",

@@ -243,10 +243,11 @@ class Observer:
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
             logger.info("observe: Langfuse over plain OTLP at %s (scores as span attributes)", url)
             return
+        secret_key = cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else None
         try:
             self._langfuse = sdk.Langfuse(
                 public_key=cfg.langfuse_public_key,
-                secret_key=cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else None,
+                secret_key=secret_key,
                 base_url=cfg.langfuse_base_url,
                 tracer_provider=provider,
                 should_export_span=lambda span: True,  # our provider carries only our spans
@@ -277,7 +278,7 @@ class Observer:
 
                 self._score_sink = LangfuseScoreClient(
                     cfg.langfuse_public_key or "",
-                    cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else "",
+                    secret_key or "",
                     cfg.langfuse_base_url,
                     timeout_s=cfg.export_timeout_s,
                 )
@@ -321,16 +322,12 @@ class Observer:
     # -- emitting --
 
     def emit_spans(self, specs: Sequence[SpanSpec]) -> None:
-        """Send finished spans built elsewhere (e.g. the training loop's hacking warnings).
+        """Send the finished spans of one trace (rollouts, scores, steps, the loop's hacking warnings).
 
         ``specs`` are the spans of one trace, parents before children; the first is its root when
         its ``parent_id`` is ``None``, otherwise they join an existing trace under ``parent_id``.
         Nothing happens when the observer exports nowhere.
         """
-        self._emit(specs)
-
-    def _emit(self, specs: Sequence[SpanSpec]) -> None:
-        """Start and end the spans of one trace: the first spec is the root when its parent is ``None``."""
         if not self.enabled or not specs:
             return
         from opentelemetry import context as otel_context
@@ -453,15 +450,15 @@ class Observer:
                 if not self.enabled:
                     continue
                 if not live:  # not traced while it ran: the whole rollout as a trace now
-                    self._emit(trajectory_spans(trajectory, context, include_scores=scores))
+                    self.emit_spans(trajectory_spans(trajectory, context, include_scores=scores))
                 elif scores:  # traced live: only the scores join its trace
-                    self._emit(score_spans(trajectory, namespace=self.config.run, judges=context.judges))
+                    self.emit_spans(score_spans(trajectory, namespace=self.config.run, judges=context.judges))
                 if scores:
                     self._langfuse_scores(trajectory, context.judges)
             if self.enabled and failures and group.metadata.get("traced") != "live":
                 failed_context = replace(context, extra_tags=(*context.extra_tags, "failed"))
                 for failure in group.exceptions:
-                    self._emit(trajectory_spans(failed_trajectory(group, failure), failed_context))
+                    self.emit_spans(trajectory_spans(failed_trajectory(group, failure), failed_context))
         if self.history is not None and step is not None:
             self.history.append(step, group_metrics(groups), split=split)
         return trace_ids
@@ -482,7 +479,7 @@ class Observer:
         judges = group_judges(group)
         for trajectory in group.trajectories:
             specs = score_spans(trajectory, at_ns=now, namespace=self.config.run, judges=judges)
-            self._emit(specs)
+            self.emit_spans(specs)
             self._langfuse_scores(trajectory, judges)
             sent += len(specs)
         return sent
@@ -539,7 +536,7 @@ class Observer:
         specs = train_step_spans(
             step, metrics, run=run or self.config.run, at_ns=now - duration, duration_ns=duration
         )
-        self._emit(specs)
+        self.emit_spans(specs)
         if self._score_sink is not None:
             trace_id = f"{specs[0].trace_id:032x}"
             for name, value in metrics.items():
