@@ -1,11 +1,13 @@
-"""``art-adapters demo --steps 1`` observed with nothing but environment variables, end to end.
+"""``art-adapters demo --steps 1`` (and ``train-mcp``, judged) observed with nothing but environment variables.
 
 A real Arize Phoenix server receives the traces, once over plain OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``)
 and once through the Langfuse SDK (``LANGFUSE_*`` with Phoenix as the base URL: a Langfuse server
 needs Docker, which these machines lack). The test reads the spans back through Phoenix's REST API
 and finds one trace per rollout carrying its RL attributes, its generations, its MCP tool calls and
 its scores, and the train-step trace. The OTLP run also has W&B in offline mode and Trackio in
-local mode, and the test reads their stores back with their own command-line tools.
+local mode, and the test reads their stores back with their own command-line tools. ``train-mcp``,
+with the RULER tests' scripted judge, starts its own embedded backend and sends its traces over OTLP:
+each training rollout's trace carries the judge's score with its explanation.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from mcp_tools import Scenario, save_scenarios
+from mcp_tools.servers import server_command
+from tests.helpers.judge_server import JudgeServer
 from tests.helpers.phoenix_fixture import started_phoenix
 from tests.helpers.phoenix_server import PhoenixServer
 
@@ -144,3 +149,49 @@ def test_demo_through_the_langfuse_sdk_traces_every_rollout(phoenix: PhoenixServ
     out = _demo(tmp_path / "demo", env)
     assert f"traces: Langfuse at {phoenix.url}" in out
     _check_traces(_spans(phoenix, project, ROLLOUTS + EVALS))
+
+
+@pytest.mark.slow
+def test_train_mcp_over_otlp_traces_every_rollout_with_the_judges_score(
+    phoenix: PhoenixServer, tmp_path: Path
+) -> None:
+    project = "train-mcp-otlp"
+    env = _env(
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url,
+        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
+        ART_ADAPTERS_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    scenarios = save_scenarios(
+        [Scenario(task="What is 17 + 25?", difficulty=1), Scenario(task="Add 120 and 33.", difficulty=1)],
+        tmp_path / "scenarios.jsonl",
+    )
+    with JudgeServer() as judge:
+        command = [
+            sys.executable, "-m", "art_adapters.apps", "train-mcp", " ".join(server_command("calculator")),
+            "--scenarios", str(scenarios), "--run-dir", str(tmp_path / "run"), "--steps", "1",
+            "--groups-per-step", "1", "--val-fraction", "0.5", "--rollouts-per-group", "3", "--max-turns", "2",
+            "--max-tokens", "96", "--model-name", "mcp-otlp", "--judge-model", "scripted-judge",
+            "--judge-base-url", judge.url,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"traces: OTLP endpoint {phoenix.url}/v1/traces" in done.stdout
+    spans = _spans(phoenix, project, 3)
+    traces: dict[str, list[dict]] = {}
+    for span in spans:
+        traces.setdefault(span["context"]["trace_id"], []).append(span)
+    roots = [s for s in spans if s["name"].startswith("rollout ")]
+    train = [r for r in roots if r["attributes"]["art_adapters.split"] == "train"]
+    assert len(train) == 3 and len({r["context"]["trace_id"] for r in roots}) == len(roots), roots
+    for root in train:
+        a = root["attributes"]
+        assert a["art_adapters.policy.version"] == "mcp-otlp@0" and a["art_adapters.step"] == 0
+        members = traces[root["context"]["trace_id"]]
+        assert any(s["attributes"].get("mcp.method.name") == "tools/call" for s in members)
+        (ruler,) = [s for s in members if s["name"] == "score ruler"]  # the judge's score, on this rollout's trace
+        assert ruler["parent_id"] == root["context"]["span_id"]
+        assert ruler["attributes"]["gen_ai.evaluation.explanation"].startswith("because ")
+        assert ruler["attributes"]["art_adapters.judge.models"]
+        assert 0.0 <= ruler["attributes"]["gen_ai.evaluation.score.value"] <= 1.0
+        assert a["art_adapters.reward"] == pytest.approx(ruler["attributes"]["gen_ai.evaluation.score.value"])
