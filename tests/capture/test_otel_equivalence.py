@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage
@@ -24,82 +23,24 @@ from tests.capture.test_langchain import QUESTION, assert_calculator_run, planne
 from tests.capture.test_model_names import QUESTION as REVIEW_QUESTION
 from tests.capture.test_model_names import REVIEW, answer
 from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, review_graph
-
-
-def _openinference() -> Any:
-    module = pytest.importorskip(
-        "openinference.instrumentation.langchain",
-        reason="openinference-instrumentation-langchain is not installed",
-    )
-    return module.LangChainInstrumentor()
-
-
-def _openllmetry() -> Any:
-    module = pytest.importorskip(
-        "opentelemetry.instrumentation.langchain",
-        reason="opentelemetry-instrumentation-langchain (OpenLLMetry) is not installed",
-    )
-    return module.LangchainInstrumentor()
+from tests.helpers.langchain_instrumentations import instrumented_with
 
 
 @pytest.fixture(scope="module", params=["openinference", "openllmetry"])
 def instrumented(request: pytest.FixtureRequest) -> Iterator[TrajectorySpanProcessor]:
     """A span processor on a real provider that a third-party LangChain instrumentation traces into.
 
-    Instrumented once per module and instrumentation: OpenLLMetry keeps the tracer of its
-    first ``instrument()`` call, so it cannot be re-pointed at a new provider per test.
+    Instrumented once per module and instrumentation, and every wrapper it added taken off after
+    (:mod:`tests.helpers.langchain_instrumentations`: OpenLLMetry's ``uninstrument()`` leaves them).
     """
-    instrumentor = _openinference() if request.param == "openinference" else _openllmetry()
     provider = TracerProvider()
     processor = TrajectorySpanProcessor()
     provider.add_span_processor(processor)
-    before = _wrapped_attributes()
-    instrumentor.instrument(tracer_provider=provider)
     try:
-        yield processor
+        with instrumented_with(request.param, provider):
+            yield processor
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
-        _unwrap_stale(before)
-
-
-#: Where LangChain instrumentations put their wrappers: (module, class).
-_WRAPPED_CLASSES = (
-    ("langchain_core.callbacks.base", "BaseCallbackManager"),
-    ("langgraph.pregel", "Pregel"),
-    ("langgraph.types", "Command"),
-    ("langchain.agents.middleware.types", "AgentMiddleware"),
-)
-
-
-def _wrapped_attributes() -> set[tuple[type, str]]:
-    """The (class, attribute) pairs of :data:`_WRAPPED_CLASSES` that a wrapt wrapper replaces now."""
-    import importlib
-
-    found = set()
-    for module_name, class_name in _WRAPPED_CLASSES:
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            continue
-        found |= {(cls, n) for n, v in vars(cls).items() if type(v).__name__.endswith("FunctionWrapper")}
-    return found
-
-
-def _unwrap_stale(before: set[tuple[type, str]]) -> None:
-    """Take off the wrappers an instrumentation's ``uninstrument()`` left behind (those not there ``before``).
-
-    OpenLLMetry's ``uninstrument()`` (opentelemetry-instrumentation-langchain) removes none of its
-    wrappers (``BaseCallbackManager.__init__``, ``Pregel.stream``/``astream``, ``Command.__init__``,
-    the ``AgentMiddleware`` hooks): its ``unwrap(module, "Class.method")`` calls do not reach the
-    class attributes. The stale wrappers keep making their own spans current in every later test on
-    the worker, so OpenInference's spans there get a parent that is never exported (the live
-    Phoenix import then found no trace). OTel's own ``unwrap`` on each class removes them.
-    """
-    from opentelemetry.instrumentation.utils import unwrap
-
-    for cls, name in _wrapped_attributes() - before:
-        unwrap(cls, name)
 
 
 @pytest.fixture

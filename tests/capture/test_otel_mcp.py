@@ -22,6 +22,7 @@ from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._trajectory import ToolCallRecord
 from mcp_tools.servers import server_command
 from tests.helpers.capture_fakes import PolicyChatModel, react_agent
+from tests.helpers.langchain_instrumentations import instrumented_with
 
 QUESTION = {"messages": [("user", "what is 2 + 3")]}
 
@@ -38,19 +39,13 @@ def add_once(messages: list) -> AIMessage:
 @pytest.fixture(scope="module")
 def traced() -> Iterator[tuple[TracerProvider, TrajectorySpanProcessor]]:
     """A provider that OpenInference's LangChain instrumentation traces into (instrumented once)."""
-    module = pytest.importorskip(
-        "openinference.instrumentation.langchain",
-        reason="openinference-instrumentation-langchain is not installed",
-    )
     provider = TracerProvider()
     processor = TrajectorySpanProcessor()
     provider.add_span_processor(processor)
-    instrumentor = module.LangChainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
     try:
-        yield provider, processor
+        with instrumented_with("openinference", provider):
+            yield provider, processor
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
 
 

@@ -23,6 +23,7 @@ from art_adapters.apps._cli import app
 from art_adapters.observe import OtlpJsonFileExporter
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.langchain_instrumentations import instrumented_with
 from tests.helpers.langfuse_api import LangfuseApiStandIn
 from tests.helpers.phoenix_server import free_port
 from tests.observe.test_import_langfuse_api import KEYS, TRACES
@@ -39,22 +40,19 @@ def lines(path: Path) -> list[str]:
 
 
 async def test_otlp_file_from_openinference_imports_with_scenarios_and_a_window(tmp_path: Path) -> None:
-    module = pytest.importorskip("openinference.instrumentation.langchain")
     spans = tmp_path / "collector.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(spans)))
-    instrumentor = module.LangChainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
     handler = aa.TrajectoryCallbackHandler()
     try:
-        graph = planner_graph(
-            react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply]),
-            PolicyChatModel(policy=summariser_policy),
-        )
-        for question in (QUESTION, {"messages": [("user", "what is 5 + 1 times 6")]}):
-            await graph.ainvoke(question, config={"callbacks": [handler]})
+        with instrumented_with("openinference", provider):
+            graph = planner_graph(
+                react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply]),
+                PolicyChatModel(policy=summariser_policy),
+            )
+            for question in (QUESTION, {"messages": [("user", "what is 5 + 1 times 6")]}):
+                await graph.ainvoke(question, config={"callbacks": [handler]})
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
     out = tmp_path / "out" / "prod.jsonl"
     code, output = run(str(spans), str(out))

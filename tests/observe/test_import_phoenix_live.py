@@ -32,6 +32,7 @@ from art_adapters.apps._cli import app
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter, trajectories_from_phoenix
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.langchain_instrumentations import instrumented_with
 from tests.helpers.phoenix_fixture import started_phoenix
 from tests.helpers.phoenix_server import PhoenixServer, free_port
 
@@ -103,13 +104,8 @@ def openinference_run(
     phoenix: PhoenixServer, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, list[aa.Trajectory]]:
     """Two runs of a LangGraph graph traced by OpenInference: (OTLP JSON file, the handler's trajectories)."""
-    module = pytest.importorskip("openinference.instrumentation.langchain")
     path = tmp_path_factory.mktemp("openinference") / "spans.jsonl"
     provider = provider_for(phoenix, OPENINFERENCE, path)
-    instrumentor = module.LangChainInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:  # left on by an earlier test on this worker: to our provider
-        instrumentor.uninstrument()
-    instrumentor.instrument(tracer_provider=provider)
     handler = aa.TrajectoryCallbackHandler()
 
     async def run() -> None:
@@ -122,9 +118,9 @@ def openinference_run(
         )
 
     try:
-        asyncio.run(run())
+        with instrumented_with("openinference", provider):
+            asyncio.run(run())
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
     wait_for_spans(phoenix, OPENINFERENCE, sum(1 for _ in path.open()))  # one span a line
     return path, handler.trajectories

@@ -1,8 +1,8 @@
 """One live trace per rollout: run_groups' rollout span, the spans inside it, and the scores on it.
 
 Real pieces throughout: a LangGraph ReAct agent (deterministic policy model) calling the bundled
-calculator MCP server over stdio, our callback capture, OpenInference's LangChain instrumentation
-on the user's own tracer provider, the OpenTelemetry SDK, and the Observer exporting to an
+calculator MCP server over stdio, our callback capture, OpenInference's and OpenLLMetry's LangChain
+instrumentations on the user's own tracer provider, the OpenTelemetry SDK, and the Observer exporting to an
 in-memory exporter (the same batch processor as for OTLP).
 """
 
@@ -24,6 +24,7 @@ from opentelemetry.trace import StatusCode
 import art_adapters as aa
 from art_adapters import observe
 from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from tests.helpers.langchain_instrumentations import instrumented_with
 
 
 def _langchain_already_wrapped() -> bool:
@@ -54,25 +55,33 @@ def observer(exporter: InMemorySpanExporter) -> Iterator[observe.Observer]:
 
 
 class UserSpans(InMemorySpanExporter):
-    """The user's exported spans; ``foreign``: another instrumentation was already active."""
+    """The user's exported spans.
+
+    Attributes:
+        foreign: another instrumentation was already active (see :func:`_under_rollout`).
+        kind_key / kinds: the attribute that names a span's kind in this instrumentation's
+            conventions, and the kinds a rollout's LLM call and tool call must show.
+    """
 
     foreign = False
+    kind_key = "openinference.span.kind"
+    kinds = frozenset({"LLM", "TOOL"})
 
 
-@pytest.fixture(scope="module")
-def user_spans() -> Iterator[UserSpans]:
-    """OpenInference's LangChain instrumentation on the user's own provider (as in production)."""
-    module = pytest.importorskip("openinference.instrumentation.langchain")
+@pytest.fixture(scope="module", params=["openinference", "openllmetry"])
+def user_spans(request: pytest.FixtureRequest) -> Iterator[UserSpans]:
+    """A LangChain instrumentation on the user's own provider (as in production): OpenInference's
+    (OpenInference conventions) or OpenLLMetry's (OTel GenAI conventions)."""
     provider = TracerProvider()
     spans = UserSpans()
     spans.foreign = _langchain_already_wrapped()
+    if request.param == "openllmetry":
+        spans.kind_key, spans.kinds = "gen_ai.operation.name", frozenset({"chat", "execute_tool"})
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    instrumentor = module.LangChainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
     try:
-        yield spans
+        with instrumented_with(request.param, provider):
+            yield spans
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
 
 
@@ -132,9 +141,10 @@ async def test_one_trace_per_rollout_with_rl_attributes_and_the_users_spans_insi
     user_spans: UserSpans,
     calculator_tools: list[Any],
 ) -> None:
+    rollout = _rollout(calculator_tools)  # builds the agent (OpenLLMetry traces that too, in a trace of its own)
     user_spans.clear()
     tracing = observe.RolloutTracing(observer=observer, step=3, policy="calc@3")
-    groups = await aa.run_groups(_rollout(calculator_tools), SCENARIOS, n=2, progress=False, tracing=tracing)
+    groups = await aa.run_groups(rollout, SCENARIOS, n=2, progress=False, tracing=tracing)
     assert observer.force_flush(10)
     ours = list(exporter.get_finished_spans())
     roots = _roots(ours)
@@ -162,7 +172,7 @@ async def test_one_trace_per_rollout_with_rl_attributes_and_the_users_spans_insi
             assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in children)
             mcp = [s for s in children if (s.attributes or {}).get("mcp.method.name") == "tools/call"]
             assert len(mcp) == 2
-    # The user's OpenInference spans of each rollout sit in that rollout's trace, under its span.
+    # The user's spans of each rollout sit in that rollout's trace, under its span.
     theirs = _by_trace(list(user_spans.get_finished_spans()))
     assert set(theirs) == {r.context.trace_id for r in roots}
     for trace_id, spans in theirs.items():
@@ -170,8 +180,8 @@ async def test_one_trace_per_rollout_with_rl_attributes_and_the_users_spans_insi
         ids = {s.context.span_id for s in spans}
         tops = [s for s in spans if s.parent is None or s.parent.span_id not in ids]
         assert len(tops) == 1 and _under_rollout(tops[0], trace_id, roots, user_spans.foreign)
-        kinds = {(s.attributes or {}).get("openinference.span.kind") for s in spans}
-        assert {"LLM", "TOOL"} <= kinds
+        kinds = {(s.attributes or {}).get(user_spans.kind_key) for s in spans}
+        assert user_spans.kinds <= kinds, kinds
 
 
 async def test_a_span_kept_open_gets_the_judges_score_and_keeps_the_rollouts_end_time(

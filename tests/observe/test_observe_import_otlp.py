@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -13,6 +12,7 @@ import art_adapters as aa
 from art_adapters.observe import OtlpJsonFileExporter
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.langchain_instrumentations import instrumented_with
 
 
 def comparable(trajectory: aa.Trajectory) -> dict:
@@ -32,22 +32,19 @@ def comparable(trajectory: aa.Trajectory) -> dict:
 async def test_openinference_spans_exported_as_otlp_json_import_as_the_captured_trajectory(
     tmp_path: Path,
 ) -> None:
-    module = pytest.importorskip("openinference.instrumentation.langchain")
     path = tmp_path / "collector-export.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(path)))
-    instrumentor = module.LangChainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
     try:
-        agent = react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply])
-        graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy))
-        handler = aa.TrajectoryCallbackHandler()
-        await graph.ainvoke(QUESTION, config={"callbacks": [handler]})
-        await graph.ainvoke(
-            {"messages": [("user", "what is 5 + 1 times 6")]}, config={"callbacks": [handler]}
-        )
+        with instrumented_with("openinference", provider):
+            agent = react_agent(PolicyChatModel(policy=calculator_policy), [add, multiply])
+            graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy))
+            handler = aa.TrajectoryCallbackHandler()
+            await graph.ainvoke(QUESTION, config={"callbacks": [handler]})
+            await graph.ainvoke(
+                {"messages": [("user", "what is 5 + 1 times 6")]}, config={"callbacks": [handler]}
+            )
     finally:
-        instrumentor.uninstrument()
         provider.shutdown()
     imported = aa.trajectories_from_otlp_json(path)
     assert len(imported) == 2 and all(len(t.additional_histories) == 2 for t in imported)
