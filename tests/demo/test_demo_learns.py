@@ -1,26 +1,22 @@
-"""Learning asserted, not only reported: GRPO on the demo's real path, with fixed seeds, improves held-out.
+"""GRPO alone on the demo's real path, with fixed seeds: every step trains on exact tokens and moves the
+policy toward the rewarded tokens.
 
 The test runs :func:`run_demo` itself (embedded backend over HTTP on 127.0.0.1, the bundled model,
 the LangGraph ReAct agent on the bundled calculator MCP server over stdio, captured with exact tokens,
-``train_loop``, checkpoints served as ``name@step``) with small settings, and compares the held-out
-evaluation (questions never trained on, scored by the verifiable check) before and after.
+``train_loop``, checkpoints served as ``name@step``) with small settings. Held-out improvement on the
+demo is asserted by ``test_demo_sft_learns.py`` (the default: SFT warm-up, then GRPO).
 """
 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from art_adapters.apps._demo import DemoConfig, run_demo
-
-
-def _train_rows(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [row for row in rows if row.get("split") == "train"]
+from tests.helpers.run_metrics import trained_rows
 
 
 @pytest.mark.slow
@@ -47,7 +43,7 @@ async def test_grpo_steps_on_the_demo_train_exact_tokens_and_move_the_policy_tow
     before, after = result.before.metrics["correct_mean"], result.after.metrics["correct_mean"]
     assert (result.start_step, result.final_step) == (0, 2), out.getvalue()[-3000:]
     assert result.before.trajectories == result.after.trajectories == 8
-    rows = _train_rows(config.run_dir)
+    rows = trained_rows(config.run_dir)
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
         print(
