@@ -52,8 +52,9 @@ class SFTConfig(BaseModel):
         max_grad_norm: clip each update's global gradient L2 norm to this; ``None`` disables
             clipping (the norm is still reported). Default ``1.0``.
         only_model: train only the assistant turns of this model (a registered model's ``name``,
-            which matches its turns of every step, or the ``model`` recorded on imported turns,
-            e.g. a teacher's ``"gpt-4o"``); the others stay in the sequence as prompt. ``None`` (default) trains
+            which matches its turns of every step; ``name@step``, that checkpoint's turns only; or
+            the ``model`` recorded on imported turns, e.g. a teacher's ``"gpt-4o"``); the others
+            stay in the sequence as prompt. ``None`` (default) trains
             every assistant turn not marked ``generated=False``: the file is the demonstrations.
         lora_rank: rank ``r`` of the LoRA matrices. Used only when the model's adapter is first
             created (an SFT step at step 0); later steps keep the adapter's shape. Default ``16``,

@@ -275,6 +275,30 @@ async def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, " ".join(result.output.split())  # rich wraps long lines
 
 
+async def test_only_model_name_at_step_trains_that_checkpoints_turns_only(fake_backend: FakeBackend) -> None:
+    """``only_model="name@step"`` picks one checkpoint's recorded turns; the bare name picks every step's."""
+    model = await registered(fake_backend, "sft-at")
+    assert (await model.train_sft(teacher_trajectories(TRAIN[:2]))).step == 1
+    client = model.openai_client()
+
+    async def sampled(served: str) -> Trajectory:
+        ask = question(2, 3)
+        reply = await client.chat.completions.create(model=served, messages=[ask.to_openai()], max_tokens=4)
+        text = reply.choices[0].message.content or ""
+        answer = Message(role="assistant", content=text, completion_id=reply.id, model=served)
+        return Trajectory(messages=[ask, answer])
+
+    runs = [await sampled(f"{model.name}@0"), await sampled(f"{model.name}@1")]
+    at_1 = await model.train_sft(runs, config=SFTConfig(only_model=f"{model.name}@1"))
+    assert at_1.trained and at_1.metrics["sequences"] == 1 and at_1.metrics["other_model_turns"] == 1, at_1
+    assert at_1.metrics["record_turns"] == 1, at_1.metrics  # the exact sampled tokens, from the record
+    at_5 = await model.train_sft(runs, config=SFTConfig(only_model=f"{model.name}@5"))
+    assert not at_5.trained and "2 assistant turns of other models" in (at_5.reason or ""), at_5
+    every = await model.train_sft(runs, config=SFTConfig(only_model=model.name))
+    assert every.trained and every.metrics["sequences"] == 2, every
+    assert every.metrics["other_model_turns"] == 0, every
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path

@@ -302,10 +302,17 @@ def names_policy(model: str, policy: str) -> bool:
 
 
 def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) -> bool:
-    """Whether ``policy`` produced the turn (always, when no policy is given); see :func:`build_sequences`."""
+    """Whether ``policy`` produced the turn (always, when no policy is given); see :func:`build_sequences`.
+
+    ``policy`` is a registered name (its turns of every step) or ``name@step`` (that checkpoint's
+    turns only; SFT's ``only_model`` may name one).
+    """
     if policy is None:
         return True
     if data is not None:
+        name, at, step = policy.rpartition("@")
+        if at and step.isdigit():
+            return data.get("trained_model") == name and data.get("step") == int(step)
         return data.get("trained_model") == policy
     return message.model is None or names_policy(message.model, policy)
 
