@@ -168,21 +168,21 @@ async def test_a_rollout_blocked_in_sync_code_is_killed_by_the_driver(
 async def test_a_task_waiting_for_a_cpu_does_not_use_up_its_timeout(
     cluster: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Three rollouts on two CPUs: the third waits in Ray's queue for a CPU about as long as a
-    rollout runs. Its timeout and the driver's backstop count from when it starts, so it finishes."""
+    """Three rollouts on two CPUs: the third waits in Ray's queue for a CPU as long as a rollout runs.
+    Its timeout and the driver's backstop count from when it starts, so it finishes."""
     import art_adapters._ray as ray_rollouts
 
     monkeypatch.setattr(ray_rollouts, "BACKSTOP_GRACE_S", 1.0)
     started = time.monotonic()
-    scenarios = [{"q": q, "wait": 2.5} for q in ("a", "b", "c")]
-    config = on_worker(tolerate(0, timeout_s=3.0, max_concurrency=3), cluster)
+    scenarios = [{"q": q, "wait": 3.0} for q in ("a", "b", "c")]
+    config = on_worker(tolerate(0, timeout_s=4.5, max_concurrency=3), cluster)
     groups = await aa.run_groups(where, scenarios, n=1, config=config, progress=False)
     elapsed = time.monotonic() - started
     assert [len(group.trajectories) for group in groups] == [1, 1, 1]
     assert not any(group.exceptions for group in groups)
-    # Two CPUs: one rollout ran after another finished, so the run outlasted timeout plus grace
-    # (4 s) counted from submission, the old backstop's clock.
-    assert elapsed > 5.0, elapsed
+    # Two CPUs: one rollout started after another finished, so the run outlasted timeout plus grace
+    # (5.5 s) counted from submission, the old backstop's clock (which killed it).
+    assert elapsed > 6.0, elapsed
 
 
 async def test_a_worker_killed_mid_rollout_fails_that_attempt_and_the_retry_finishes(
