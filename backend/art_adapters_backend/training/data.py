@@ -293,12 +293,18 @@ def _lookup(message: Message, get_record: RecordLookup) -> _Record | None:
     return record.model_dump() if isinstance(record, BaseModel) else dict(record)
 
 
+def _served_step(model: str) -> tuple[str, int | None]:
+    """``name@<step>`` as ``(name, step)``; any other model string as ``(model, None)``."""
+    name, at, step = model.rpartition("@")
+    return (name, int(step)) if at and step.isdigit() else (model, None)
+
+
 def names_policy(model: str, policy: str) -> bool:
     """Whether a served model name is the policy: ``policy`` itself or ``policy@<step>``."""
     if model == policy:
         return True
-    name, at, step = model.rpartition("@")
-    return bool(at) and name == policy and step.isdigit()
+    name, step = _served_step(model)
+    return step is not None and name == policy
 
 
 def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) -> bool:
@@ -310,10 +316,8 @@ def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) 
     if policy is None:
         return True
     if data is not None:
-        name, at, step = policy.rpartition("@")
-        if at and step.isdigit():
-            return data.get("trained_model") == name and data.get("step") == int(step)
-        return data.get("trained_model") == policy
+        name, step = _served_step(policy)
+        return data.get("trained_model") == name and (step is None or data.get("step") == step)
     return message.model is None or names_policy(message.model, policy)
 
 
