@@ -1,4 +1,4 @@
-"""``art-adapters demo --steps 1`` (and ``train-mcp``, judged) observed with nothing but environment variables.
+"""``art-adapters demo --steps 1`` and ``train-mcp`` (judged) observed with only environment variables set.
 
 A real Arize Phoenix server receives the traces, once over plain OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``)
 and once through the Langfuse SDK (``LANGFUSE_*`` with Phoenix as the base URL: a Langfuse server
@@ -38,13 +38,16 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]
     yield from started_phoenix(tmp_path_factory)
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, project: str, **extra: str) -> dict[str, str]:
+    """The command's environment: none of the caller's trace, tracker or judge settings, Phoenix
+    project ``project``, and ``extra``."""
     env = {
         k: v for k, v in os.environ.items()
         if not k.startswith(("LANGFUSE_", "OTEL_", "WANDB_", "TRACKIO_", "ART_ADAPTERS_TRACKERS"))
     }  # fmt: skip
     env.update(COLUMNS="160", ART_ADAPTERS_JUDGE_MODEL="", OPENAI_API_KEY="", HOME=str(tmp_path / "home"))
     env.setdefault("ART_ADAPTERS_TORCH_THREADS", "1")
+    env["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
     env.update(extra)
     return env
 
@@ -71,10 +74,15 @@ def _spans(server: PhoenixServer, project: str, expected_roots: int) -> list[dic
     return spans
 
 
-def _check_traces(spans: list[dict]) -> None:
+def _by_trace(spans: list[dict]) -> dict[str, list[dict]]:
     traces: dict[str, list[dict]] = {}
     for span in spans:
         traces.setdefault(span["context"]["trace_id"], []).append(span)
+    return traces
+
+
+def _check_traces(spans: list[dict]) -> None:
+    traces = _by_trace(spans)
     roots = [s for s in spans if s["name"].startswith("rollout ")]
     assert len({r["context"]["trace_id"] for r in roots}) == len(roots)  # one trace per rollout
     splits = [(r["attributes"]["art_adapters.split"], r["attributes"]["art_adapters.step"]) for r in roots]
@@ -109,9 +117,7 @@ def test_demo_over_otlp_traces_every_rollout_and_tracks_each_step(
 ) -> None:
     project = "demo-otlp"
     env = _env(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url,
-        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
+        tmp_path, project, OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url,
         WANDB_MODE="offline", WANDB_SILENT="true", TRACKIO_DIR=str(tmp_path / "trackio"),
     )  # fmt: skip
     run_dir = tmp_path / "demo"
@@ -141,10 +147,9 @@ def test_demo_over_otlp_traces_every_rollout_and_tracks_each_step(
 def test_demo_through_the_langfuse_sdk_traces_every_rollout(phoenix: PhoenixServer, tmp_path: Path) -> None:
     project = "demo-langfuse"
     env = _env(
-        tmp_path,
+        tmp_path, project,
         LANGFUSE_PUBLIC_KEY="pk-lf-demo", LANGFUSE_SECRET_KEY="sk-lf-demo", LANGFUSE_BASE_URL=phoenix.url,
         LANGFUSE_OTEL_TRACES_EXPORT_PATH="v1/traces",
-        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
     )  # fmt: skip
     out = _demo(tmp_path / "demo", env)
     assert f"traces: Langfuse at {phoenix.url}" in out
@@ -156,12 +161,8 @@ def test_train_mcp_over_otlp_traces_every_rollout_with_the_judges_score(
     phoenix: PhoenixServer, tmp_path: Path
 ) -> None:
     project = "train-mcp-otlp"
-    env = _env(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url,
-        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
-        ART_ADAPTERS_CACHE_DIR=str(tmp_path / "cache"),
-    )  # fmt: skip
+    cache = str(tmp_path / "cache")
+    env = _env(tmp_path, project, OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url, ART_ADAPTERS_CACHE_DIR=cache)
     scenarios = save_scenarios(
         [Scenario(task="What is 17 + 25?", difficulty=1), Scenario(task="Add 120 and 33.", difficulty=1)],
         tmp_path / "scenarios.jsonl",
@@ -170,17 +171,15 @@ def test_train_mcp_over_otlp_traces_every_rollout_with_the_judges_score(
         command = [
             sys.executable, "-m", "art_adapters.apps", "train-mcp", " ".join(server_command("calculator")),
             "--scenarios", str(scenarios), "--run-dir", str(tmp_path / "run"), "--steps", "1",
-            "--groups-per-step", "1", "--val-fraction", "0.5", "--rollouts-per-group", "3", "--max-turns", "2",
-            "--max-tokens", "96", "--model-name", "mcp-otlp", "--judge-model", "scripted-judge",
-            "--judge-base-url", judge.url,
+            "--groups-per-step", "1", "--val-fraction", "0.5", "--rollouts-per-group", "3",
+            "--max-turns", "2", "--max-tokens", "96", "--model-name", "mcp-otlp",
+            "--judge-model", "scripted-judge", "--judge-base-url", judge.url,
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"traces: OTLP endpoint {phoenix.url}/v1/traces" in done.stdout
     spans = _spans(phoenix, project, 3)
-    traces: dict[str, list[dict]] = {}
-    for span in spans:
-        traces.setdefault(span["context"]["trace_id"], []).append(span)
+    traces = _by_trace(spans)
     roots = [s for s in spans if s["name"].startswith("rollout ")]
     train = [r for r in roots if r["attributes"]["art_adapters.split"] == "train"]
     assert len(train) == 3 and len({r["context"]["trace_id"] for r in roots}) == len(roots), roots
@@ -189,7 +188,7 @@ def test_train_mcp_over_otlp_traces_every_rollout_with_the_judges_score(
         assert a["art_adapters.policy.version"] == "mcp-otlp@0" and a["art_adapters.step"] == 0
         members = traces[root["context"]["trace_id"]]
         assert any(s["attributes"].get("mcp.method.name") == "tools/call" for s in members)
-        (ruler,) = [s for s in members if s["name"] == "score ruler"]  # the judge's score, on this rollout's trace
+        (ruler,) = [s for s in members if s["name"] == "score ruler"]  # the judge's score, on this trace
         assert ruler["parent_id"] == root["context"]["span_id"]
         assert ruler["attributes"]["gen_ai.evaluation.explanation"].startswith("because ")
         assert ruler["attributes"]["art_adapters.judge.models"]
