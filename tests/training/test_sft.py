@@ -44,6 +44,7 @@ from art_adapters._trajectory import Message
 from art_adapters.apps._cli import app
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.openai_tools import ADD_TOOL
+from tests.helpers.sampled_groups import group_from_choices
 
 # --------------------------------------------------------------------------- the task
 
@@ -282,11 +283,10 @@ async def test_only_model_name_at_step_trains_that_checkpoints_turns_only(fake_b
     client = model.openai_client()
 
     async def sampled(served: str) -> Trajectory:
+        """A run whose one assistant turn ``served`` answered (linked to its token record)."""
         ask = question(2, 3)
         reply = await client.chat.completions.create(model=served, messages=[ask.to_openai()], max_tokens=4)
-        text = reply.choices[0].message.content or ""
-        answer = Message(role="assistant", content=text, completion_id=reply.id, model=served)
-        return Trajectory(messages=[ask, answer])
+        return group_from_choices([ask], reply, reward=lambda _: 0.0).trajectories[0]
 
     runs = [await sampled(f"{model.name}@0"), await sampled(f"{model.name}@1")]
     at_1 = await model.train_sft(runs, config=SFTConfig(only_model=f"{model.name}@1"))
