@@ -15,6 +15,7 @@ from .routes_art import health_router
 from .routes_art import router as art_router
 from .routes_export import router as export_router
 from .routes_openai import router as openai_router
+from .routes_responses import router as responses_router
 from .state import ServerState
 
 __all__ = ["create_app"]
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 def create_app(state: ServerState) -> FastAPI:
     """The backend's ASGI app serving ``state``.
 
-    Routes: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/art/...`` (see
+    Routes: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/v1/responses``, ``/art/...`` (see
     ``docs/backend-api.md``); every error is an OpenAI-style JSON body; with an API key
     configured every request but ``/health`` must carry it; without one only loopback ``Host``
     names and ``Origin`` s are answered (:mod:`.host_check`).
@@ -43,6 +44,7 @@ def create_app(state: ServerState) -> FastAPI:
                        max_train_bytes=limits.max_train_request_bytes)  # fmt: skip
     app.include_router(health_router)
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(art_router)
     app.include_router(export_router)
     if importlib.util.find_spec(f"{__package__}.routes_train") is not None:

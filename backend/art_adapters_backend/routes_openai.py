@@ -22,7 +22,7 @@ from .openai_types import ChatCompletionRequest
 from .state import ServerState
 from .streaming import open_stream
 
-__all__ = ["router"]
+__all__ = ["COMPLETION_ID_HEADER", "ClientGone", "ClosingStreamingResponse", "router", "unless_disconnected"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ async def _stream(
     except BaseException:
         on_close()
         raise
-    return _ClosingStreamingResponse(
+    return ClosingStreamingResponse(
         events,
         on_close=on_close,
         media_type="text/event-stream",
@@ -143,11 +143,11 @@ async def _complete(prepared: PreparedChat, request: Request, state: ServerState
     """The ``chat.completion`` response, once its record is durable; decoding stops if the client goes."""
     adapter = prepared.generation.adapter
     try:
-        sequences = await _unless_disconnected(request, state.engine.generate(prepared.generation))
+        sequences = await unless_disconnected(request, state.engine.generate(prepared.generation))
     except ContextLengthError as exc:  # a 400 already; name the field at fault
         exc.param = "messages"
         raise
-    except _ClientGone:
+    except ClientGone:
         logger.info("completion %s: the client went away; decoding stopped", prepared.completion_id)
         return Response(status_code=499)  # nobody reads it; nothing was acknowledged or recorded
     finally:
@@ -160,12 +160,12 @@ async def _complete(prepared: PreparedChat, request: Request, state: ServerState
     return JSONResponse(content, headers={COMPLETION_ID_HEADER: prepared.completion_id})
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     """The client of a non-streaming request closed its connection."""
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
-    """Await ``work``, cancelling it (and raising :class:`_ClientGone`) once the client disconnects.
+async def unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
+    """Await ``work``, cancelling it (and raising :class:`ClientGone`) once the client disconnects.
 
     Starlette's ``Request.is_disconnected`` is polled every :data:`DISCONNECT_POLL_S`: the body
     has been read, so the next ASGI message can only be ``http.disconnect``.
@@ -179,13 +179,13 @@ async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
             if await request.is_disconnected():
                 task.cancel()
                 await asyncio.wait({task})
-                raise _ClientGone
+                raise ClientGone
     finally:
         if not task.done():  # this request itself was cancelled (the server is stopping)
             task.cancel()
 
 
-class _ClosingStreamingResponse(StreamingResponse):
+class ClosingStreamingResponse(StreamingResponse):
     """A stream that is closed, and ``on_close`` run, however the response ends.
 
     Finished, cut short by the client (then at once, not when the generator is collected) or
