@@ -203,7 +203,7 @@ def output_items(
     reasoning, content, calls = split_reply(sequence.text, prepared)
     status = "incomplete" if sequence.finish_reason == "length" else "completed"
     items: list[dict[str, Any]] = []
-    if reasoning:
+    if reasoning and reasoning.strip():  # an empty thinking block (a forced call's) is no reasoning item
         items.append(reasoning_item(new_item_id("rs"), reasoning, status))
     if content or not calls:
         logprobs = None

@@ -56,6 +56,7 @@ class _Events:
         self.pending_logprobs: list[dict[str, Any]] = []
         self.text_logprobs: list[dict[str, Any]] = []
         self.call_ids: list[str] = []
+        self.held_reasoning = ""
 
     def event(self, kind: str, **fields: Any) -> str:
         data = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -107,6 +108,11 @@ class _Events:
         return done
 
     def _delta(self, kind: str, text: str) -> list[str]:
+        if kind == "reasoning" and (self.open is None or self.open["type"] != "reasoning"):
+            self.held_reasoning += text  # whitespace alone (an empty thinking block) opens no item
+            if not self.held_reasoning.strip():
+                return []
+            text, self.held_reasoning = self.held_reasoning, ""
         out = self._open(kind)
         assert self.open is not None
         self.open_text += text

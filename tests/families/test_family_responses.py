@@ -1,0 +1,126 @@
+"""``/v1/responses`` per model family: Responses input items render as vLLM renders the chat messages
+they stand for (reasoning items included), forced calls are written in the family's syntax, and a
+LangGraph graph on ``ChatOpenAI(use_responses_api=True)`` is captured on exact tokens and trains a step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+import openai
+import pytest
+
+from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup
+from tests.helpers.families_support import SYSTEM, Family, add, assert_served_at_step_1, captured_add_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
+
+ADD = {"type": "function", "name": "add", "description": "Add two small integers.",
+       "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                      "required": ["a", "b"]}}  # fmt: skip
+CHAT_ADD = {"type": "function", "function": {k: v for k, v in ADD.items() if k != "type"}}
+
+
+async def test_reasoning_call_and_output_items_render_as_the_chat_messages(family: Family) -> None:
+    """reasoning + function_call items make one assistant turn (reasoning_content + tool_calls), a
+    function_call_output a tool message: the record's prompt is vLLM's rendering of those messages."""
+    client = openai.AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
+    arguments = '{"a": 2, "b": 3}'
+    response = await client.responses.create(
+        model=family.base_model, instructions=SYSTEM, tools=[ADD], max_output_tokens=4, temperature=0,
+        input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "What is 2 + 3?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "I should add them."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": arguments},
+            {"type": "function_call_output", "call_id": "call_1", "output": "5"},
+        ],
+    )  # fmt: skip
+    await client.close()
+    chat = {
+        "tools": [CHAT_ADD],
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "What is 2 + 3?"},
+            {"role": "assistant", "content": None, "reasoning_content": "I should add them.",
+             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+        ],
+    }  # fmt: skip
+    record = await family.backend.get_token_record(response.id)
+    assert record["prompt_token_ids"] == family.prompt_ids(chat)
+    if family.reasoning_parser == "qwen3":  # the reasoning is after the last user turn: Qwen3 renders it
+        assert "I should add them." in family.tokenizer.decode(record["prompt_token_ids"])
+
+
+async def test_forced_call_in_the_familys_syntax(family: Family) -> None:
+    client = openai.AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
+    response = await client.responses.create(
+        model=family.base_model, instructions=SYSTEM, input="What is 2 + 3?", tools=[ADD],
+        tool_choice={"type": "function", "name": "add"}, max_output_tokens=48, temperature=1.0,
+    )  # fmt: skip
+    await client.close()
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "add" and set(json.loads(calls[0].arguments)) == {"a", "b"}
+    assert all(item.type != "reasoning" for item in response.output)  # a forced call skips thinking
+    record = await family.backend.get_token_record(response.id)
+    chat = {"tools": [CHAT_ADD], "messages": [{"role": "system", "content": SYSTEM},
+                                              {"role": "user", "content": "What is 2 + 3?"}]}  # fmt: skip
+    assert record["prompt_token_ids"] == family.prompt_ids(chat) and record["constrained"]
+    text = family.tokenizer.decode(record["choices"][0]["completion_token_ids"], skip_special_tokens=False)
+    assert re.match(re.escape(family.forced_prefix) + family.call_syntax, text, re.DOTALL), text
+    assert record["choices"][0]["tool_call_ids"] == [calls[0].call_id]
+
+
+def _responses_graph(model: TrainableModel) -> Any:
+    """The families' forced-``add`` graph with its chat models on the Responses API."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    options = {"use_responses_api": True, "temperature": 1.0}
+    call = model.chat_model(max_tokens=48, **options).bind_tools([add], tool_choice="add")
+    answer = model.chat_model(max_tokens=8, **options).bind_tools([add], tool_choice="none")
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def test_a_graph_on_the_responses_api_trains_a_step_on_exact_tokens(family: Family) -> None:
+    model = TrainableModel(
+        name=f"resp-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
+    )
+    await model.register(family.backend)
+    graph = _responses_graph(model)
+    runs = [await captured_add_run(graph) for _ in range(2)]
+    for run in runs:
+        assistants = [m for m in run.messages if m.role == "assistant"]
+        assert all((m.completion_id or "").startswith("resp_") for m in assistants), assistants
+        (call,) = run.messages[2].tool_calls or []
+        assert call.function.name == "add" and set(json.loads(call.function.arguments)) == {"a", "b"}
+        messages, tools = run.openai_messages(), [t.model_dump(exclude_none=True) for t in run.tools or []]
+        for i, message in enumerate(run.messages):  # each turn was prompted with vLLM's rendering
+            if message.role == "assistant":
+                record = await family.backend.get_token_record(message.completion_id or "")
+                assert record["prompt_token_ids"] == family.prompt_ids({"messages": messages[:i], "tools": tools})
+    group = TrajectoryGroup(
+        trajectories=[run.model_copy(update={"reward": r}) for run, r in zip(runs, [1.0, 0.0], strict=True)]
+    )
+    lr = 5e-2 if family.name == "qwen3" else 1e-4
+    result = await model.train([group], config=TrainConfig(learning_rate=lr))
+    metrics = result.metrics
+    assert result.trained and result.step == 1, result
+    assert (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"]) == (4, 0, 0), metrics
+    assert metrics["grad_norm"] > 0
+    await assert_served_at_step_1(family, model)
