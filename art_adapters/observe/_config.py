@@ -23,6 +23,8 @@ __all__ = ["ObserveConfig"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_LANGFUSE_URL = "https://cloud.langfuse.com"
+#: The header selecting Langfuse v4 ingestion, which its docs require of direct OTLP exporters.
+LANGFUSE_INGESTION_VERSION_HEADER = "x-langfuse-ingestion-version"
 
 
 def _traces_url(endpoint: str, *, base: bool) -> str:
@@ -133,10 +135,11 @@ class ObserveConfig(BaseModel):
         return f"{base}/{path.lstrip('/')}" if path else f"{base}/api/public/otel/v1/traces"
 
     def langfuse_headers(self) -> dict[str, str]:
-        """The basic-auth header Langfuse's OTLP endpoint expects."""
+        """The headers Langfuse's OTLP endpoint expects of a direct exporter: basic auth and
+        ``x-langfuse-ingestion-version: 4`` (Langfuse v4's real-time ingestion path; its SDK sends it too)."""
         secret = self.langfuse_secret_key.get_secret_value() if self.langfuse_secret_key else ""
         token = base64.b64encode(f"{self.langfuse_public_key}:{secret}".encode()).decode()
-        return {"Authorization": f"Basic {token}"}
+        return {"Authorization": f"Basic {token}", LANGFUSE_INGESTION_VERSION_HEADER: "4"}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ObserveConfig:

@@ -267,14 +267,14 @@ class Observer:
         if getattr(resources, "tracer_provider", provider) is not provider:
             # The SDK keeps one client per public key for the whole process: an earlier one was
             # returned, with its own provider and host, maybe shut down (then it drops every score:
-            # langfuse-python#1799). Spans go over plain OTLP; scores over the REST API when that
-            # client cannot carry them to our host.
+            # langfuse-python#1799). Spans go over plain OTLP; scores through the SDK's API client
+            # (LangfuseAPI) when that client cannot carry them to our host.
             url = cfg.langfuse_otlp_url()
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
             their_host = str(getattr(resources, "base_url", "")).rstrip("/")
             same_host = their_host == cfg.langfuse_base_url.rstrip("/")
             if getattr(resources, "_shutdown", False) or not same_host:
-                from art_adapters.observe._langfuse_rest import LangfuseScoreClient
+                from art_adapters.observe._langfuse_api import LangfuseScoreClient
 
                 self._score_sink = LangfuseScoreClient(
                     cfg.langfuse_public_key or "",
@@ -285,7 +285,7 @@ class Observer:
             logger.info(
                 "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s%s",
                 url,
-                "" if self._score_sink is self._langfuse else ", scores over the REST API",
+                "" if self._score_sink is self._langfuse else ", scores through the SDK's API client",
             )
             return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)

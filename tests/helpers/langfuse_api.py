@@ -20,7 +20,8 @@ client (``LangfuseAPI``) in the tests:
 It also takes what the Langfuse SDK writes, so a test can check what a run sent:
 ``POST /api/public/scores`` (a batch of scores, kept in ``created_scores``; answered 202
 ``{"message": "Accepted"}`` as the SDK's ``CreateScoreBatchResponse`` documents) and
-``POST /api/public/otel/v1/traces`` (OTLP protobuf, counted in ``otlp_posts``).
+``POST /api/public/otel/v1/traces`` (OTLP protobuf, counted in ``otlp_posts``, each post's
+``x-langfuse-ingestion-version`` header kept in ``otlp_ingestion_versions``).
 
 Every request is recorded (path and query, as lists per name). Basic auth must match the keys
 (401 otherwise, like Langfuse).
@@ -150,6 +151,8 @@ class LangfuseApiStandIn:
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.created_scores: list[dict[str, Any]] = []
         self.otlp_posts = 0
+        #: the ``x-langfuse-ingestion-version`` header of each OTLP post (``None`` when absent)
+        self.otlp_ingestion_versions: list[str | None] = []
         self._httpd: ThreadingHTTPServer | None = None
         self.url = ""
 
@@ -248,7 +251,9 @@ class LangfuseApiStandIn:
                     return 200, trace
         return 404, {"message": "Not Found"}
 
-    def accept(self, path: str, body: bytes, auth: str | None) -> tuple[int, Any]:
+    def accept(
+        self, path: str, body: bytes, auth: str | None, ingestion_version: str | None = None
+    ) -> tuple[int, Any]:
         """Status and JSON body for one POST (scores and OTLP spans from the SDK)."""
         self.requests.append((path, {}))
         if auth != self.auth:
@@ -259,6 +264,7 @@ class LangfuseApiStandIn:
             return 202, {"message": "Accepted"}
         if path == "/api/public/otel/v1/traces":
             self.otlp_posts += 1
+            self.otlp_ingestion_versions.append(ingestion_version)
             return 200, {}
         return 404, {"message": "Not Found"}
 
@@ -286,7 +292,8 @@ class LangfuseApiStandIn:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 status, answer = stand_in.accept(
-                    urlsplit(self.path).path, body, self.headers.get("Authorization")
+                    urlsplit(self.path).path, body, self.headers.get("Authorization"),
+                    self.headers.get("x-langfuse-ingestion-version"),
                 )
                 self._reply(status, answer)
 

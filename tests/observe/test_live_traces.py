@@ -375,3 +375,27 @@ async def test_langfuse_scores_land_on_the_rollouts_own_trace_with_the_explanati
             assert score["observationId"] == trajectory.metadata["rollout_span_id"]
             assert score["value"] == trajectory.reward
         assert mine["ruler"]["comment"] == trajectory.metadata["ruler_explanation"]
+
+
+@pytest.mark.parametrize("use_sdk", [False, True])
+def test_langfuse_otlp_exports_send_the_v4_ingestion_header(use_sdk: bool) -> None:
+    """Langfuse v4 processes OTLP spans in real time only with ``x-langfuse-ingestion-version: 4``:
+    our direct exporter sends it (``use_langfuse_sdk=False``), as the SDK's own exporter does."""
+    if use_sdk:
+        pytest.importorskip("langfuse")
+    from tests.helpers.langfuse_api import LangfuseApiStandIn
+
+    key, secret = f"pk-lf-ingestion-{int(use_sdk)}", "sk-lf-ingestion"
+    trajectory = aa.Trajectory(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}])
+    trajectory.reward = 1.0
+    with LangfuseApiStandIn([], public_key=key, secret_key=secret) as server:
+        config = observe.ObserveConfig(
+            langfuse_public_key=key, langfuse_secret_key=secret, langfuse_base_url=server.url,
+            use_langfuse_sdk=use_sdk, run="v4",
+        )  # fmt: skip
+        observer = observe.Observer(config)
+        assert (observer.langfuse_client is not None) == use_sdk
+        observer.log_rollouts([aa.TrajectoryGroup(trajectories=[trajectory])], step=0)
+        observer.shutdown()
+        versions = server.otlp_ingestion_versions
+    assert versions and set(versions) == {"4"}, versions

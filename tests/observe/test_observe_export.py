@@ -288,7 +288,9 @@ def test_settings_from_the_usual_environment_variables() -> None:
     assert (
         cfg.langfuse_otlp_url({"LANGFUSE_OTEL_TRACES_EXPORT_PATH": "v1/traces"}) == "http://lf:3000/v1/traces"
     )
-    assert cfg.langfuse_headers() == {"Authorization": "Basic cGstbGYtMTpzay1sZi0x"}
+    assert cfg.langfuse_headers() == {
+        "Authorization": "Basic cGstbGYtMTpzay1sZi0x", "x-langfuse-ingestion-version": "4"
+    }
     cfg = ObserveConfig.from_env(
         {
             "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006",
