@@ -183,6 +183,7 @@ def read_source(
     since: datetime | None,
     until: datetime | None,
     limit: int | None,
+    langfuse_legacy_traces_api: bool = False,
 ) -> list[Trajectory]:
     """The trajectories of SOURCE (see :data:`IMPORT_HELP`), oldest first."""
     kind, _, rest = source.partition(":")
@@ -190,8 +191,11 @@ def read_source(
         if project != "default":
             raise ConfigError("--project names a Phoenix project: use it with a phoenix source")
         return trajectories_from_langfuse_api(
-            tags=tags, session_id=session, start=since, end=until, limit=limit, base_url=rest or None
-        )
+            tags=tags, session_id=session, start=since, end=until, limit=limit, base_url=rest or None,
+            legacy_traces_api=langfuse_legacy_traces_api,
+        )  # fmt: skip
+    if langfuse_legacy_traces_api:
+        raise ConfigError("--langfuse-legacy-traces-api reads a Langfuse server: use it with a langfuse source")
     if tags or session:
         raise ConfigError("--tag and --session select Langfuse traces: use them with a langfuse source")
     if kind == "phoenix":
@@ -233,6 +237,13 @@ def import_traces(
         Path | None,
         typer.Option(metavar="PATH", help="The scenarios file; default OUT with .scenarios.jsonl."),
     ] = None,
+    langfuse_legacy_traces_api: Annotated[
+        bool,
+        typer.Option(
+            "--langfuse-legacy-traces-api",
+            help="Read Langfuse's deprecated /api/public/traces (a server without Observations API v2).",
+        ),
+    ] = False,
 ) -> None:
     """Import traces as trajectories and scenarios (see ``IMPORT_HELP``)."""
     console = Console()
@@ -248,6 +259,7 @@ def import_traces(
                 since=start,
                 until=end,
                 limit=limit,
+                langfuse_legacy_traces_api=langfuse_legacy_traces_api,
             )
     except ConfigError as exc:
         console.print(f"[red]{escape(str(exc))}[/red]")

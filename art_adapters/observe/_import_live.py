@@ -13,10 +13,9 @@ Endpoints (all read-only GETs):
 * **Langfuse** (HTTP basic auth, public key : secret key): ``/api/public/v2/observations``
   (its real-time read path) with a ``filter`` on root observations, trace tags, session and
   start time, then ``traceId=...`` for each trace's observations, and
-  ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). A server
-  without the v2 API (older self-hosted Langfuse: 404) is read through the deprecated
-  ``/api/public/traces`` list (``tags``, ``sessionId``, ``fromTimestamp``, ``toTimestamp``,
-  ``page``, ``limit``) and ``/api/public/traces/{id}``.
+  ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). Only with
+  ``legacy_traces_api=True`` (an older self-hosted Langfuse without the v2 API), and with a
+  warning, the deprecated ``/api/public/traces`` list and ``/api/public/traces/{id}``.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -463,6 +463,7 @@ def trajectories_from_langfuse_api(
     secret_key: str | None = None,
     timeout: float = 30.0,
     page_size: int = PAGE_SIZE,
+    legacy_traces_api: bool = False,
 ) -> list[Trajectory]:
     """Trajectories of the traces a Langfuse project holds, read through its public API.
 
@@ -475,7 +476,7 @@ def trajectories_from_langfuse_api(
     returned in trace start order.
 
     Uses ``GET /api/public/v2/observations`` and ``/api/public/v3/scores`` (Langfuse's
-    real-time read path), or, on a server without them, the older ``/api/public/traces``.
+    real-time read path; other endpoints lag about 10 minutes).
 
     Args:
         tags: only traces carrying all of these tags.
@@ -489,10 +490,13 @@ def trajectories_from_langfuse_api(
         secret_key: default ``LANGFUSE_SECRET_KEY``.
         timeout: seconds per HTTP request.
         page_size: observations per request (scores and v1 traces: at most 100).
+        legacy_traces_api: read the deprecated ``/api/public/traces`` instead (for a self-hosted
+            Langfuse without the v2 observations API; retired on Langfuse Cloud), with a warning.
 
     Raises:
         ConfigError: a key is missing, the server cannot be reached or refuses the keys
-            (401/403), or answers something that is not Langfuse's API; a bad argument.
+            (401/403), has no v2 observations API (404; the message names ``legacy_traces_api``),
+            or answers something that is not Langfuse's API; a bad argument.
     """
     _check_limit(limit)
     _check_page_size(page_size)
@@ -514,10 +518,23 @@ def trajectories_from_langfuse_api(
         raise ConfigError(f"the Langfuse URL must start with http:// or https://, got {base!r}")
     tag_list = [tags] if isinstance(tags, str) else list(tags or ())
     with httpx.Client(auth=(public_key, secret_key), timeout=timeout) as client:
-        traces = _traces_v2(client, base, _root_filter(tag_list, session_id, since, until), limit, page_size)
-        if traces is None:
-            logger.info("Langfuse at %s has no v2 observations API: using /api/public/traces", base)
+        if legacy_traces_api:
+            message = (
+                f"reading Langfuse at {base} through the deprecated /api/public/traces (legacy_traces_api=True): "
+                "it lags about 10 minutes and is retired on Langfuse Cloud; upgrade the server to read "
+                "Observations API v2"
+            )
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            logger.warning("%s", message)
             traces = _traces_v1(client, base, tag_list, session_id, since, until, limit, page_size)
+        else:
+            traces = _traces_v2(client, base, _root_filter(tag_list, session_id, since, until), limit, page_size)
+        if traces is None:
+            raise ConfigError(
+                f"Langfuse at {base} has no Observations API v2 (GET /api/public/v2/observations answered "
+                "404): upgrade the server, or read its deprecated traces endpoint with "
+                "legacy_traces_api=True (art-adapters import: --langfuse-legacy-traces-api)"
+            )
     logger.info("read %d traces from Langfuse at %s", len(traces), base)
     trajectories = trajectories_from_langfuse(traces) if traces else []
     return sorted(trajectories, key=lambda t: t.started_at.timestamp() if t.started_at else 0.0)

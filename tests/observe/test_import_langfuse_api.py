@@ -109,8 +109,15 @@ def test_limit_takes_the_newest_traces(server: LangfuseApiStandIn) -> None:
     assert trajectories_from_langfuse_api(tags=["nothing-has-this"], base_url=server.url, **KEYS) == []
 
 
-def test_older_server_is_read_through_the_traces_list_page_by_page() -> None:
-    with LangfuseApiStandIn(TRACES, legacy=True) as server:
+def test_a_server_without_observations_v2_is_an_error_naming_the_legacy_option() -> None:
+    with LangfuseApiStandIn(TRACES, legacy=True) as server, pytest.raises(ConfigError) as info:
+        trajectories_from_langfuse_api(tags=["prod"], base_url=server.url, **KEYS)
+    assert "Observations API v2" in str(info.value) and "legacy_traces_api=True" in str(info.value)
+    assert not server.calls("/api/public/traces")  # the deprecated endpoint is not read unasked
+
+
+def test_older_server_is_read_through_the_traces_list_page_by_page_when_asked() -> None:
+    with LangfuseApiStandIn(TRACES, legacy=True) as server, pytest.warns(DeprecationWarning, match="deprecated"):
         trajectories = trajectories_from_langfuse_api(
             tags=["prod", "calc"],
             session_id="s1",
@@ -118,6 +125,7 @@ def test_older_server_is_read_through_the_traces_list_page_by_page() -> None:
             end=T0 + timedelta(minutes=90),
             base_url=server.url,
             page_size=1,
+            legacy_traces_api=True,
             **KEYS,
         )
     assert dumped(trajectories) == dumped(aa.trajectories_from_langfuse([TRACES[0], TRACES[1]]))
