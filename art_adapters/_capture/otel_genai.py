@@ -57,15 +57,17 @@ def parse_genai_span(span: Any) -> SpanModelCall | SpanToolCall | None:
       ``gen_ai.prompt.{i}.role/content/...`` and ``gen_ai.completion.{i}...`` attributes.
 
     A tool span (``execute_tool``) gives ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-    ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``.
+    ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``. Spans of other operations
+    (``invoke_agent``, ``invoke_workflow``: the official LangChain instrumentation's graph spans)
+    are not model calls, whatever messages they carry.
     """
     attributes = span.attributes or {}
     operation = attributes.get("gen_ai.operation.name")
     if operation == "execute_tool":
         return _tool_call(span, attributes)
-    if operation in CHAT_OPERATIONS or "gen_ai.input.messages" in attributes:
+    if operation in CHAT_OPERATIONS or (operation is None and "gen_ai.input.messages" in attributes):
         return _model_call(span, attributes)
-    return None
+    return None  # invoke_agent / invoke_workflow carry messages too, but call no model themselves
 
 
 def parse_mcp_span(span: Any) -> SpanToolCall | None:

@@ -346,7 +346,8 @@ def message_from_openai(data: Any) -> Message | None:
 
 
 def span_error(span: Any) -> str | None:
-    """``"Type: message"`` (``"Type"`` when the message is empty) of a failed span, else ``None``."""
+    """``"Type: message"`` (``"Type"`` when the message is empty) of a failed span, else ``None``: from
+    its ``exception`` event, else its ``error.type`` attribute and status description."""
     status = getattr(span, "status", None)
     failed = status is not None and getattr(status.status_code, "name", "") == "ERROR"
     for event in getattr(span, "events", ()) or ():
@@ -356,7 +357,13 @@ def span_error(span: Any) -> str | None:
             message = attributes.get("exception.message", "")
             return f"{kind}: {message}" if message else str(kind)
     if failed:
-        return status.description or "error"
+        # no exception event (the official OTel GenAI instrumentations): the semantic conventions'
+        # ``error.type`` is the exception's class name, the status description its message
+        kind = (getattr(span, "attributes", None) or {}).get("error.type")
+        message = status.description or ""
+        if kind and str(kind) != "_OTHER" and not message.startswith(f"{kind}:"):
+            return f"{kind}: {message}" if message else str(kind)
+        return message or "error"
     return None
 
 

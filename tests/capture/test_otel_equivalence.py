@@ -1,7 +1,9 @@
 """The span processor and the callback handler agree on the same run of a real LangGraph graph.
 
-Third-party LangChain instrumentations — OpenInference's (OpenInference conventions) and
-OpenLLMetry's ``opentelemetry-instrumentation-langchain`` (OTel GenAI conventions), each
+Third-party LangChain instrumentations — OpenInference's (OpenInference conventions),
+OpenLLMetry's ``opentelemetry-instrumentation-langchain`` and the official
+``opentelemetry-instrumentation-genai-langchain`` (OTel GenAI conventions; message content needs
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY``), each
 switched on with its documented ``instrument(tracer_provider=...)`` — turn the run into
 spans; TrajectorySpanProcessor assembles them. The callback handler watches the same run. Both must produce the same
 conversation (messages, completion ids, which model wrote each turn), the same tools, histories, tool records and error.
@@ -22,11 +24,11 @@ from art_adapters._trajectory import Trajectory
 from tests.capture.test_langchain import QUESTION, assert_calculator_run, planner_graph, summariser_policy
 from tests.capture.test_model_names import QUESTION as REVIEW_QUESTION
 from tests.capture.test_model_names import REVIEW, answer
-from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, review_graph
+from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, calculator_policy, review_graph
 from tests.helpers.langchain_instrumentations import instrumented_with
 
 
-@pytest.fixture(scope="module", params=["openinference", "openllmetry"])
+@pytest.fixture(scope="module", params=["openinference", "openllmetry", "otel-genai"])
 def instrumented(request: pytest.FixtureRequest) -> Iterator[TrajectorySpanProcessor]:
     """A span processor on a real provider that a third-party LangChain instrumentation traces into.
 
@@ -41,6 +43,13 @@ def instrumented(request: pytest.FixtureRequest) -> Iterator[TrajectorySpanProce
             yield processor
     finally:
         provider.shutdown()
+
+
+@pytest.fixture
+def model() -> PolicyChatModel:
+    """The calculator policy with a model name: the official OTel LangChain instrumentation records
+    no span for a chat model whose request names none (as provider chat models always do)."""
+    return PolicyChatModel(policy=calculator_policy, model="calculator")
 
 
 @pytest.fixture
@@ -76,7 +85,7 @@ def test_react_agent_invoke(capture: TrajectorySpanProcessor, agent) -> None:
 
 
 async def test_streamed_ainvoke_of_a_graph_with_a_subgraph_and_divergent_histories(capture, agent) -> None:
-    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy))
+    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy, model="summariser"))
     handler = TrajectoryCallbackHandler()
     async for _ in graph.astream(QUESTION, config={"callbacks": [handler]}, stream_mode="messages"):
         pass
@@ -86,7 +95,7 @@ async def test_streamed_ainvoke_of_a_graph_with_a_subgraph_and_divergent_histori
 
 
 def test_a_node_that_raises(capture, agent) -> None:
-    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy), fail_after_summary=True)
+    graph = planner_graph(agent, PolicyChatModel(policy=summariser_policy, model="summariser"), fail_after_summary=True)
     handler = TrajectoryCallbackHandler()
     with pytest.raises(ValueError):
         graph.invoke(QUESTION, config={"callbacks": [handler]})

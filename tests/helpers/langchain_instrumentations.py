@@ -12,6 +12,7 @@ Phoenix import then found no trace). :func:`instrumented_with` takes them off wi
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,8 +28,21 @@ WRAPPED_CLASSES = (
 )
 
 
+#: What the official OTel GenAI instrumentation needs to record message content on its spans
+#: (``opentelemetry-util-genai``: without it spans carry no messages, so nothing can be assembled).
+OTEL_GENAI_CONTENT = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+                      "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}  # fmt: skip
+
+
 def instrumentor(name: str) -> Any:
-    """A fresh instrumentor: ``"openinference"`` or ``"openllmetry"`` (skips when not installed)."""
+    """A fresh instrumentor: ``"openinference"``, ``"openllmetry"`` or ``"otel-genai"`` (the official
+    ``opentelemetry-instrumentation-genai-langchain``); skips when not installed."""
+    if name == "otel-genai":
+        module = pytest.importorskip(
+            "opentelemetry.instrumentation.genai.langchain",
+            reason="opentelemetry-instrumentation-genai-langchain is not installed",
+        )
+        return module.LangChainInstrumentor()
     if name == "openinference":
         module = pytest.importorskip(
             "openinference.instrumentation.langchain",
@@ -59,6 +73,9 @@ def instrumented_with(name: str, tracer_provider: Any) -> Iterator[None]:
     """LangChain instrumented by ``name`` on ``tracer_provider``; afterwards every wrapper it added is gone."""
     from opentelemetry.instrumentation.utils import unwrap
 
+    saved = {key: os.environ.get(key) for key in OTEL_GENAI_CONTENT}
+    if name == "otel-genai":
+        os.environ.update(OTEL_GENAI_CONTENT)
     chosen = instrumentor(name)
     if chosen.is_instrumented_by_opentelemetry:  # left on by an earlier test on this worker: to our provider
         chosen.uninstrument()
@@ -70,3 +87,8 @@ def instrumented_with(name: str, tracer_provider: Any) -> Iterator[None]:
         chosen.uninstrument()
         for cls, attribute in wrapped_attributes() - before:
             unwrap(cls, attribute)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
