@@ -35,9 +35,18 @@ if TYPE_CHECKING:
 
     from art_adapters._trajectory import Trajectory
 
-__all__ = ["TOOL_RECORD_EVENT", "TrajectoryCallbackHandler"]
+__all__ = ["TOOL_RECORD_EVENT", "TrajectoryCallbackHandler", "mcp_server_name"]
 
 logger = logging.getLogger(__name__)
+
+
+def mcp_server_name(metadata: Any) -> str | None:
+    """The MCP server a LangChain tool's run metadata names: ``{"mcp": {"server": {"name": ...}}}``,
+    as ``langchain.mcp`` tools carry it (the server's ``serverInfo``); ``None`` for other tools."""
+    mcp = metadata.get("mcp") if isinstance(metadata, Mapping) else None
+    server = mcp.get("server") if isinstance(mcp, Mapping) else None
+    name = server.get("name") if isinstance(server, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str | None:
@@ -237,7 +246,8 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """A tool started: its name, arguments and the model's ``tool_call_id``."""
+        """A tool started: its name, arguments and the model's ``tool_call_id``; for a tool of
+        ``langchain.mcp`` (whose metadata names its server under ``mcp.server``), the MCP server."""
         call_id = kwargs.get("tool_call_id")
         self.recorder.start_tool(
             run_id,
@@ -245,6 +255,7 @@ class TrajectoryCallbackHandler(BaseCallbackHandler):
             name=_name(serialized, kwargs) or "tool",
             arguments=dict(inputs) if isinstance(inputs, Mapping) else input_str,
             call_id=str(call_id) if call_id else None,
+            server=mcp_server_name(kwargs.get("metadata")),
         )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -242,14 +242,16 @@ class TrajectoryRecorder:
         name: str,
         arguments: dict[str, Any] | str | None,
         call_id: str | None = None,
+        server: str | None = None,
     ) -> None:
-        """A tool execution started."""
+        """A tool execution started (``server``: the MCP server, when the tool says which)."""
         with self._lock:
             root = self._attach(run_id, parent_run_id, name=name)
             record = ToolCallRecord(
                 name=name,
                 call_id=call_id,
                 arguments=arguments,
+                server=server,
                 source="langchain",
                 started_at=datetime.now(UTC),
             )
