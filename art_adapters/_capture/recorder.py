@@ -267,7 +267,7 @@ class TrajectoryRecorder:
         error: str | None = None,
         call_id: str | None = None,
     ) -> None:
-        """A tool execution ended with ``result`` (``is_error`` for a handled tool error) or raised ``error``."""
+        """A tool execution ended with ``result`` (``is_error``: a handled tool error) or raised ``error``."""
         with self._lock:
             root = self._root(run_id)
             tool_run = root.tool_runs.get(run_id) if root is not None else None

@@ -195,7 +195,9 @@ def read_source(
             legacy_traces_api=langfuse_legacy_traces_api,
         )  # fmt: skip
     if langfuse_legacy_traces_api:
-        raise ConfigError("--langfuse-legacy-traces-api reads a Langfuse server: use it with a langfuse source")
+        raise ConfigError(
+            "--langfuse-legacy-traces-api reads a Langfuse server: use it with a langfuse source"
+        )
     if tags or session:
         raise ConfigError("--tag and --session select Langfuse traces: use them with a langfuse source")
     if kind == "phoenix":

@@ -520,15 +520,16 @@ def trajectories_from_langfuse_api(
     with httpx.Client(auth=(public_key, secret_key), timeout=timeout) as client:
         if legacy_traces_api:
             message = (
-                f"reading Langfuse at {base} through the deprecated /api/public/traces (legacy_traces_api=True): "
-                "it lags about 10 minutes and is retired on Langfuse Cloud; upgrade the server to read "
-                "Observations API v2"
+                f"reading Langfuse at {base} through the deprecated /api/public/traces "
+                "(legacy_traces_api=True): it lags about 10 minutes and is retired on Langfuse Cloud; "
+                "upgrade the server to read Observations API v2"
             )
             warnings.warn(message, DeprecationWarning, stacklevel=2)
             logger.warning("%s", message)
             traces = _traces_v1(client, base, tag_list, session_id, since, until, limit, page_size)
         else:
-            traces = _traces_v2(client, base, _root_filter(tag_list, session_id, since, until), limit, page_size)
+            conditions = _root_filter(tag_list, session_id, since, until)
+            traces = _traces_v2(client, base, conditions, limit, page_size)
         if traces is None:
             raise ConfigError(
                 f"Langfuse at {base} has no Observations API v2 (GET /api/public/v2/observations answered "

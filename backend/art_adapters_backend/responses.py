@@ -38,7 +38,7 @@ def new_item_id(prefix: str) -> str:
 
 
 def _text(content: Any, param: str, *, role: str) -> str:
-    """Message content as text: a string, or text / refusal parts joined by newlines (as on the chat route)."""
+    """Message content as text: a string, or text / refusal parts joined by newlines (as on chat)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -52,7 +52,8 @@ def _text(content: Any, param: str, *, role: str) -> str:
             texts.append(part["refusal"])
         else:
             raise BadRequestError(
-                f"{param}[{j}] has type {kind!r}; this server serves a text-only model: send 'input_text' parts",
+                f"{param}[{j}] has type {kind!r}; this server serves a text-only model: "
+                "send 'input_text' parts",
                 param=f"{param}[{j}]",
             )
     return "\n".join(texts)
@@ -91,7 +92,8 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
         if kind == "message":
             role = item.get("role")
             if role not in _ROLES:
-                raise BadRequestError(f"{param}.role is {role!r}; use one of {', '.join(sorted(_ROLES))}", param=param)
+                roles = ", ".join(sorted(_ROLES))
+                raise BadRequestError(f"{param}.role is {role!r}; use one of {roles}", param=param)
             text = _text(item.get("content"), f"{param}.content", role=role)
             if role == "assistant":
                 assistant(fresh_if=("content", "tool_calls"))["content"] = text
@@ -100,14 +102,18 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
                 messages.append({"role": role, "content": text})
         elif kind == "function_call":
             if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-                raise BadRequestError(f"{param} (a function_call) needs a string 'call_id' and 'name'", param=param)
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}  # fmt: skip
+                raise BadRequestError(
+                    f"{param} (a function_call) needs a string 'call_id' and 'name'", param=param
+                )
+            function = {"name": item["name"], "arguments": item.get("arguments") or "{}"}
+            call = {"id": item["call_id"], "type": "function", "function": function}
             target = assistant(fresh_if=())
             target["tool_calls"] = [*(target.get("tool_calls") or []), call]
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
-                raise BadRequestError(f"{param} (a function_call_output) needs a string 'call_id'", param=param)
+                raise BadRequestError(
+                    f"{param} (a function_call_output) needs a string 'call_id'", param=param
+                )
             turn = None
             output = _text(item.get("output"), f"{param}.output", role="tool")
             messages.append({"role": "tool", "content": output, "tool_call_id": item["call_id"]})
@@ -117,8 +123,8 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
                 assistant(fresh_if=("reasoning_content", "content", "tool_calls"))["reasoning_content"] = text
         else:
             raise BadRequestError(
-                f"{param} has type {kind!r}; this server accepts message, function_call, function_call_output "
-                "and reasoning items (no hosted tools, no item references)",
+                f"{param} has type {kind!r}; this server accepts message, function_call, "
+                "function_call_output and reasoning items (no hosted tools, no item references)",
                 param=param,
             )
     return messages
@@ -193,7 +199,9 @@ def to_chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
         return ChatCompletionRequest.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         message, _ = validation_message(exc.errors())
-        raise BadRequestError(f"the request does not convert to a chat request: {message}", param="input") from exc
+        raise BadRequestError(
+            f"the request does not convert to a chat request: {message}", param="input"
+        ) from exc
 
 
 def output_items(
@@ -208,22 +216,27 @@ def output_items(
     if content or not calls:
         logprobs = None
         if prepared.want_logprobs:
-            logprobs = state.token_texts.content(sequence.text_token_ids, sequence.logprobs, sequence.top_logprobs)
+            logprobs = state.token_texts.content(
+                sequence.text_token_ids, sequence.logprobs, sequence.top_logprobs
+            )
         items.append(message_item(new_item_id("msg"), content or "", status, logprobs))
     items.extend(
-        function_call_item(new_item_id("fc"), call.id, call.name, call.arguments, "completed") for call in calls
+        function_call_item(new_item_id("fc"), call.id, call.name, call.arguments, "completed")
+        for call in calls
     )
     return items
 
 
 def reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    """A ``reasoning`` output item carrying the model's reasoning as ``reasoning_text`` (no summary is made)."""
+    """A ``reasoning`` output item with the model's reasoning as ``reasoning_text`` (no summary is made)."""
     return {"type": "reasoning", "id": item_id, "summary": [], "status": status,
             "content": [{"type": "reasoning_text", "text": text}] if text else []}  # fmt: skip
 
 
-def message_item(item_id: str, text: str | None, status: str, logprobs: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """An assistant ``message`` output item with one ``output_text`` part (none while ``text`` is ``None``)."""
+def message_item(
+    item_id: str, text: str | None, status: str, logprobs: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """An assistant ``message`` output item with one ``output_text`` part (none while ``text`` is None)."""
     content = [] if text is None else [output_text_part(text, logprobs)]
     return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
 

@@ -64,7 +64,9 @@ class _Events:
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
     def response(self, status: str, usage_body: dict[str, Any] | None = None) -> dict[str, Any]:
-        return response_object(self.body, self.prepared, list(self.output), status=status, usage_body=usage_body)
+        return response_object(
+            self.body, self.prepared, list(self.output), status=status, usage_body=usage_body
+        )
 
     def start(self) -> list[str]:
         return [self.event("response.created", response=self.response("in_progress")),
@@ -195,7 +197,8 @@ class _Events:
         record = choice_record(sequence, reason, self.call_ids)
         await self.state.records.put(make_record(self.prepared, [record], self.state, stream=True))
         status = "incomplete" if self.finish_reason == "length" else "completed"
-        final = self.response(status, usage(len(self.prepared.generation.prompt_token_ids), len(self.token_ids)))
+        prompt_tokens = len(self.prepared.generation.prompt_token_ids)
+        final = self.response(status, usage(prompt_tokens, len(self.token_ids)))
         out.append(self.event(f"response.{status}", response=final))
         return out
 
@@ -237,7 +240,9 @@ async def open_response_stream(
             yield events.event("error", code=exc.code, message=str(exc), param=exc.param)
         except Exception as exc:
             logger.exception("streamed response %s failed", prepared.completion_id)
-            message = f"the response failed while streaming ({type(exc).__name__}); the server logged the details"
+            message = (
+                f"the response failed while streaming ({type(exc).__name__}); the server logged the details"
+            )
             yield events.event("error", code="server_error", message=message, param=None)
         finally:
             try:

@@ -49,7 +49,7 @@ class ResponsesTextFormat(BaseModel):
 
 
 class ResponsesTextConfig(BaseModel):
-    """``text``: the output ``format`` (``verbosity`` other than ``medium`` has no meaning for a chat template)."""
+    """``text``: the output ``format`` (a ``verbosity`` but ``medium`` means nothing to a chat template)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -77,14 +77,14 @@ class ResponsesReasoning(BaseModel):
     def _unset(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
             raise ValueError(
-                f"reasoning.{info.field_name} is not supported: whether and how the model reasons is its chat "
-                "template's choice (e.g. chat_template_kwargs {'enable_thinking': false} for Qwen3)"
+                f"reasoning.{info.field_name} is not supported: whether and how the model reasons is "
+                "its chat template's choice (e.g. chat_template_kwargs {'enable_thinking': false} for Qwen3)"
             )
         return value
 
 
 class ResponsesRequest(BaseModel):
-    """The body of ``POST /v1/responses``: OpenAI's fields a chat model can serve, plus vLLM's sampling extras.
+    """The body of ``POST /v1/responses``: OpenAI's fields a chat model can serve, plus vLLM's extras.
 
     Any other field is a 400 naming it. ``store`` is accepted either way: no response state is kept
     (``previous_response_id`` is refused) and the exact-token record is kept regardless, keyed by
@@ -141,7 +141,8 @@ class ResponsesRequest(BaseModel):
         for item in value or []:
             if item not in _INCLUDABLE:
                 raise ValueError(
-                    f"include {item!r} is not supported here; this server can include: {', '.join(sorted(_INCLUDABLE))}"
+                    f"include {item!r} is not supported here; this server can include: "
+                    + ", ".join(sorted(_INCLUDABLE))
                 )
         return value
 

@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 @router.post("/responses", summary="Create a model response (OpenAI Responses API)", response_model=None)
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    """Answer a Responses request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``).
+    """Answer a Responses request; its ``id`` keys the exact-token record (``GET /art/completions/{id}``).
 
     Admission (429), disconnect handling and limits are those of ``/v1/chat/completions``.
     ``store`` changes nothing here: no response is kept for ``previous_response_id`` (refused),
@@ -84,10 +84,11 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
         output = output_items(sequence, prepared, state)
         call_ids = [item["call_id"] for item in output if item["type"] == "function_call"]
         reason = "tool_calls" if call_ids else sequence.finish_reason
-        await state.records.put(make_record(prepared, [choice_record(sequence, reason, call_ids)], state, stream=False))
+        record = choice_record(sequence, reason, call_ids)
+        await state.records.put(make_record(prepared, [record], state, stream=False))
         status = "incomplete" if sequence.finish_reason == "length" else "completed"
-        content = response_object(body, prepared, output, status=status,
-                                  usage_body=usage(len(prepared.generation.prompt_token_ids), len(sequence.token_ids)))  # fmt: skip
+        counts = usage(len(prepared.generation.prompt_token_ids), len(sequence.token_ids))
+        content = response_object(body, prepared, output, status=status, usage_body=counts)
         return JSONResponse(content, headers={COMPLETION_ID_HEADER: prepared.completion_id})
     finally:
         if not handed_over:
