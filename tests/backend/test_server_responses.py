@@ -184,3 +184,23 @@ async def test_limits_are_the_chat_routes(local_backend: LocalBackend) -> None:
         unknown = await http.post("/responses", json={"model": "no-such-model", "input": "hi"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
     assert unknown.status_code == 404
+
+
+async def test_a_streamed_langchain_turn_on_the_responses_api_links_to_its_record(local_backend: LocalBackend) -> None:
+    """``ChatOpenAI(use_responses_api=True, streaming=True)`` parses our events into a message whose id is
+    the response id, which the trajectory handler keeps as the turn's completion id."""
+    from langchain_openai import ChatOpenAI
+
+    import art_adapters as aa
+
+    llm = ChatOpenAI(model=MODEL, base_url=local_backend.openai_base_url, api_key="unused", temperature=0,
+                     max_tokens=8, use_responses_api=True, streaming=True)  # fmt: skip
+    handler = aa.TrajectoryCallbackHandler()
+    chunks = [chunk async for chunk in llm.astream("Say hello to Ada.", config={"callbacks": [handler]})]
+    text = "".join(c.text for c in chunks)
+    trajectory = handler.trajectory
+    assert trajectory is not None and [m.role for m in trajectory.messages] == ["user", "assistant"]
+    answer = trajectory.messages[1]
+    assert (answer.completion_id or "").startswith("resp_") and answer.content == text and text
+    record = await _record(local_backend, answer.completion_id or "")
+    assert record["stream"] is True and record["choices"][0]["text"] == text
