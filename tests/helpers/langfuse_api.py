@@ -150,6 +150,8 @@ class LangfuseApiStandIn:
         self.legacy = legacy
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.created_scores: list[dict[str, Any]] = []
+        #: score names answered as rejected (a 207 batch result), to test partial failures
+        self.refuse_score_names: set[str] = set()
         self.otlp_posts = 0
         #: the ``x-langfuse-ingestion-version`` header of each OTLP post (``None`` when absent)
         self.otlp_ingestion_versions: list[str | None] = []
@@ -260,7 +262,12 @@ class LangfuseApiStandIn:
             return 401, {"message": "Invalid credentials. Confirm that you've configured the correct host."}
         if path == "/api/public/scores":
             batch = json.loads(body)
-            self.created_scores.extend(batch if isinstance(batch, list) else [batch])
+            batch = batch if isinstance(batch, list) else [batch]
+            refused = [s for s in batch if s.get("name") in self.refuse_score_names]
+            self.created_scores.extend(s for s in batch if s not in refused)
+            if refused:  # some rejected: 207 with counts and errors (CreateScoreBatchResults)
+                errors = [{"message": f"score name {s['name']!r} is not allowed"} for s in refused]
+                return 207, {"accepted": len(batch) - len(refused), "rejected": len(refused), "errors": errors}
             return 202, {"message": "Accepted"}
         if path == "/api/public/otel/v1/traces":
             self.otlp_posts += 1

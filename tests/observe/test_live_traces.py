@@ -399,3 +399,32 @@ def test_langfuse_otlp_exports_send_the_v4_ingestion_header(use_sdk: bool) -> No
         observer.shutdown()
         versions = server.otlp_ingestion_versions
     assert versions and set(versions) == {"4"}, versions
+
+
+def test_the_fallback_score_sink_sends_through_the_sdks_api_client_and_counts_rejections(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Scores sent without the shared ``Langfuse`` client (langfuse-python#1799) go through the SDK's own
+    ``LangfuseAPI.scores.create``: one batch, observation-level, with the comment and judge metadata;
+    a 207 answer's rejections are counted as dropped and logged with the server's message."""
+    pytest.importorskip("langfuse")
+    from art_adapters.observe._langfuse_api import LangfuseScoreClient
+    from tests.helpers.langfuse_api import LangfuseApiStandIn
+
+    key, secret = "pk-lf-fallback", "sk-lf-fallback"
+    with LangfuseApiStandIn([], public_key=key, secret_key=secret) as server:
+        server.refuse_score_names = {"bogus"}
+        client = LangfuseScoreClient(key, secret, server.url)
+        client.create_score(name="ruler", value=0.5, trace_id="a" * 32, observation_id="b" * 16,
+                            comment="because", metadata={"judge_ids": ["j1"]})  # fmt: skip
+        client.create_score(name="bogus", value=1.0, trace_id="a" * 32)
+        client.shutdown()
+        posts = server.calls("/api/public/scores")
+        (score,) = server.created_scores
+    assert len(posts) == 1  # one batch
+    assert (score["name"], score["traceId"], score["observationId"], score["comment"]) == (
+        "ruler", "a" * 32, "b" * 16, "because"
+    )
+    assert score["metadata"] == {"judge_ids": ["j1"]} and score["dataType"] == "NUMERIC"
+    assert (client.sent, client.dropped) == (1, 1)
+    assert "rejected 1 of 2" in caplog.text and "'bogus' is not allowed" in caplog.text
