@@ -75,6 +75,24 @@ async def test_forced_call_in_the_familys_syntax(family: Family) -> None:
     assert record["choices"][0]["tool_call_ids"] == [calls[0].call_id]
 
 
+async def test_a_streamed_forced_call_has_no_reasoning_item_and_the_same_record(family: Family) -> None:
+    """Streamed, a reasoning family's empty thinking block opens no reasoning item either (it is held
+    until text shows): the output is the one function call, recorded with the family's prefix."""
+    client = openai.AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
+    stream = await client.responses.create(
+        model=family.base_model, instructions=SYSTEM, input="What is 2 + 3?", tools=[ADD],
+        tool_choice="required", max_output_tokens=48, temperature=1.0, stream=True,
+    )  # fmt: skip
+    events = [event async for event in stream]
+    await client.close()
+    assert not any(e.type.startswith("response.reasoning") for e in events)
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["function_call"], final.output
+    record = await family.backend.get_token_record(final.id)
+    text = family.tokenizer.decode(record["choices"][0]["completion_token_ids"], skip_special_tokens=False)
+    assert text.startswith(family.forced_prefix) and record["stream"] is True
+
+
 def _responses_graph(model: TrainableModel) -> Any:
     """The families' forced-``add`` graph with its chat models on the Responses API."""
     from langgraph.graph import START, MessagesState, StateGraph
