@@ -210,3 +210,19 @@ def test_help_documents_the_sources() -> None:
         "--scenarios",
     ):
         assert piece in text
+
+
+def test_a_langfuse_server_without_observations_v2_needs_the_legacy_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", KEYS["public_key"])
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", KEYS["secret_key"])
+    out = tmp_path / "lf.jsonl"
+    with LangfuseApiStandIn(TRACES, legacy=True) as server:
+        refused, message = run(f"langfuse:{server.url}", str(out), "--tag", "prod")
+        assert not out.exists()
+        code, output = run(f"langfuse:{server.url}", str(out), "--tag", "prod", "--langfuse-legacy-traces-api")
+    assert refused == 2 and "--langfuse-legacy-traces-api" in message
+    assert code == 0 and "trajectories" in output and lines(out)
+    misused, why = run(str(tmp_path / "x.jsonl"), str(out), "--langfuse-legacy-traces-api")
+    assert misused == 2 and "use it with a langfuse source" in why
