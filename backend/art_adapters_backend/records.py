@@ -51,7 +51,7 @@ class CompletionRecord(BaseModel):
     token ids and their logprobs, the sampling settings and the model served.
 
     Attributes:
-        id: the response ``id`` (``chatcmpl-<hex>``).
+        id: the response ``id`` (``chatcmpl-<hex>``; ``resp_<hex>`` for ``/v1/responses``).
         model: the model string the request named (``base``, ``name`` or ``name@step``).
         base_model: the base model id the server serves.
         trained_model: the registered model name, when ``model`` named one.

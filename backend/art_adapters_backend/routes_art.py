@@ -64,7 +64,7 @@ async def get_completion(completion_id: str, request: Request) -> dict[str, Any]
     if record is None:
         raise NotFoundError(
             f"no token record for completion id {completion_id!r}: this backend did not serve it "
-            "(ids look like 'chatcmpl-...'; records live in the server's run directory)",
+            "(ids look like 'chatcmpl-...' or 'resp_...'; records live in the server's run directory)",
             param="completion_id",
             code="record_not_found",
         )
