@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent (``openai-agents``, on the Responses API by default) served by our backend,
 traced by OpenInference's Agents instrumentation into ``TrajectorySpanProcessor``: its runs are
-exact-token trajectories that train a step, per model family.
+exact-token trajectories that train a step, per model family (one run plain, one streamed).
 
 The agent forces an ``add`` call and stops on the tool's result (``tool_use_behavior=
 "stop_on_first_tool"``): an unforced second turn of these tiny models runs to ``max_output_tokens``,
@@ -66,7 +66,11 @@ async def test_an_agents_sdk_agent_trains_a_step_on_exact_tokens(
         model=agents.OpenAIResponsesModel(model=model.served_name(), openai_client=client),
         model_settings=agents.ModelSettings(tool_choice="add", temperature=1.0, max_tokens=256),
     )  # fmt: skip
-    results = [await agents.Runner.run(agent, "What is 2 + 3?", max_turns=2) for _ in range(2)]
+    plain = await agents.Runner.run(agent, "What is 2 + 3?", max_turns=2)
+    streamed = agents.Runner.run_streamed(agent, "What is 2 + 3?", max_turns=2)  # parses our SSE events
+    events = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
+    assert events[0] == "response.created" and events[-1] == "response.completed", events
+    results = [plain, streamed]
     runs = capture.pop_trajectories()
     assert len(runs) == 2, runs
     for run, result in zip(runs, results, strict=True):
