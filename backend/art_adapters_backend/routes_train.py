@@ -267,7 +267,7 @@ def check_train_limits(
     """
     sizes = [len(group.trajectories) for group in groups]
     longest = max(sizes, default=0)
-    where = "trajectories" if isinstance(config, SFTConfig) else f"groups[{sizes.index(longest)}].trajectories"
+    where = "trajectories" if isinstance(config, SFTConfig) or not sizes else f"groups[{sizes.index(longest)}].trajectories"
     asked = [
         ("groups", len(groups), limits.max_train_groups, "--max-train-groups"),
         (where, longest, limits.max_group_trajectories, "--max-group-trajectories"),
