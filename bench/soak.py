@@ -218,7 +218,8 @@ async def run(args: argparse.Namespace) -> None:
         if args.url:
             backend: aa.Backend = aa.RemoteBackend(args.url, api_key=args.api_key)
         else:
-            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key).start()
+            # export_roots=[]: the server exports under its run directory only (export_anywhere: a 403)
+            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key, export_roots=[]).start()
             backend = local
         try:
             await prepare(backend)
