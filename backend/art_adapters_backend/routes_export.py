@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import ServeConfig
-from .errors import BadRequestError, PermissionDeniedError
+from .errors import BadRequestError, PermissionDeniedError, shown
 from .export import EXPORT_MANIFEST, ExportExistsError, export_checkpoint
 from .state import ServerState
 
@@ -60,20 +60,21 @@ def check_out(out: str, config: ServeConfig, force: bool) -> Path:
     """
     path = Path(out)
     if not path.is_absolute():
-        raise BadRequestError(f"out must be an absolute path on the backend's machine, got {out!r}", param="out")
+        raise BadRequestError(f"out must be an absolute path on the backend's machine, got {shown(out)}",
+                              param="out")  # fmt: skip
     resolved = path.resolve()
     roots = export_roots(config)
     if not any(root in resolved.parents for root in roots):
         allowed = ", ".join(str(root) for root in roots)
         raise PermissionDeniedError(
-            f"out {out!r} is outside the folders this server exports to ({allowed}); export under one of "
+            f"out {shown(out)} is outside the folders this server exports to ({allowed}); export under one of "
             "them, or start the server with --export-root",
             param="out",
             code="export_path_not_allowed",
         )
     if force and resolved.is_dir() and any(resolved.iterdir()) and not (resolved / EXPORT_MANIFEST).is_file():
         raise ExportExistsError(
-            f"{out} is not empty and holds no {EXPORT_MANIFEST}: force replaces only an earlier export, "
+            f"{shown(out)} is not empty and holds no {EXPORT_MANIFEST}: force replaces only an earlier export, "
             "never another folder; choose another folder or empty it yourself"
         )
     return path

@@ -169,9 +169,13 @@ async def _parse_body(
     """
     raw = await request.body()
     limits = request.app.state.server.config.limits
+
+    def read() -> tuple[_M, str | None]:
+        body = read_train_body(raw, model, limits, sft)
+        return body, hashlib.sha256(raw).hexdigest() if with_digest else None
+
     # the default pool, not the request-work one: a big body must not hold up prompt rendering
-    body = await asyncio.to_thread(read_train_body, raw, model, limits, sft)
-    return body, hashlib.sha256(raw).hexdigest() if with_digest else None
+    return await asyncio.to_thread(read)
 
 
 def _check_key(idempotency_key: str | None) -> None:
