@@ -93,12 +93,15 @@ class Soak:
         big["messages"][0]["content"] = "x" * int(args.big_mb * 1024 * 1024)
         self.big_body = json.dumps(big).encode()  # encoded once: the bench must not load its own loop
         self.nested = nested_schema(args.depth)
-        tools = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(30_000)]
-        self.many_tools = json.dumps(self.chat("soak@1", 1, tools=tools)).encode()  # 1 MB
+        self.many_tools = self.train_body = b""  # built only when their kinds are in the mix
+        if "many_tools" not in args.without:
+            tools = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(30_000)]
+            self.many_tools = json.dumps(self.chat("soak@1", 1, tools=tools)).encode()  # 1 MB
         one = json.dumps({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hi."}],
                           "reward": 1.0})  # fmt: skip
-        count = max(1, int(args.train_mb * 1024 * 1024) // (len(one) + 1))
-        self.train_body = ('{"groups": [{"trajectories": [' + ",".join([one] * count) + "]}]}").encode()
+        if "train_unknown" not in args.without:
+            count = max(1, int(args.train_mb * 1024 * 1024) // (len(one) + 1))
+            self.train_body = ('{"groups": [{"trajectories": [' + ",".join([one] * count) + "]}]}").encode()
         self.forever = {"groups": [{"trajectories": [json.loads(one), {**json.loads(one), "reward": 0.0}]}],
                         "config": {"num_iterations": 1_000_000}}  # fmt: skip
 
