@@ -11,11 +11,13 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -228,6 +230,9 @@ class LocalBackend(Backend):
             (the first start converts the bundled model, about a minute).
         extra_args: further ``serve`` flags.
         log_path: where the subprocess writes its log; default ``run_dir/server.log``.
+        export_roots: the folders :meth:`TrainableModel.export` may write under besides
+            ``run_dir/exports`` (``serve --export-root``); default this process's working directory
+            and the temporary folder (``tempfile.gettempdir()``).
     """
 
     def __init__(
@@ -240,9 +245,12 @@ class LocalBackend(Backend):
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         api_key: str | None = None,
+        export_roots: Sequence[str | os.PathLike[str]] | None = None,
     ) -> None:
         super().__init__("http://127.0.0.1:0", api_key)
         self.run_dir = Path(run_dir)
+        roots = (Path.cwd(), Path(tempfile.gettempdir())) if export_roots is None else export_roots
+        self.export_roots = [Path(root).absolute() for root in roots]
         self.base_model = base_model
         self.port = port
         self.startup_timeout = startup_timeout
@@ -274,7 +282,10 @@ class LocalBackend(Backend):
             self._process = subprocess.Popen(  # noqa: ASYNC220
                 command, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=self._environment()
             )
-        port = await self._wait_for_port(port_file)
+        try:
+            port = await self._wait_for_port(port_file)
+        finally:  # the port is read (or never will be): its folder goes, one per start otherwise
+            shutil.rmtree(port_file.parent, ignore_errors=True)
         self.base_url = f"http://127.0.0.1:{port}"
         await self._wait_for_health()
         logger.info("local backend serving at %s (log: %s)", self.base_url, self.log_path)
@@ -286,7 +297,8 @@ class LocalBackend(Backend):
             sys.executable, "-m", "art_adapters_backend", "serve",
             "--host", "127.0.0.1", "--port", str(self.port), "--port-file", str(port_file),
             "--run-dir", str(self.run_dir), "--base-model", self.base_model,
-            "--parent-pid", str(os.getpid()), *self.extra_args,
+            "--parent-pid", str(os.getpid()),
+            *(arg for root in self.export_roots for arg in ("--export-root", str(root))), *self.extra_args,
         ]  # fmt: skip
 
     def _environment(self) -> dict[str, str]:

@@ -11,15 +11,20 @@ temporary folder, the bench first trains one tiny step so requests go through a 
 * a tool whose parameter schema is nested ``--depth`` levels deep;
 * malformed JSON;
 * a foreign ``Host`` header (DNS rebinding);
+* the five requests that took a server down in the second hardening round: 30,000 one-line tools,
+  a ``--train-mb`` MB train body for a model that does not exist, a train step with
+  ``num_iterations: 1000000``, ``n=8`` choices of 8,000 forced tokens each (every batch slot),
+  and an export into a folder outside the run directory with ``force``;
 
-while a prober times ``/health`` and a one-token completion every half second. Printed: the status
-codes per kind, the 5xx count (goal 0), p50/p99 latency of both probes under attack against idle
+while a prober times ``/health`` and a one-token completion every half second. Printed: every status
+code per kind, the 5xx count (goal 0; 503s included and also counted apart), p50/p99 latency of
+both probes (over every probe, whatever its answer) under attack against idle
 and their ratio (goal: p99 within 3x), the server's memory growth over the attack (goal < 10%,
 embedded backend only), open adapter leases once the clients stop (goal 0) and acknowledged
 records that cannot be read back (goal 0). 429/503 answers with ``Retry-After`` are the admission
 limits working, not failures. Not part of the test suite. Usage::
 
-    .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY]
+    .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY] [--without KIND]
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ import httpx
 
 import art_adapters as aa
 
-KINDS = ("normal", "stream_cut", "oversized", "nested", "malformed", "foreign_host")
+KINDS = (
+    "normal", "stream_cut", "oversized", "nested", "malformed", "foreign_host",
+    "many_tools", "train_unknown", "train_forever", "all_slots", "export_anywhere",
+)  # fmt: skip
 
 
 def nested_schema(depth: int) -> dict[str, Any]:
@@ -85,6 +93,17 @@ class Soak:
         big["messages"][0]["content"] = "x" * int(args.big_mb * 1024 * 1024)
         self.big_body = json.dumps(big).encode()  # encoded once: the bench must not load its own loop
         self.nested = nested_schema(args.depth)
+        self.many_tools = self.train_body = b""  # built only when their kinds are in the mix
+        if "many_tools" not in args.without:
+            tools = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(30_000)]
+            self.many_tools = json.dumps(self.chat("soak@1", 1, tools=tools)).encode()  # 1 MB
+        one = json.dumps({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hi."}],
+                          "reward": 1.0})  # fmt: skip
+        if "train_unknown" not in args.without:
+            count = max(1, int(args.train_mb * 1024 * 1024) // (len(one) + 1))
+            self.train_body = ('{"groups": [{"trajectories": [' + ",".join([one] * count) + "]}]}").encode()
+        self.forever = {"groups": [{"trajectories": [json.loads(one), {**json.loads(one), "reward": 0.0}]}],
+                        "config": {"num_iterations": 1_000_000}}  # fmt: skip
 
     def chat(self, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
         """A chat completion body."""
@@ -114,8 +133,20 @@ class Soak:
             elif kind == "malformed":
                 response = await http.post(url, content=b'{"model": "soak@1", "messages": [', headers={
                     "Content-Type": "application/json"})  # fmt: skip
-            else:
+            elif kind == "foreign_host":
                 response = await http.post(url, json=self.chat("soak@1", 1), headers={"Host": "evil.example:80"})
+            elif kind == "many_tools":
+                response = await http.post(url, content=self.many_tools, headers={"Content-Type": "application/json"})
+            elif kind == "train_unknown":
+                response = await http.post("/art/models/nobody/train", content=self.train_body,
+                                           headers={"Content-Type": "application/json"})  # fmt: skip
+            elif kind == "train_forever":
+                response = await http.post("/art/models/soak/train", json=self.forever)
+            elif kind == "all_slots":
+                response = await http.post(url, json=self.chat("soak@1", 8000, n=8, min_tokens=8000, temperature=1.0))
+            else:  # export_anywhere: outside the run directory, replacing what is there
+                out = f"{tempfile.gettempdir()}/soak-export-{random.randrange(10**9)}/out"
+                response = await http.post("/art/models/soak/export", json={"out": out, "force": True})
             self.codes[kind][response.status_code] += 1
         except httpx.HTTPError as exc:
             self.codes[kind][type(exc).__name__] += 1
@@ -123,10 +154,11 @@ class Soak:
     async def client(self, deadline: float, seed: int) -> None:
         """One client: random kinds until *deadline*."""
         rng = random.Random(seed)
-        weights = [self.args.normal_weight, 1, 1, 1, 1, 1]
+        kinds = [kind for kind in KINDS if kind not in self.args.without]
+        weights = [self.args.normal_weight if kind == "normal" else 1 for kind in kinds]
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=120) as http:
             while time.monotonic() < deadline:
-                await self.one(http, rng.choices(KINDS, weights)[0])
+                await self.one(http, rng.choices(kinds, weights)[0])
 
     async def probe(self, deadline: float | None, samples: int | None = None) -> dict[str, list[float]]:
         """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*).
@@ -142,16 +174,19 @@ class Soak:
             while (deadline is None or time.monotonic() < deadline) and (
                 samples is None or len(out["small"]) < samples
             ):
-                started = time.perf_counter()
-                http.get("/health")
-                out["health"].append(time.perf_counter() - started)
-                started = time.perf_counter()
-                response = http.post("/v1/chat/completions", json=self.chat("soak@1", 1))
-                if response.status_code == 200:
-                    out["small"].append(time.perf_counter() - started)
-                    self.completion_ids.append(response.json()["id"])
-                else:
-                    self.codes["probe"][response.status_code] += 1
+                # every probe counts, whatever its answer: a refused probe is part of the percentiles
+                for name, send in (("health", lambda: http.get("/health")),
+                                   ("small", lambda: http.post("/v1/chat/completions", json=self.chat("soak@1", 1)))):
+                    started = time.perf_counter()
+                    try:
+                        response = send()
+                        code: int | str = response.status_code
+                    except httpx.HTTPError as exc:
+                        response, code = None, type(exc).__name__
+                    out[name].append(time.perf_counter() - started)
+                    self.codes[f"probe_{name}"][code] += 1
+                    if name == "small" and response is not None and code == 200:
+                        self.completion_ids.append(response.json()["id"])
                 time.sleep(0.5)
         return out
 
@@ -186,12 +221,15 @@ async def run(args: argparse.Namespace) -> None:
         if args.url:
             backend: aa.Backend = aa.RemoteBackend(args.url, api_key=args.api_key)
         else:
-            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key).start()
+            # export_roots=[]: the server exports under its run directory only (export_anywhere: a 403)
+            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key, export_roots=[]).start()
             backend = local
         try:
             await prepare(backend)
             soak = Soak(backend.base_url, args.api_key, args)
             idle = await soak.probe(None, samples=args.idle_samples)
+            soak.codes.pop("probe_health", None)  # the tallies are the attack's
+            soak.codes.pop("probe_small", None)
             pid = local.process.pid if local is not None and local.process is not None else None
             memory_before = rss_mb(pid)
             deadline = time.monotonic() + args.seconds
@@ -213,13 +251,18 @@ async def run(args: argparse.Namespace) -> None:
                 await local.close()
     print(f"\nsoak: {args.clients} clients for {args.seconds:.0f} s against {'a remote' if args.url else 'an embedded'} backend")
     print(f"{'kind':14}  status codes")
-    server_errors = 0
-    for kind in (*KINDS, "probe"):
+    server_errors = unavailable = failed = 0
+    for kind in (*KINDS, "probe_health", "probe_small"):
         codes = soak.codes.get(kind, Counter())
-        server_errors += sum(n for code, n in codes.items() if isinstance(code, int) and code >= 500
-                             and code not in (503,))  # fmt: skip
-        print(f"{kind:14}  {json.dumps({str(k): v for k, v in sorted(codes.items(), key=str)})}")
-    print(f"\n5xx other than 503 (goal 0): {server_errors}")
+        server_errors += sum(n for code, n in codes.items() if isinstance(code, int) and code >= 500)
+        unavailable += codes.get(503, 0)
+        failed += sum(n for code, n in codes.items() if isinstance(code, str))
+        if kind in args.without:
+            print(f"{kind:15}  (left out)")
+            continue
+        print(f"{kind:15}  {json.dumps({str(k): v for k, v in sorted(codes.items(), key=str)})}")
+    print(f"\nresponses >= 500 (goal 0): {server_errors}, of which 503: {unavailable}; "
+          f"requests without an answer (timeouts, resets): {failed}")
     for name in ("health", "small"):
         i50, i99 = percentile(idle[name], 0.5), percentile(idle[name], 0.99)
         a50, a99 = percentile(attack[name], 0.5), percentile(attack[name], 0.99)
@@ -245,6 +288,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=400, help="nesting depth of the hostile tool schema")
     parser.add_argument("--normal-weight", type=float, default=3.0, help="weight of normal requests in the mix")
     parser.add_argument("--idle-samples", type=int, default=20)
+    parser.add_argument("--train-mb", type=float, default=16.0, help="size of the train bodies for a missing model")
+    parser.add_argument("--without", action="append", default=[], choices=KINDS, help="leave this kind out (repeat)")
     asyncio.run(run(parser.parse_args()))
 
 

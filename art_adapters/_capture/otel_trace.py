@@ -7,6 +7,7 @@ The span processor keeps one :class:`TraceState` per open trace; it builds the t
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -180,13 +181,18 @@ class TraceState:
             trajectory.error = span_error(root)
         return trajectory
 
-    def _ancestors(self, span_id: int) -> list[int]:
-        chain: list[int] = []
+    def _ancestors(self, span_id: int) -> Iterator[int]:
+        """The span's ancestors, nearest first, lazily (a cycle ends the walk).
+
+        Lazy, with a set of the seen ids: callers stop at the first ancestor they look for, and
+        a list membership test per step made deep span trees cost O(N^3) to import.
+        """
+        seen: set[int] = set()
         parent = self.parents.get(span_id)
-        while parent is not None and parent not in chain:
-            chain.append(parent)
+        while parent is not None and parent not in seen:
+            seen.add(parent)
+            yield parent
             parent = self.parents.get(parent)
-        return chain
 
     def _merged_model_calls(self) -> list[SpanModelCall]:
         """Model calls in start order; a call nested in another model call is folded into the outer one."""

@@ -136,11 +136,24 @@ def scenarios_from_trajectories(
 def _read_file(path: Path) -> list[Trajectory]:
     if not path.is_file():
         raise ConfigError(f"no such file: {path} (for a server, write phoenix:URL or langfuse)")
-    text = path.read_text(encoding="utf-8")
-    if '"resourceSpans"' in text:
-        return trajectories_from_otlp_json(path)
-    if '"observations"' in text:
-        return trajectories_from_langfuse(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    read = (
+        trajectories_from_otlp_json if '"resourceSpans"' in text
+        else trajectories_from_langfuse if '"observations"' in text
+        else None
+    )  # fmt: skip
+    if read is not None:
+        try:
+            return read(path)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+            # a malformed file: one line saying so, not a traceback (JSON errors are ValueErrors)
+            kind = "OTLP JSON" if read is trajectories_from_otlp_json else "a Langfuse trace export"
+            raise ConfigError(
+                f"{path} looks like {kind} but could not be read: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from exc
     raise ConfigError(
         f"{path} is neither OTLP JSON (objects with 'resourceSpans') nor a Langfuse trace export "
         "(traces with 'observations')"

@@ -34,12 +34,17 @@ def _traces_url(endpoint: str, *, base: bool) -> str:
 
 def _parse_headers(text: str) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for item in text.split(","):
+    items = text.split(",")
+    for number, item in enumerate(items, start=1):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"OTEL_EXPORTER_OTLP_HEADERS: expected key=value pairs, got {item!r}")
+            # never quote the item: it may be a credential missing its '=' ("Authorization Bearer ...")
+            raise ConfigError(
+                f"OTEL_EXPORTER_OTLP_HEADERS: expected key=value pairs; item {number} of {len(items)} "
+                f"({len(item)} characters, not shown: it may hold a secret) has no key before an '='"
+            )
         headers[key.strip()] = value.strip()
     return headers
 

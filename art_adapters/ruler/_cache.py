@@ -90,8 +90,8 @@ class RulerCache:
             scores = {item["trajectory_id"]: JudgeScore.model_validate(item) for item in data["scores"]}
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("ignoring unreadable RULER cache entry %s: %s", path, exc)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # nested past the limit too
+            logger.warning("ignoring unreadable RULER cache entry %s: %s: %.200s", path, type(exc).__name__, exc)
             return None
         if sorted(scores) != sorted(labels):
             logger.warning("ignoring RULER cache entry %s: its ids do not match the request", path)

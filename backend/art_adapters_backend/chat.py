@@ -6,14 +6,10 @@ response/record builder.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import re
 import secrets
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,7 +22,9 @@ from .openai_types import ChatCompletionRequest, NamedToolChoice
 from .reasoning import ReasoningParser, get_reasoning_parser
 from .records import ChoiceRecord, CompletionRecord
 from .registry import ServedModel
+from .schema_checks import check_forced_size, check_schema, check_schema_bounds
 from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
+from .workers import run_request_work, run_schema_work
 
 if TYPE_CHECKING:
     from .chat_template import ChatTemplate
@@ -44,7 +42,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_XGRAMMAR_NOISE = re.compile(r"^\[[^\]]*\]\s*\S+:\d+:\s*")
 
 
 def new_completion_id() -> str:
@@ -84,99 +81,6 @@ class PreparedChat:
     def want_logprobs(self) -> bool:
         """Whether choices carry ``logprobs``."""
         return bool(self.request.logprobs)
-
-
-class _SchemaVerdicts:
-    """The outcome of compiling recently seen schemas (``None``: valid, else the reason it is not).
-
-    Agents send the same tools with every turn: each schema is compiled once, not per request.
-    Thread-safe (schemas are checked on worker threads).
-    """
-
-    def __init__(self, size: int = 512) -> None:
-        self._size = size
-        self._verdicts: OrderedDict[str, str | None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def verdict(self, text: str) -> str | None:
-        with self._lock:
-            if text in self._verdicts:
-                self._verdicts.move_to_end(text)
-                return self._verdicts[text]
-        import xgrammar as xgr
-
-        reason: str | None = None
-        try:
-            xgr.Grammar.from_json_schema(text, any_whitespace=False, strict_mode=True)
-        except (RuntimeError, ValueError, TypeError) as exc:
-            reason = _XGRAMMAR_NOISE.sub("", str(exc).strip()).strip()
-        with self._lock:
-            self._verdicts[text] = reason
-            while len(self._verdicts) > self._size:
-                self._verdicts.popitem(last=False)
-        return reason
-
-
-_SCHEMA_VERDICTS = _SchemaVerdicts()
-
-
-def check_schema(schema: Any, param: str) -> None:
-    """Raise a 400 naming ``param`` if ``schema`` is not a JSON schema the decoder can follow.
-
-    Compiling costs about the cube of the schema's depth: call it off the event loop, after
-    :func:`check_schema_bounds`. Verdicts are cached.
-    """
-    if not isinstance(schema, dict):
-        raise BadRequestError(
-            f"{param} must be a JSON schema object, not {type(schema).__name__}", param=param
-        )
-    reason = _SCHEMA_VERDICTS.verdict(json.dumps(schema))
-    if reason is not None:
-        raise BadRequestError(
-            f"{param} is not a valid JSON schema: {reason}", param=param, code="invalid_schema"
-        )
-
-
-def _json_depth(value: Any, stop_past: int) -> int:
-    """The nesting depth of ``value`` (objects and arrays), counted up to ``stop_past + 1``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > stop_past:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def check_schema_bounds(schema: Any, param: str, limits: ServeLimits) -> None:
-    """Raise a 400 naming ``param`` if ``schema`` is deeper or bigger than ``limits`` allow.
-
-    Cheap (no compilation): run it on the event loop before any grammar work.
-    """
-    depth = _json_depth(schema, limits.max_schema_depth)
-    if depth > limits.max_schema_depth:
-        raise BadRequestError(
-            f"{param} is nested more than {limits.max_schema_depth} levels deep (objects and arrays); "
-            "this server compiles schemas up to that depth (serve --max-schema-depth): flatten the schema",
-            param=param,
-            code="invalid_schema",
-        )
-    size = len(json.dumps(schema, separators=(",", ":")))
-    if size > limits.max_schema_bytes:
-        raise BadRequestError(
-            f"{param} is {size} bytes of JSON; this server accepts schemas up to {limits.max_schema_bytes} "
-            "bytes (serve --max-schema-bytes): shorten the schema",
-            param=param,
-            code="invalid_schema",
-        )
 
 
 def _rebase_refs(schema: dict[str, Any], base: str) -> tuple[dict[str, Any], bool]:
@@ -302,6 +206,7 @@ def _check_request(request: ChatCompletionRequest, max_n: int, limits: ServeLimi
                 param=param,
                 code="invalid_schema",
             )
+    check_forced_size(request, limits)
 
 
 def _schemas(request: ChatCompletionRequest) -> list[tuple[str, Any]]:
@@ -322,6 +227,19 @@ def _check_schemas(request: ChatCompletionRequest) -> None:
         check_schema(schema, param)
 
 
+#: The lowest non-zero temperature used, as vLLM's clamp: below it, logits divided by it (and by a
+#: small ``repetition_penalty``) overflow float32 and the reported log-probabilities become NaN.
+MIN_TEMPERATURE = 0.01
+#: The lowest ``repetition_penalty`` accepted, for the same reason.
+MIN_REPETITION_PENALTY = 0.01
+
+
+def _temperature(asked: float | None) -> float:
+    if asked is None:
+        return 1.0
+    return asked if asked == 0 or asked >= MIN_TEMPERATURE else MIN_TEMPERATURE
+
+
 def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size: int) -> SamplingParams:
     """The engine's sampling settings for ``request`` (vLLM's defaults for the fields not sent).
 
@@ -335,6 +253,12 @@ def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size:
             f"min_tokens is {min_tokens} but max_tokens is {max_tokens}: min_tokens must be at most max_tokens",
             param="min_tokens",
         )
+    if request.repetition_penalty is not None and request.repetition_penalty < MIN_REPETITION_PENALTY:
+        raise BadRequestError(
+            f"repetition_penalty is {request.repetition_penalty}; it must be at least {MIN_REPETITION_PENALTY} "
+            "(1 is none; below 1 favours repeats)",
+            param="repetition_penalty",
+        )
     bias = sorted((int(token), value) for token, value in (request.logit_bias or {}).items())
     outside = [token for token, _ in bias if token >= vocab_size]
     if outside:
@@ -344,7 +268,7 @@ def sampling_params(request: ChatCompletionRequest, max_tokens: int, vocab_size:
             param="logit_bias",
         )
     return SamplingParams(
-        temperature=1.0 if request.temperature is None else request.temperature,
+        temperature=_temperature(request.temperature),
         top_p=1.0 if request.top_p is None else request.top_p,
         max_tokens=max_tokens,
         seed=request.seed,
@@ -391,9 +315,12 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
     reasoning_parser = get_reasoning_parser(family.reasoning_parser)
     template_kwargs = request.chat_template_kwargs
     context = state.context_length
-    prompt, constraint = await asyncio.to_thread(
-        _prompt_and_constraint, request, state.template, context, tool_parser, reasoning_parser
-    )
+    prompt = await run_request_work(_prompt, request, state.template, context)
+    if _schemas(request):  # compiled in their own bounded pool, so they never hold up rendering
+        await run_schema_work(_check_schemas, request)
+    constraint = None
+    if request.tools or request.response_format is not None:  # rebasing $refs walks the schemas
+        constraint = await run_request_work(_constraint, request, tool_parser, reasoning_parser)
     room = context - len(prompt)
     asked = request.max_completion_tokens or request.max_tokens
     if asked is not None and asked > room:
@@ -421,17 +348,11 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
                         reasoning_parser=reasoning_parser, chat_template_kwargs=template_kwargs)  # fmt: skip
 
 
-def _prompt_and_constraint(
-    request: ChatCompletionRequest,
-    template: ChatTemplate,
-    context: int,
-    tool_parser: ToolCallParser | None,
-    reasoning_parser: ReasoningParser | None,
-) -> tuple[list[int], Constraint | None]:
-    """The prompt's token ids and the output constraint (worker thread: CPU-bound).
+def _prompt(request: ChatCompletionRequest, template: ChatTemplate, context: int) -> list[int]:
+    """The prompt's token ids (worker thread: CPU-bound).
 
     Cheapest refusal first: a rendered prompt with more characters than the context's tokens
-    can hold is refused before any tokeniser or grammar work.
+    can hold is refused before any tokeniser work.
     """
     try:
         text = template.render(
@@ -446,7 +367,6 @@ def _prompt_and_constraint(
             param="messages",
             code="context_length_exceeded",
         )
-    _check_schemas(request)
     prompt = template.tokenize(text)
     if len(prompt) >= context:
         raise BadRequestError(
@@ -455,7 +375,7 @@ def _prompt_and_constraint(
             param="messages",
             code="context_length_exceeded",
         )
-    return prompt, _constraint(request, tool_parser, reasoning_parser)
+    return prompt
 
 
 def _check_output_budget(n: int, params: SamplingParams, limits: ServeLimits) -> None:

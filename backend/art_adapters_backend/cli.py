@@ -52,6 +52,15 @@ def serve(
             "(repeat; '*': any). Ignored with --api-key.",
         ),
     ] = None,
+    export_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--export-root",
+            metavar="DIR",
+            help="POST /art/models/{name}/export writes only under RUN_DIR/exports and these folders "
+            "(repeat). Default: none besides RUN_DIR/exports.",
+        ),
+    ] = None,
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port to this file once serving (useful with --port 0).")
     ] = None,
@@ -110,6 +119,9 @@ def serve(
     max_schema_depth: Annotated[
         int | None, _limit("Deepest nesting of such a schema (objects and arrays). Default 64.")
     ] = None,
+    max_constraint_bytes: Annotated[
+        int | None, _limit("Most bytes of tool schemas one forced tool call joins into a grammar. Default 128 KiB.")
+    ] = None,
     max_request_tokens: Annotated[
         int | None, _limit("Most n x max_tokens x (1 + top_logprobs) per chat request (400 beyond). Default 262144.")
     ] = None,
@@ -128,15 +140,28 @@ def serve(
         int | None, _limit("Largest max_sequence_length of a train request, in tokens. Default 32768.")
     ] = None,
     max_train_groups: Annotated[int | None, _limit("Most trajectory groups in one train request. Default 1024.")] = None,
+    max_group_trajectories: Annotated[
+        int | None, _limit("Most trajectories in one group of a train request. Default 256.")
+    ] = None,
+    max_train_iterations: Annotated[
+        int | None, _limit("Largest num_iterations of a train request (inference waits meanwhile). Default 16.")
+    ] = None,
+    max_train_mini_batches: Annotated[
+        int | None, _limit("Largest mini_batches of a train request. Default 64.")
+    ] = None,
+    max_sft_epochs: Annotated[int | None, _limit("Largest epochs of an SFT request. Default 16.")] = None,
 ) -> None:
     """Run the backend: the OpenAI-compatible API plus registration, token records and training."""
     limits = {name: value for name, value in {
         "max_request_bytes": max_request_bytes, "max_train_request_bytes": max_train_request_bytes,
         "max_tools": max_tools, "max_schema_bytes": max_schema_bytes, "max_schema_depth": max_schema_depth,
+        "max_constraint_bytes": max_constraint_bytes,
         "max_request_tokens": max_request_tokens, "max_concurrent_requests": max_concurrent_requests,
         "max_queued_sequences": max_queued_sequences, "max_lora_rank": max_lora_rank,
         "max_micro_batch_size": max_micro_batch_size, "max_train_sequence_length": max_train_sequence_length,
-        "max_train_groups": max_train_groups,
+        "max_train_groups": max_train_groups, "max_group_trajectories": max_group_trajectories,
+        "max_train_iterations": max_train_iterations, "max_train_mini_batches": max_train_mini_batches,
+        "max_sft_epochs": max_sft_epochs,
     }.items() if value is not None}  # fmt: skip
     try:
         from art_adapters_backend.config import ServeConfig
@@ -147,7 +172,7 @@ def serve(
     try:
         config = ServeConfig(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
-            allowed_hosts=tuple(allowed_host or ()), parent_pid=parent_pid,
+            allowed_hosts=tuple(allowed_host or ()), export_roots=tuple(export_root or ()), parent_pid=parent_pid,
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
             max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
             cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,

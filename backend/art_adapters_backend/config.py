@@ -41,6 +41,9 @@ class ServeConfig(BaseModel):
             browser ``Origin``, if any, is a loopback URL (403 otherwise; a guard against DNS
             rebinding, see ``host_check``). These further host names (no port; ``*``: any)
             are accepted too. Ignored with ``api_key``. Default none.
+        export_roots: folders ``POST /art/models/{name}/export`` may write under, besides
+            ``run_dir/exports`` (always allowed); an ``out`` elsewhere is refused with a 403.
+            Default none: the HTTP API never writes outside the run directory.
         port_file: if set, the bound port is written there (atomically) once the server
             accepts connections.
         parent_pid: stop (as on SIGTERM) when the process with this pid is no longer our
@@ -81,6 +84,7 @@ class ServeConfig(BaseModel):
     base_model: str = Field(default="smollm2-135m-instruct", min_length=1)
     api_key: SecretStr | None = None
     allowed_hosts: tuple[str, ...] = ()
+    export_roots: tuple[Path, ...] = ()
     port_file: Path | None = None
     parent_pid: PositiveInt | None = None
     max_batch_size: PositiveInt = 8

@@ -31,6 +31,7 @@ __all__ = [
     "UnexpectedErrorMiddleware",
     "error_body",
     "install_error_handlers",
+    "shown",
     "validation_message",
 ]
 
@@ -172,6 +173,14 @@ class StorageUnavailableError(APIError):
     status_code = 503
     error_type = "server_error"
     code = "storage_unavailable"
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to its first ``limit`` characters: an error message never echoes a whole
+    client-sent string (a 3 MB model name would come back in the 404)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def error_body(

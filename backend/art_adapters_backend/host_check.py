@@ -97,13 +97,20 @@ class HostOriginMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        host = origin = None
+        hosts: list[str] = []
+        origins: list[str] = []
         for name, value in scope.get("headers", ()):
             if name == b"host":
-                host = value.decode("latin-1")
+                hosts.append(value.decode("latin-1"))
             elif name == b"origin":
-                origin = value.decode("latin-1")
-        if not host_allowed(host, self.allowed):
+                origins.append(value.decode("latin-1"))
+        host = hosts[0] if hosts else None
+        origin = origins[0] if origins else None
+        if len(hosts) > 1 or len(origins) > 1:  # which one would the app see? (Starlette: the first)
+            which = "Host" if len(hosts) > 1 else "Origin"
+            message = f"the request has {len(hosts if which == 'Host' else origins)} {which} headers; send one"
+            code = "host_not_allowed" if which == "Host" else "origin_not_allowed"
+        elif not host_allowed(host, self.allowed):
             message = f"Host header {host!r} is not a loopback name: {_HOW_TO_ALLOW}"
             code = "host_not_allowed"
         elif not origin_allowed(origin, self.allowed):

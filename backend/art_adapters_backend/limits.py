@@ -5,13 +5,17 @@ Every bound is a ``serve`` flag of the same name (``max_request_bytes`` is ``--m
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
-__all__ = ["MAX_STOP_CHARS", "ServeLimits"]
+__all__ = ["MAX_STOP_CHARS", "MAX_TOOLS", "ServeLimits"]
 
 #: The longest stop string a request may send, in characters. Stop strings have this fixed bound (and at
 #: most 4 of them, OpenAI's limit), not a flag: the decode loop looks for them after every token.
 MAX_STOP_CHARS = 512
+
+#: The most ``tools`` any chat request may carry, whatever ``--max-tools``: checked on the raw
+#: list while the body is parsed, before a single tool is validated (``--max-tools`` is checked next).
+MAX_TOOLS = 4096
 
 _MIB = 1 << 20
 
@@ -30,12 +34,16 @@ class ServeLimits(BaseModel):
             context is about 32 KB of text).
         max_train_request_bytes: the same for ``POST /art/models/{name}/train``, whose body
             carries whole trajectory groups. Default 64 MiB.
-        max_tools: most ``tools`` in one chat request (OpenAI's limit). Default 128.
+        max_tools: most ``tools`` in one chat request (OpenAI's limit). Default 128; at most
+            :data:`MAX_TOOLS`, the bound checked while the body is parsed, before any tool is.
         max_schema_bytes: largest JSON schema (a tool's ``parameters``, a
             ``response_format`` schema), in bytes of compact JSON. Default 64 KiB.
         max_schema_depth: deepest JSON nesting of such a schema (objects and arrays; one
             ``{"type": "object", "properties": {...}}`` level is two). Compiling a schema costs
             about the cube of its depth: 64 takes milliseconds, 400 took 16 s. Default 64.
+        max_constraint_bytes: most bytes of tool schemas (compact JSON) one forced tool call
+            (``tool_choice: "required"`` or a named function) may join into its grammar, which is
+            compiled per request at a cost that grows with it. Default 128 KiB.
         max_request_tokens: most output one chat request may ask for, counted as
             ``n x max_tokens x (1 + top_logprobs)`` (the ``max_tokens`` used when none is sent
             included); above it, a 400. Default 262,144 (16 choices of the whole 8,192-token
@@ -48,17 +56,27 @@ class ServeLimits(BaseModel):
         max_lora_rank: largest ``lora_rank`` a training request may ask for. Default 256.
         max_micro_batch_size: largest ``micro_batch_size`` of a training request. Default 64.
         max_train_sequence_length: largest ``max_sequence_length`` of a training request, in
-            tokens. Default 32,768.
+            tokens; the served model's context length bounds it too (a longer sequence could
+            never be scored). Default 32,768.
         max_train_groups: most trajectory groups in one training request. Default 1,024.
+        max_group_trajectories: most trajectories in one group of a training request (an SFT
+            request's trajectories count as one group). Default 256.
+        max_train_iterations: largest ``num_iterations`` (passes over the step's sequences) of a
+            GRPO request. Inference is paused for the whole step, so each bound on its length is
+            also a bound on how long completions wait. Default 16.
+        max_train_mini_batches: largest ``mini_batches`` (optimizer updates per pass) of a GRPO
+            request. Default 64.
+        max_sft_epochs: largest ``epochs`` of an SFT request. Default 16.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_request_bytes: PositiveInt = 4 * _MIB
     max_train_request_bytes: PositiveInt = 64 * _MIB
-    max_tools: PositiveInt = 128
+    max_tools: PositiveInt = Field(default=128, le=MAX_TOOLS)
     max_schema_bytes: PositiveInt = 64 * 1024
     max_schema_depth: PositiveInt = 64
+    max_constraint_bytes: PositiveInt = 128 * 1024
     max_request_tokens: PositiveInt = 262_144
     max_concurrent_requests: PositiveInt = 256
     max_queued_sequences: NonNegativeInt = 1024
@@ -66,3 +84,7 @@ class ServeLimits(BaseModel):
     max_micro_batch_size: PositiveInt = 64
     max_train_sequence_length: PositiveInt = 32_768
     max_train_groups: PositiveInt = 1024
+    max_group_trajectories: PositiveInt = 256
+    max_train_iterations: PositiveInt = 16
+    max_train_mini_batches: PositiveInt = 64
+    max_sft_epochs: PositiveInt = 16

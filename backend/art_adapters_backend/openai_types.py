@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .limits import MAX_STOP_CHARS
+from .limits import MAX_STOP_CHARS, MAX_TOOLS
+
+#: Variables the chat template gets from the server, which ``chat_template_kwargs`` may not replace
+#: (names ending in ``_token``, the special tokens such as ``bos_token``, are refused too).
+RESERVED_TEMPLATE_VARIABLES = frozenset({
+    "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "tokenize", "chat_template", "return_dict", "raise_exception", "strftime_now", "date_string",
+    "additional_special_tokens", "range", "namespace", "dict", "lipsum", "cycler", "joiner",
+})  # fmt: skip
+
+#: The most ``logit_bias`` entries one request may send (OpenAI's limit).
+MAX_LOGIT_BIAS = 300
 
 __all__ = [
     "AssistantMessage",
@@ -302,6 +314,19 @@ class ChatCompletionRequest(BaseModel):
     #: extra variables for the chat template, as vLLM's field (e.g. ``{"enable_thinking": false}``)
     chat_template_kwargs: dict[str, Any] | None = None
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The template's own variables (messages, tools, special tokens such as ``bos_token``, its
+        helper functions) are the server's: a request may add variables, never replace those."""
+        for key in value or {}:
+            if key in RESERVED_TEMPLATE_VARIABLES or key.endswith("_token") or key.startswith("_"):
+                raise ValueError(
+                    f"{key!r} is a variable the server gives the chat template (messages, tools, special tokens, "
+                    "helpers); chat_template_kwargs may only add others, such as enable_thinking"
+                )
+        return value
+
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice(cls, value: Any) -> Any:
@@ -343,6 +368,8 @@ class ChatCompletionRequest(BaseModel):
     def _logit_bias_keys(cls, value: Any) -> Any:
         # JSON keys are strings; a Python caller (LangChain's logit_bias={id: bias}) may pass ints.
         if isinstance(value, dict):
+            if len(value) > MAX_LOGIT_BIAS:  # before any key is looked at: each is kept in the record
+                raise ValueError(f"logit_bias has {len(value)} entries; at most {MAX_LOGIT_BIAS} are allowed")
             return {str(key) if isinstance(key, int) else key: bias for key, bias in value.items()}
         return value
 
@@ -357,17 +384,33 @@ class ChatCompletionRequest(BaseModel):
                 raise ValueError(f"logit_bias keys must be token ids written as decimal strings, got {key!r}")
             if not math.isfinite(bias):
                 raise ValueError(f"logit_bias[{key!r}] must be a finite number, got {bias}")
-            out[str(int(key))] = min(100.0, max(-100.0, bias))
+            token = str(int(key))
+            if token in out:
+                raise ValueError(f"logit_bias names token {token} twice (as {key!r} too); give each id once")
+            out[token] = min(100.0, max(-100.0, bias))
         return out
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_count(cls, value: Any) -> Any:
+        """Refuse a list past :data:`MAX_TOOLS` before any of its tools is validated."""
+        if isinstance(value, list) and len(value) > MAX_TOOLS:
+            raise ValueError(
+                f"the request offers {len(value)} tools; no server accepts more than {MAX_TOOLS} "
+                "(serve --max-tools sets a lower bound)"
+            )
+        return value
 
     @field_validator("tools")
     @classmethod
     def _tools(cls, value: list[Tool] | None) -> list[Tool] | None:
-        if value is not None:
-            names = [tool.function.name for tool in value]
-            duplicates = sorted({n for n in names if names.count(n) > 1})
+        if value is not None:  # one pass over the names (a count per name was quadratic)
+            counts = Counter(tool.function.name for tool in value)
+            duplicates = sorted(name for name, count in counts.items() if count > 1)
             if duplicates:
-                raise ValueError(f"tool names must be unique; repeated: {', '.join(duplicates)}")
+                more = f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
+                shown = ", ".join(duplicates[:10]) + more
+                raise ValueError(f"tool names must be unique; repeated: {shown}")
         return value
 
     @property

@@ -6,7 +6,6 @@ Training reads the token ids the model sampled from here instead of re-tokenisin
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from .errors import StorageUnavailableError
+from .workers import run_request_work
 
 __all__ = ["ChoiceRecord", "CompletionRecord", "RecordStore"]
 
@@ -172,7 +172,7 @@ class RecordStore:
         Free when the store is healthy; otherwise it retries the cut (in a thread).
         """
         if self._torn_at is not None or self._fd is None:
-            await asyncio.to_thread(self._check_writable_sync)
+            await run_request_work(self._check_writable_sync)
 
     def _check_writable_sync(self) -> None:
         with self._lock:
@@ -204,7 +204,7 @@ class RecordStore:
 
     async def put(self, record: CompletionRecord) -> None:
         """Append ``record`` durably without blocking the event loop."""
-        await asyncio.to_thread(self.put_sync, record)
+        await run_request_work(self.put_sync, record)
 
     def get(self, completion_id: str) -> CompletionRecord | None:
         """The record of ``completion_id``, or ``None`` if this store never saw it."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from art_adapters.files import PRIVATE_FILE_MODE, private_dir, write_atomic
 
-from .errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError
+from .errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError, shown
 
 __all__ = ["ModelRecord", "Registry", "ServedModel"]
 
@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 #: A step as ``name@step`` writes it: ASCII digits, no sign, no leading zero (so ``@-0``, ``@00``,
 #: ``@٠`` or ``@1_0`` never alias a step).
-_STEP = re.compile(r"0|[1-9][0-9]*")
+#: A step number, below 10**18 (``int()`` of a 5,000-digit string raises).
+_STEP = re.compile(r"0|[1-9][0-9]{0,17}")
 
 
 class ModelRecord(BaseModel):
@@ -185,7 +186,7 @@ class Registry:
         record = self.get(name)
         if record is None:
             raise NotFoundError(
-                f"model {name!r} is not registered; register it with POST /art/models",
+                f"model {shown(name)} is not registered; register it with POST /art/models",
                 code="model_not_found",
             )
         return record
@@ -208,7 +209,7 @@ class Registry:
         with self._lock:
             record = self._models.get(name)
             if record is None:
-                raise NotFoundError(f"model {name!r} is not registered", code="model_not_found")
+                raise NotFoundError(f"model {shown(name)} is not registered", code="model_not_found")
             if step <= record.latest_step:
                 raise BadRequestError(
                     f"step {step} of {name!r} must come after its latest step {record.latest_step}"
@@ -234,7 +235,7 @@ class Registry:
         with self._lock:
             record = self._models.get(name)
             if record is None:
-                raise NotFoundError(f"model {name!r} is not registered", code="model_not_found")
+                raise NotFoundError(f"model {shown(name)} is not registered", code="model_not_found")
             bad = sorted(s for s in steps if s == 0 or s == record.latest_step or s not in record.checkpoints)
             if bad:
                 raise BadRequestError(
@@ -269,7 +270,7 @@ class Registry:
         if record is None:
             known = ", ".join(self.served_names()[:10])
             raise NotFoundError(
-                f"the model {served_name!r} does not exist; served models: {known} "
+                f"the model {shown(served_name)} does not exist; served models: {known} "
                 "(GET /v1/models lists them all)",
                 param="model",
                 code="model_not_found",
@@ -280,7 +281,7 @@ class Registry:
             step = int(step_text) if _STEP.fullmatch(step_text) else -1
             if step not in record.checkpoints:
                 raise NotFoundError(
-                    f"model {name!r} has no step {step_text!r}; its steps are {record.steps}",
+                    f"model {name!r} has no step {shown(step_text)}; its steps are {record.steps}",
                     param="model",
                     code="model_not_found",
                 )

@@ -65,7 +65,9 @@ def _watch_parent(config: ServeConfig) -> None:
         return
     from .parent_watch import stdin_is_pipe, watch_parent
 
-    pipe = sys.stdin.buffer if stdin_is_pipe() else None
+    # the unbuffered stdin: a thread blocked in a BufferedReader's read holds its lock, and the
+    # interpreter aborts (SIGABRT) when it cannot take that lock at exit
+    pipe = sys.stdin.buffer.raw if stdin_is_pipe() else None
     watch_parent(config.parent_pid, pipe=pipe, grace_s=config.graceful_shutdown_s + 30.0)
     logger.info("stopping when process %d ends%s", config.parent_pid, " (or closes our stdin)" if pipe else "")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["TokenTexts"]
+__all__ = ["UNREPORTABLE_LOGPROB", "TokenTexts", "reported_logprob"]
 
 
 @functools.cache
@@ -25,6 +26,17 @@ def _byte_decoder() -> dict[str, int]:
             chars.append(256 + extra)
             extra += 1
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+#: What a log-probability that is not a finite number is reported as (OpenAI's ``-9999.0``): JSON has
+#: no NaN or infinity, and a NaN in a response or stream would break the client's parser.
+UNREPORTABLE_LOGPROB = -9999.0
+
+
+def reported_logprob(value: float) -> float:
+    """``value`` as a float, or :data:`UNREPORTABLE_LOGPROB` when it is NaN or infinite."""
+    value = float(value)
+    return value if math.isfinite(value) else UNREPORTABLE_LOGPROB
 
 
 class TokenTexts:
@@ -57,10 +69,10 @@ class TokenTexts:
         raw = self.token_bytes(token_id)
         return {
             "token": self.token_text(token_id),
-            "logprob": float(logprob),
+            "logprob": reported_logprob(logprob),
             "bytes": list(raw),
             "top_logprobs": [
-                {"token": self.token_text(t), "logprob": float(lp), "bytes": list(self.token_bytes(t))}
+                {"token": self.token_text(t), "logprob": reported_logprob(lp), "bytes": list(self.token_bytes(t))}
                 for t, lp in (top or [])
             ],
         }

@@ -20,6 +20,7 @@ from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, Tr
 from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
+from .cancel import TrainingCancelledError
 from .checkpoints import CheckpointStore
 from .targets import lora_module_names, unknown_targets
 
@@ -50,8 +51,10 @@ def write_groups_file(path: Path, groups: Sequence[TrajectoryGroup]) -> Path:
     return path
 
 
-def request_hash(groups: Sequence[TrajectoryGroup], config: TrainConfig) -> str:
-    """The SHA-256 of a train request's body as parsed (groups and config), to compare retries."""
+def request_hash(groups: Sequence[TrajectoryGroup], config: TrainConfig | SFTConfig) -> str:
+    """The SHA-256 of a train request's groups and config as parsed, to compare retries of a Python
+    caller's requests (the HTTP routes hash the body's bytes instead: parsing fills defaults such as
+    a group's random ``id``, which would differ between two sends of the same body)."""
     digest = hashlib.sha256()
     for group in groups:
         digest.update(group.model_dump_json().encode("utf-8") + b"\n")
@@ -89,6 +92,7 @@ class TrainingService:
         self._results: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
         self._module_names: frozenset[str] | None = None
         self._module_names_known = False
+        self._cancelled = False
         for record in state.registry.list():
             self._reconcile(record.name)
 
@@ -135,6 +139,8 @@ class TrainingService:
         """The trainer holding ``name``'s checkpoint ``step`` (worker thread)."""
         if self._trainer is None:
             self._trainer = self._new_trainer()
+            if self._cancelled and hasattr(self._trainer, "cancel"):
+                self._trainer.cancel()
         trainer = self._trainer
         if self._trainer_on != (name, step):
             self._trainer_on = None
@@ -172,6 +178,10 @@ class TrainingService:
                 result = trainer.train_groups(
                     groups, state.records.get, state.template.encode, config, policy=name
                 )
+        except TrainingCancelledError:
+            self._trainer_on = None
+            logger.warning("model %r: training step cancelled (the server is stopping); nothing saved", name)
+            raise
         except BaseException:
             self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
             raise
@@ -251,9 +261,12 @@ class TrainingService:
         groups: list[TrajectoryGroup],
         config: TrainConfig | SFTConfig,
         idempotency_key: str | None = None,
+        request_digest: str | None = None,
     ) -> dict[str, Any]:
         """One training request for ``name``; returns the ``TrainResult`` body (an SFT step with an
-        :class:`~art_adapters.SFTConfig`: see :meth:`train_sft`).
+        :class:`~art_adapters.SFTConfig`: see :meth:`train_sft`). ``request_digest``: what a retry
+        with the same ``idempotency_key`` must match (the route's SHA-256 of the body's bytes);
+        default :func:`request_hash` of ``groups`` and ``config``.
 
         Per request, for model ``name`` (one step at a time per model, others queue):
 
@@ -286,7 +299,9 @@ class TrainingService:
             step = registry.require(name).latest_step
             return {"trained": False, "reason": "no trajectory groups were given", "metrics": {"groups": 0},
                     "dropped": {}, "step": step, "groups_file": None, "deleted_steps": []}  # fmt: skip
-        digest = await asyncio.to_thread(request_hash, groups, config) if idempotency_key else ""
+        digest = ""
+        if idempotency_key is not None:
+            digest = request_digest or await asyncio.to_thread(request_hash, groups, config)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             started = time.perf_counter()
@@ -339,6 +354,7 @@ class TrainingService:
         trajectories: list[Trajectory],
         config: SFTConfig,
         idempotency_key: str | None = None,
+        request_digest: str | None = None,
     ) -> dict[str, Any]:
         """One SFT request for ``name``; returns the ``TrainResult`` body, made as :meth:`train` makes it.
 
@@ -356,7 +372,16 @@ class TrainingService:
                 param="trajectories",
             )
         group = TrajectoryGroup(id="sft", trajectories=trajectories)  # a fixed id: a retry hashes the same
-        return await self.train(name, [group], config, idempotency_key)
+        return await self.train(name, [group], config, idempotency_key, request_digest)
+
+    def cancel(self) -> None:
+        """Stop a running training step at its next micro-batch (the server is stopping; see
+        :meth:`.trainer.LoraTrainer.cancel`); later steps are refused the same way."""
+        self._cancelled = True
+        logger.info("cancelling any running training step at its next micro-batch")
+        cancel = getattr(self._trainer, "cancel", None)  # a test's trainer may have none
+        if cancel is not None:
+            cancel()
 
     def _paused(self) -> Any:
         paused = getattr(self.state.engine, "paused", None)

@@ -246,6 +246,7 @@ def sft_step(trainer: LoraTrainer, sequences: Sequence[TrainingSequence], config
             optimizer.zero_grad(set_to_none=True)
             update_loss = 0.0
             for batch in trainer._micro_batches(update, config.micro_batch_size):
+                trainer.check_cancelled()  # a stopping server waits for one micro-batch, not the step
                 logprobs = trainer._logprobs(batch, loss_only=True)  # (B, T); exact before loss tokens
                 loss = -(logprobs * batch.loss_mask).sum() / update_tokens
                 loss.backward()

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from art_adapters import TrainConfig
 from art_adapters.files import atomic_directory
 
 from ..threads import set_torch_threads
+from .cancel import TrainingCancelledError
 from .data import (
     BuildMetrics,
     NothingTrainableError,
@@ -331,6 +333,22 @@ class LoraTrainer(ABC):
         self.lora: dict[str, Any] | None = None
         #: The learning-rate schedule's inputs of the adapter's last step (saved with it), or None.
         self.schedule: dict[str, Any] | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ cancellation
+
+    def cancel(self) -> None:
+        """Stop the running step and any later one at the next micro-batch (thread-safe).
+
+        A worker thread cannot be interrupted, so the steps check :meth:`check_cancelled` between
+        micro-batches: a server stopping mid-step waits for one forward/backward pass, not the step.
+        """
+        self._stop.set()
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`TrainingCancelledError` once :meth:`cancel` was called."""
+        if self._stop.is_set():
+            raise TrainingCancelledError("the training step was cancelled: the server is stopping")
 
     # ------------------------------------------------------------------ what subclasses provide
 
@@ -508,7 +526,9 @@ class LoraTrainer(ABC):
             )
         started = time.perf_counter()
         learning_rate = config.learning_rate_at(self.steps_done)
+        self.check_cancelled()
         self.ensure_adapter(config)
+        self.check_cancelled()
         assert self.model is not None and self.optimizer is not None
         self._note_schedule(config)
         for group in self.optimizer.param_groups:
@@ -580,6 +600,7 @@ class LoraTrainer(ABC):
         self.optimizer.zero_grad(set_to_none=True)
         sums = _UpdateSums()
         for batch in batches:
+            self.check_cancelled()
             ref = None
             if settings.beta != 0.0:
                 ref = refs.get(id(batch))
@@ -616,6 +637,7 @@ class LoraTrainer(ABC):
         assert self.model is not None
         self.model.eval()
         for batch in batches:
+            self.check_cancelled()
             unknown = torch.isnan(batch.old_logprobs) & (batch.loss_mask > 0)
             if bool(unknown.any()):
                 current = self._logprobs(batch, loss_only=True).to(batch.old_logprobs.dtype)
@@ -672,6 +694,7 @@ class LoraTrainer(ABC):
             max_sequence_length=config.max_sequence_length,
             credit=config.credit,
         )
+        self.check_cancelled()
         reason = built.nothing_trainable_reason
         if reason is not None:
             logger.warning("training step skipped: %s", reason)
