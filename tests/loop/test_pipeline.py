@@ -219,3 +219,25 @@ async def test_groups_without_a_reward_spread_never_count_and_the_loop_gives_up(
     assert await model.get_step() == 0
     skipped = [k for e in events(tmp_path) if e["event"] == "skipped" for k in e["keys"]]
     assert len(skipped) >= 4
+
+
+def test_demo_and_train_mcp_take_max_staleness() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from art_adapters.apps import DemoConfig, app
+    from art_adapters.apps._cli import TRAIN_MCP_OPTIONS
+    from art_adapters.apps._demo import _loop_config
+    from art_adapters.apps._options import build_config
+    from art_adapters.apps._train_mcp import TrainMcpConfig
+
+    assert _loop_config(DemoConfig(max_staleness=2), start=0).max_staleness == 2
+    assert _loop_config(DemoConfig(), start=0).max_staleness == 0
+    options = {"server": "x", "max_staleness": 1, "tools": None}
+    assert build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS).loop.max_staleness == 1
+    commands = typer.main.get_command(app).commands
+    for command in ("demo", "train-mcp"):
+        (param,) = [p for p in commands[command].params if p.name == "max_staleness"]
+        assert param.opts == ["--max-staleness"] and param.default == 0 and "k steps" in (param.help or "")
+    result = CliRunner().invoke(app, ["demo", "--max-staleness", "-1"])
+    assert result.exit_code != 0 and "max_staleness" in result.output
