@@ -241,3 +241,32 @@ def test_demo_and_train_mcp_take_max_staleness() -> None:
         assert param.opts == ["--max-staleness"] and param.default == 0 and "k steps" in (param.help or "")
     result = CliRunner().invoke(app, ["demo", "--max-staleness", "-1"])
     assert result.exit_code != 0 and "max_staleness" in result.output
+
+
+async def test_live_traces_show_each_rollouts_policy_version_and_staleness(
+    fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from art_adapters.observe import ObserveConfig, Observer
+
+    model = TrainableModel(name="pipe-traced", project="loop-tests")
+    await model.register(fake_backend)
+    exporter = InMemorySpanExporter()
+    observer = Observer(ObserveConfig(run="pipe-traced"), span_exporter=exporter)
+    result = await train_loop(
+        model, recording_rollout(model), scenarios("o", 8), score=verifiable_scorer(brevity),
+        config=pipelined(tmp_path, 3), observer=observer,
+    )  # fmt: skip
+    observer.force_flush(10)
+    rollouts = [dict(s.attributes or {}) for s in exporter.get_finished_spans() if s.name.startswith("rollout ")]
+    trained = [a for a in rollouts if a.get("art_adapters.pipeline") == "trained"]
+    assert len(trained) == 3 * 2 * 4  # every rollout of every trained group, labelled
+    for a in rollouts:
+        assert a["art_adapters.policy.version"] == f"pipe-traced@{a['art_adapters.step']}"  # when it started
+    for a in trained:
+        assert a["art_adapters.policy_version"] == f"pipe-traced@{a['art_adapters.step']}"
+        assert 0 <= a["art_adapters.staleness"] <= 1 and a["langfuse.trace.metadata.staleness"] == a["art_adapters.staleness"]
+    staleness = sorted(a["art_adapters.staleness"] for a in trained)
+    means = [r.metrics["staleness_mean"] for r in result.steps]
+    assert sum(staleness) / len(staleness) == pytest.approx(sum(means) / len(means))
