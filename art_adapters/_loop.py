@@ -376,6 +376,11 @@ async def train_loop(
     and records a ``train`` row in the run's ``metrics.jsonl``; every ``eval_every`` steps (and
     before the first and after the last) it evaluates on the held-out split (a ``val`` row).
 
+    With ``config.max_staleness >= 1`` the loop is pipelined (:mod:`art_adapters._pipeline`):
+    rollouts keep running while groups are scored and steps train, a step takes the oldest
+    ``groups_per_step`` scored groups with a reward spread, and a group more than
+    ``max_staleness`` steps behind the model is dropped and counted (docs/training.md).
+
     Steps count from the model's current step, so a restarted loop resumes where the backend is
     and never redoes a finished step; with ``run_dir`` it also continues after the last batch it
     logged and reuses the rollouts of a batch that crashed before its train step.
