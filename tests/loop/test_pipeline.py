@@ -93,19 +93,19 @@ async def test_a_slow_group_that_falls_too_far_behind_is_dropped_and_counted(
             release.set()
 
     result = await train_loop(
-        model, rollout, train, score=verifiable_scorer(brevity), config=pipelined(tmp_path, 4), on_step=on_step
+        model, rollout, train, score=verifiable_scorer(brevity), config=pipelined(tmp_path, 5), on_step=on_step
     )
-    assert result.final_step == 4 and result.stopped is None and all(r.trained for r in result.steps)
+    assert result.final_step == 5 and result.stopped is None and all(r.trained for r in result.steps)
     assert all(r.metrics["staleness_max"] <= 1 for r in result.steps)
     assert sum(r.metrics["dropped_stale"] for r in result.steps) >= 1  # the slow group, 2+ steps behind
     assert slow_id[0] not in [s for r in result.steps for s in r.scenario_ids]
     rows = MetricsHistory(tmp_path).rows("train")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     assert all({"staleness_mean", "staleness_max", "dropped_stale", "zero_variance_groups"} <= r.keys() for r in rows)
     dropped = [e for e in events(tmp_path) if e["event"] == "dropped"]
     assert dropped and all(e["step"] >= 2 for e in dropped)
     trained = [k for e in events(tmp_path) if e["event"] == "trained" for k in e["keys"]]
-    assert len(trained) == len(set(trained)) == 8  # 4 steps x 2 groups, none twice
+    assert len(trained) == len(set(trained)) == 10  # 5 steps x 2 groups, none twice
 
 
 async def test_rollouts_sample_the_newest_checkpoint_and_keep_its_exact_name(
