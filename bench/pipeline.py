@@ -179,7 +179,7 @@ async def main() -> None:
     parser.add_argument("--eval-size", type=int, default=4)
     parser.add_argument("--eval-samples", type=int, default=1)
     parser.add_argument("--eval-temperature", type=float, default=1.0)
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(".art/bench-pipeline"))
     args = parser.parse_args()
