@@ -139,8 +139,6 @@ class Pipeline:
         self._error: BaseException | None = None
         self._wake = asyncio.Event()
         self._closing = False
-        self.sampled_groups = 0  # groups rolled out by this pipeline (resumed ones not counted)
-        self.dropped_total = 0
 
     async def start(self) -> None:
         """Take back the groups a previous run stored but never trained (dropping the stale ones),
@@ -198,7 +196,6 @@ class Pipeline:
 
     async def _run_group(self, item: _Sampled, rolled_out: bool) -> None:
         if not rolled_out:
-            self.sampled_groups += 1
             (group,) = await run_groups(
                 self._rollout, [item.scenario], n=self._config.rollouts_per_group, config=self._run,
                 progress=self._progress or False, tracing=self._telemetry.tracing(item.step, "train"),
@@ -235,7 +232,6 @@ class Pipeline:
             item.key, item.step, self._step - item.step, self._step, self._config.max_staleness,
         )  # fmt: skip
         self._dropped.append(item)
-        self.dropped_total += 1
         self._close([item], "dropped", self._step)
 
     def _close(self, items: list[_Sampled], event: str, step: int) -> None:
