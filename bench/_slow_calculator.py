@@ -1,8 +1,8 @@
 """A stand-in for a remote MCP tool: the bundled calculator's ``add`` and ``subtract``, each call
 taking 1-3 s (seeded by its arguments, so every configuration of bench/pipeline.py waits alike).
 
-Serve it like the bundled servers: ``python bench/_slow_calculator.py --transport http --port 0
---port-file FILE`` (streamable HTTP on 127.0.0.1).
+Serve it like the bundled servers: over stdio (``python bench/_slow_calculator.py``, what the bench
+does) or ``--transport http --port 0 --port-file FILE`` (streamable HTTP on 127.0.0.1).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ Two variants (``--variants``):
 
 - ``demo``: the demo as is (the calculator MCP server over stdio, the verifiable check as reward);
 - ``slow``: the same with latency where real agents have it: the calculator is a stand-in MCP server
-  on 127.0.0.1 whose calls take 1-3 s (bench/_slow_calculator.py), and each group is scored by a
-  stand-in judge on 127.0.0.1 that takes 1-3 s to answer (then the verifiable check sets the reward).
+  whose calls take 1-3 s (bench/_slow_calculator.py, a local process over stdio), and each group is
+  scored by a stand-in judge on 127.0.0.1 that takes 1-3 s to answer (then the verifiable check
+  sets the reward).
 
 Only the sequential run evaluates step 0 (the base model, the same for all); every clock starts
 at the first training rollout. Printed per variant: the held-out curve (step, seconds since that
@@ -28,9 +29,7 @@ import collections
 import json
 import logging
 import random
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -191,30 +190,17 @@ async def main() -> None:
     everything: dict[str, Any] = {}
     try:
         for variant in args.variants.split(","):
-            server = None
             if variant == "slow":
-                port_file = Path(tempfile.mkdtemp()) / "port"
-                server = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).with_name("_slow_calculator.py")), "--transport", "http",
-                     "--port", "0", "--port-file", str(port_file)], stdout=subprocess.DEVNULL,
-                )  # fmt: skip
-                while not port_file.exists():
-                    await asyncio.sleep(0.2)
-                tools_source: Any = f"http://127.0.0.1:{port_file.read_text().strip()}/mcp"
+                tools_source: Any = [sys.executable, str(Path(__file__).with_name("_slow_calculator.py"))]
                 score = slow_judge(f"http://127.0.0.1:{judge.server_address[1]}/judge")
             else:
                 tools_source, score = CALCULATOR_SERVER, verifiable_scorer(check)
             results: dict[str, dict[str, Any]] = {}
-            try:
-                async with mcp_tools.rollout():
-                    tools = await mcp_tools.load_tools(tools_source)
-                    for name in args.configs.split(","):
-                        results[name] = await run_config(backend, variant, name, tools, score, args, args.out)
-                        print(f"{variant}/{name}: {results[name]['seconds']:.0f} s", flush=True)
-            finally:
-                if server is not None:
-                    server.terminate()
-                    server.wait()
+            async with mcp_tools.rollout():  # one session for every rollout, as the demo (stateless servers)
+                tools = await mcp_tools.load_tools(tools_source)
+                for name in args.configs.split(","):
+                    results[name] = await run_config(backend, variant, name, tools, score, args, args.out)
+                    print(f"{variant}/{name}: {results[name]['seconds']:.0f} s", flush=True)
             report(variant, results)
             everything[variant] = results
             (args.out / "pipeline.json").write_text(json.dumps(everything, indent=2))
