@@ -28,6 +28,7 @@ import asyncio
 import collections
 import json
 import logging
+import os
 import random
 import sys
 import threading
@@ -180,8 +181,11 @@ async def main() -> None:
     parser.add_argument("--eval-temperature", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of the backend (1 on a loaded machine)")
     parser.add_argument("--out", type=Path, default=Path(".art/bench-pipeline"))
     args = parser.parse_args()
+    if args.threads is not None:
+        os.environ["ART_ADAPTERS_TORCH_THREADS"] = str(args.threads)
     logging.basicConfig(level=logging.WARNING)
     args.out.mkdir(parents=True, exist_ok=True)
     backend = await LocalBackend(run_dir=args.out / "backend").start()
