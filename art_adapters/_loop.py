@@ -7,24 +7,24 @@ can call without a backend; the scorers (:mod:`art_adapters._scorers`) are how r
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._batch_store import BatchStore
 from ._calibration import calibrate
 from ._errors import ConfigError
-from ._hacking import HackingMonitor, HackingMonitorConfig, HackingWarning, warnings_row
+from ._hacking import HackingMonitor, HackingWarning, warnings_row
+from ._loop_config import EvalReport, LoopConfig, LoopResult, StepReport
 from ._loop_telemetry import LoopTelemetry
-from ._runner import RolloutFn, RunConfig, run_groups, scenario_id
+from ._pipeline import Pipeline
+from ._runner import RolloutFn, run_groups, scenario_id
 from ._scorers import Scorer, unscored_reason
-from ._sft_config import SFTConfig, load_trajectories
-from ._train_config import TrainConfig
+from ._sft_config import load_trajectories
 from ._trajectory import TrajectoryGroup
 from .observe._metrics import MetricsHistory, group_metrics
 
@@ -41,6 +41,7 @@ __all__ = [
     "evaluate",
     "hacking_stop",
     "next_batch",
+    "pipelined_steps",
     "record_step",
     "resume_batch",
     "score_groups",
@@ -53,142 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class LoopConfig(BaseModel):
-    """Settings of :func:`train_loop`.
-
-    Attributes:
-        steps: train until the model is at this step (a target, not a count: a loop resumed
-            at step 3 with ``steps=5`` trains two more). ``0`` only evaluates.
-        groups_per_step: training scenarios per step (one group each). Default 4.
-        rollouts_per_group: rollouts per scenario, the GRPO group size, >= 2. Default 4.
-        eval_every: evaluate on the held-out split after every this many steps (and before
-            the first step and after the last); ``0`` evaluates only before and after.
-        eval_rollouts: rollouts per held-out scenario (1 for a greedy agent). Default 1.
-        eval_at_start: evaluate before training when the loop starts. Default True.
-        run: how each ``run_groups`` call (a step's rollouts, an evaluation) runs: concurrency,
-            timeout, retries, failure budget (:class:`~art_adapters.RunConfig`). Default
-            ``RunConfig(timeout_s=600, max_failure_rate=0.25)``: 8 at once, 10 minutes per
-            rollout, a quarter of a call's rollouts may fail.
-        max_untrained: consecutive iterations that may train nothing (e.g. every group had
-            equal rewards) before the loop gives up and returns with ``stopped`` set; such an
-            iteration moves on to the next scenarios. Default 3.
-        seed: seeds the per-epoch shuffle of the training scenarios.
-        run_dir: where ``metrics.jsonl`` and ``batches/`` (each step's groups, reused after a
-            crash) are written; ``None``: neither.
-        progress: show ``run_groups``' progress bar (a terminal or notebook only); the
-            ``progress`` argument of :func:`train_loop` replaces it with a callback.
-        train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
-            via ``train.retention``).
-        sft_warmup: a trajectories file (JSON Lines, see :func:`~art_adapters.load_trajectories`:
-            imported production traces, a stronger model's rollouts) to train one SFT step on
-            before the first GRPO step, when the model is at step 0; RL then continues from that
-            checkpoint. The SFT step is a step: it counts towards ``steps``. ``None`` (default): none.
-        sft: the settings of that SFT step (:class:`~art_adapters.SFTConfig`).
-        hacking: the reward-hacking monitor (:class:`~art_adapters._hacking.HackingMonitorConfig`):
-            each step's rollouts are checked for signs that the policy optimises the judge rather
-            than the task (reward up while the verifiable reward falls, answer length drift,
-            repetition, tool-call changes, judges disagreeing); a warning is logged, written to the
-            step's row and traced, and with ``hacking.stop`` the loop stops. Default: on, not stopping.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    steps: NonNegativeInt
-    groups_per_step: PositiveInt = 4
-    rollouts_per_group: int = Field(default=4, ge=2)
-    eval_every: NonNegativeInt = 2
-    eval_rollouts: PositiveInt = 1
-    eval_at_start: bool = True
-    run: RunConfig = Field(default_factory=lambda: RunConfig(timeout_s=600.0, max_failure_rate=0.25))
-    max_untrained: PositiveInt = 3
-    seed: int = 0
-    run_dir: Path | None = None
-    progress: bool = True
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    sft_warmup: Path | None = None
-    sft: SFTConfig = Field(default_factory=SFTConfig)
-    hacking: HackingMonitorConfig = Field(default_factory=HackingMonitorConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_to_run(cls, data: Any) -> Any:
-        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
-        if moved:
-            hints = (f"{name} moved into LoopConfig.run (a RunConfig): pass {_MOVED[name]}" for name in moved)
-            raise ValueError("; ".join(hints))
-        return data
-
-
-#: LoopConfig settings that moved into ``LoopConfig.run``, and how to pass them now.
-_MOVED = {
-    "max_concurrency": "run=RunConfig(max_concurrency=...)",
-    "rollout_timeout_s": "run=RunConfig(timeout_s=...)",
-    "max_exceptions": (
-        "run=RunConfig(max_failures=...) for a count or run=RunConfig(max_failure_rate=...) for a fraction"
-    ),
-}
-
-
-class EvalReport(BaseModel):
-    """One held-out evaluation: the mean reward of the model at ``step``."""
-
-    step: int
-    reward_mean: float | None
-    scored: int
-    trajectories: int
-    exceptions: int
-    metrics: dict[str, Any] = Field(default_factory=dict)
-
-
-class StepReport(BaseModel):
-    """One training step: what was trained, on which scenarios, and what could not be scored.
-
-    Attributes:
-        step: the model's step after this iteration (unchanged when not ``trained``).
-        trained: whether ``model.train`` made a new checkpoint.
-        reason: why not, when not trained.
-        batch: the index of the step's batch of training scenarios (0, 1, ...).
-        scenario_ids: the scenarios of the step's groups.
-        reward_mean: mean reward of the step's scored rollouts (the ``reward_mean`` of its
-            ``metrics.jsonl`` row, unscored groups' rewards included where they have any).
-        unscored: ``{"group": id, "scenario_id": ..., "reason": ...}`` for every group left out
-            because the scorer could not score it.
-        metrics: the trainer's metrics (``loss``, ``kl``, ...) and the rollouts' statistics.
-        warnings: the reward-hacking warnings this step raised (``LoopConfig.hacking``).
-    """
-
-    step: int
-    trained: bool
-    reason: str | None = None
-    batch: int = 0
-    scenario_ids: list[str] = Field(default_factory=list)
-    reward_mean: float | None = None
-    unscored: list[dict[str, Any]] = Field(default_factory=list)
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    warnings: list[HackingWarning] = Field(default_factory=list)
-
-
-class LoopResult(BaseModel):
-    """What :func:`train_loop` did: the start and end step, each step and each evaluation.
-
-    ``stopped`` says why the loop ended before ``config.steps`` (``None`` when it got there);
-    ``where`` has one line per place the run can be seen (trace backend, W&B, Trackio).
-    """
-
-    start_step: int
-    final_step: int
-    steps: list[StepReport] = Field(default_factory=list)
-    evals: list[EvalReport] = Field(default_factory=list)
-    metrics_file: Path | None = None
-    stopped: str | None = None
-    where: list[str] = Field(default_factory=list)
-
-    @property
-    def unscored(self) -> list[dict[str, Any]]:
-        """Every group left unscored during the run, with its step."""
-        return [{"step": s.step, **u} for s in self.steps for u in s.unscored]
 
 
 def next_batch(scenarios: Sequence[Any], index: int, size: int, seed: int) -> list[Any]:
@@ -511,6 +376,11 @@ async def train_loop(
     and records a ``train`` row in the run's ``metrics.jsonl``; every ``eval_every`` steps (and
     before the first and after the last) it evaluates on the held-out split (a ``val`` row).
 
+    With ``config.max_staleness >= 1`` the loop is pipelined (:mod:`art_adapters._pipeline`):
+    rollouts keep running while groups are scored and steps train, a step takes the oldest
+    ``groups_per_step`` scored groups with a reward spread, and a group more than
+    ``max_staleness`` steps behind the model is dropped and counted (docs/training.md).
+
     Steps count from the model's current step, so a restarted loop resumes where the backend is
     and never redoes a finished step; with ``run_dir`` it also continues after the last batch it
     logged and reuses the rollouts of a batch that crashed before its train step.
@@ -578,6 +448,16 @@ async def train_loop(
                 on_step(warm)
             if val_scenarios and eval_due(step, config) and step < config.steps:
                 await run_eval()
+        if config.max_staleness and step < config.steps:  # the pipelined loop (LoopConfig.max_staleness)
+            pipeline = Pipeline(
+                rollout, functools.partial(score_groups, score),
+                lambda b: next_batch(train_scenarios, b, config.groups_per_step, config.seed),
+                config=config, step=step, batch=batch, telemetry=telemetry, policy=name, progress=progress,
+            )  # fmt: skip
+            step = await pipelined_steps(
+                model, pipeline, config=config, step=step, result=result, monitor=monitor, telemetry=telemetry,
+                run_eval=run_eval if val_scenarios else None, on_step=on_step, on_warning=on_warning,
+            )  # fmt: skip
         while step < config.steps and result.stopped is None:
             scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
             groups = await scored_groups(
@@ -605,6 +485,54 @@ async def train_loop(
     finally:
         telemetry.close()
     return result
+
+
+async def pipelined_steps(
+    model: TrainableModel,
+    pipeline: Pipeline,
+    *,
+    config: LoopConfig,
+    step: int,
+    result: LoopResult,
+    monitor: HackingMonitor,
+    telemetry: LoopTelemetry,
+    run_eval: Callable[[], Awaitable[None]] | None,
+    on_step: Callable[[StepReport], None] | None = None,
+    on_warning: Callable[[HackingWarning], None] | None = None,
+) -> int:
+    """The steps of the pipelined loop (``config.max_staleness >= 1``) from ``step`` up to
+    ``config.steps``: each trains on the groups ``pipeline`` hands over while it keeps rolling out;
+    reports go to ``result`` as the sequential loop's do. Returns the step reached."""
+    untrained = 0
+    try:
+        await pipeline.start()
+        while step < config.steps and result.stopped is None:
+            ready = await pipeline.next_step(step)
+            if isinstance(ready, str):
+                logger.warning("training loop stopped at step %d: %s", step, ready)
+                result.stopped = ready
+                break
+            pipeline.training(ready)
+            report = await train_step(model, ready.groups, ready.scenarios, batch=ready.batch, step=step, config=config)
+            report.unscored = [*ready.unscored, *report.unscored]
+            report.metrics.update(ready.metrics)
+            pipeline.trained(ready, report.step, report.trained)
+            result.steps.append(record_step(config, report, [*ready.groups, *ready.left_out], telemetry, monitor))
+            if on_step is not None:
+                on_step(report)
+            for warning in report.warnings if on_warning is not None else ():
+                on_warning(warning)
+            result.stopped = hacking_stop(report, config)
+            if not report.trained:
+                untrained += 1
+                result.stopped = result.stopped or stop_reason(untrained, report, config)
+                continue
+            untrained, step = 0, report.step
+            if run_eval is not None and eval_due(step, config):
+                await run_eval()
+    finally:
+        await pipeline.close()
+    return step
 
 
 def _metrics_file(config: LoopConfig) -> Path | None:

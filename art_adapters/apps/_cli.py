@@ -97,6 +97,10 @@ TRAIN_MCP_OPTIONS = [
     Setting("loop.groups_per_step"),
     Setting("loop.rollouts_per_group"),
     Setting("loop.eval_every"),
+    Setting(
+        "loop.max_staleness",
+        extra={"help": "0: sequential. k >= 1: pipelined RL; a group trains only if sampled at most k steps before."},
+    ),
     Setting("val_fraction"),
     Setting("tools", decls=("--tools",), extra={"metavar": "NAME"}),
     Setting("exclude_tools", decls=("--exclude-tools",), extra={"metavar": "NAME"}),

@@ -124,6 +124,11 @@ class DemoConfig(BaseModel):
         default=0, description="Also evaluate on the held-out questions every this many steps (0: only "
         "before and after).",
     )
+    max_staleness: NonNegativeInt = Field(
+        default=0,
+        description="0: sequential (roll out, score, train, repeat). k >= 1: pipelined: rollouts keep running "
+        "while steps train, and a group trains only if sampled at most k steps before (LoopConfig.max_staleness).",
+    )
     seed: int = Field(default=0, description="Seed of the questions, the split and training.")
     threads: PositiveInt | None = Field(
         default=None,
@@ -267,6 +272,7 @@ def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -
         rollouts_per_group=config.rollouts,
         eval_every=config.eval_every,
         eval_rollouts=config.eval_samples,
+        max_staleness=config.max_staleness,
         # the backend decodes concurrent requests as one batch: more is faster
         run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
         seed=config.seed,

@@ -551,7 +551,9 @@ def rollout_attributes(context: RolloutContext, rollout_index: int) -> dict[str,
 def score_attributes(trajectory: Trajectory) -> dict[str, AttributeValue]:
     """The scores' attributes for the rollout span once scored: ``art_adapters.reward``, the RULER
     score and the judge's explanation (``art_adapters.judge.explanation``, also the GenAI
-    ``gen_ai.evaluation.explanation``); Langfuse trace metadata too, so traces filter by reward."""
+    ``gen_ai.evaluation.explanation``); from the pipelined loop ``art_adapters.policy_version``,
+    ``.staleness`` and ``.pipeline`` (``trained`` / ``dropped_stale`` / ``skipped``); Langfuse trace
+    metadata too, so traces filter by reward and staleness."""
     attrs: dict[str, AttributeValue] = {}
     if trajectory.reward is not None:
         attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
@@ -563,6 +565,13 @@ def score_attributes(trajectory: Trajectory) -> dict[str, AttributeValue]:
     if isinstance(explanation, str) and explanation:
         attrs[f"{_PREFIX}.judge.explanation"] = explanation
         attrs["gen_ai.evaluation.explanation"] = explanation
+    # The pipelined loop's verdict on the rollout (LoopConfig.max_staleness): the checkpoint it
+    # sampled from, how many steps behind it was when trained or dropped, and which of the two.
+    for key in ("policy_version", "staleness", "pipeline"):
+        value = trajectory.metadata.get(key)
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            attrs[f"{_PREFIX}.{key}"] = value
+            attrs[f"langfuse.trace.metadata.{key}"] = value
     return attrs
 
 

@@ -445,7 +445,7 @@ def response_body(
         "id": prepared.completion_id,
         "object": "chat.completion",
         "created": prepared.created,
-        "model": prepared.request.model,
+        "model": prepared.served.version,  # name@step: the checkpoint that answered, as OpenAI names a snapshot
         "choices": choices,
         "usage": usage_body(
             len(prepared.generation.prompt_token_ids), sum(len(s.token_ids) for s in sequences)

@@ -78,6 +78,15 @@ class ServedModel:
     adapter_path: str | None
 
     @property
+    def version(self) -> str:
+        """The exact version that answers: ``name@step`` for a registered model (``name`` alone
+        resolves to its latest step), else the name as requested. Responses carry it as ``model``,
+        so a captured turn records the checkpoint that sampled it."""
+        if self.trained_model is None or self.step is None:
+            return self.served_name
+        return f"{self.trained_model}@{self.step}"
+
+    @property
     def adapter_key(self) -> str | None:
         """A stable engine adapter name (``name@step``), ``None`` for the base weights."""
         return None if self.adapter_path is None else f"{self.trained_model}@{self.step}"

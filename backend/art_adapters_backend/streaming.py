@@ -76,7 +76,7 @@ class _Stream:
             "id": self.prepared.completion_id,
             "object": "chat.completion.chunk",
             "created": self.prepared.created,
-            "model": self.prepared.request.model,
+            "model": self.prepared.served.version,
             "system_fingerprint": None,
             "choices": [],
         }

@@ -75,7 +75,7 @@ async def test_react_agent_on_the_backend_calls_the_mcp_calculator(local_backend
     tokenizer = load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
     for turn in (call_turn, answer_turn):
         assert turn.completion_id is not None and turn.completion_id.startswith("chatcmpl-")
-        assert turn.model == "e2e-capture"  # the model that produced the turn, as the response names it
+        assert turn.model == "e2e-capture@0"  # the checkpoint that produced the turn, as the response names it
         token_record = await local_backend.get_token_record(turn.completion_id)
         assert token_record["id"] == turn.completion_id and token_record["trained_model"] == "e2e-capture"
         choice = token_record["choices"][0]
@@ -103,6 +103,6 @@ async def test_a_streamed_turn_on_the_backend_links_to_its_token_record(local_ba
     reply = handler.trajectory.messages[-1]
     assert reply.role == "assistant" and reply.content == text
     assert reply.completion_id is not None and reply.completion_id.startswith("chatcmpl-")
-    assert reply.model == "e2e-stream"
+    assert reply.model == "e2e-stream@0"  # "e2e-stream" resolved to its latest checkpoint
     record = await local_backend.get_token_record(reply.completion_id)
     assert record["id"] == reply.completion_id and record["choices"][0]["text"] == text

@@ -351,3 +351,52 @@ async def test_train_mcp_rollouts_build_their_agent_on_the_worker(
         assert trajectory.metadata["task"] == "add 2 and 3"
         assert trajectory.metadata["mcp_sessions"]  # the calculator was started on the worker
         assert any(m.role == "assistant" for m in trajectory.messages)
+
+
+async def test_the_pipelined_loop_runs_its_rollouts_on_ray_and_resumes_after_a_crash(
+    cluster: str, fake_backend: Any, tmp_path: Path
+) -> None:
+    """``LoopConfig.max_staleness`` with Ray rollouts: the groups sampled on the workers are kept
+    on disk like local ones, and a restarted loop trains or drops them; none is trained twice."""
+    model = aa.TrainableModel(name="pipe-ray", project="ray-tests")
+    await model.register(fake_backend)
+    url = fake_backend.openai_base_url
+
+    async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+        import openai
+
+        ask = [{"role": "user", "content": f"What is {scenario['q']}?"}]
+        async with openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0) as client:
+            reply = await client.chat.completions.create(model="pipe-ray", messages=ask, temperature=1.0, max_tokens=4)
+        turn = aa.Message(
+            role="assistant", content=reply.choices[0].message.content, completion_id=reply.id, model=reply.model
+        )
+        return aa.Trajectory(messages=[aa.Message(**ask[0]), turn], metadata={"pid": os.getpid()})
+
+    def brevity(trajectory: aa.Trajectory, scenario: Any) -> float:
+        return 1.0 / (1.0 + len(trajectory.messages[-1].content or ""))
+
+    config = aa.LoopConfig(
+        steps=3, groups_per_step=1, rollouts_per_group=3, max_staleness=1, run_dir=tmp_path, progress=False,
+        run=aa.RunConfig(ray_address=cluster, max_concurrency=3, timeout_s=60),
+    )  # fmt: skip
+    scenarios = [{"id": f"r{i}", "q": f"{i} + {i}"} for i in range(6)]
+
+    class Crash(Exception):
+        pass
+
+    def crash(report: Any) -> None:
+        if report.step == 1:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await aa.train_loop(model, rollout, scenarios, score=aa.verifiable_scorer(brevity), config=config, on_step=crash)
+    assert await model.get_step() == 1
+    result = await aa.train_loop(model, rollout, scenarios, score=aa.verifiable_scorer(brevity), config=config)
+    assert result.start_step == 1 and result.final_step == 3
+    events = [json.loads(line) for line in (tmp_path / "batches/pipeline/events.jsonl").read_text().splitlines()]
+    trained = [k for e in events if e["event"] == "trained" for k in e["keys"]]
+    assert len(trained) == len(set(trained)) == 3
+    groups = [json.loads(p.read_text()) for p in (tmp_path / "batches/pipeline").glob("group-*.scored.jsonl")]
+    pids = {t["metadata"]["pid"] for g in groups for t in g["trajectories"]}
+    assert pids and os.getpid() not in pids

@@ -1,0 +1,162 @@
+"""The training loop's settings and reports: :class:`LoopConfig`, :class:`StepReport`,
+:class:`EvalReport` and :class:`LoopResult` (re-exported by :mod:`art_adapters._loop`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from ._config import Count
+from ._hacking import HackingMonitorConfig, HackingWarning
+from ._runner import RunConfig
+from ._sft_config import SFTConfig
+from ._train_config import TrainConfig
+
+__all__ = ["EvalReport", "LoopConfig", "LoopResult", "StepReport"]
+
+
+class LoopConfig(BaseModel):
+    """Settings of :func:`train_loop`.
+
+    Attributes:
+        steps: train until the model is at this step (a target, not a count: a loop resumed
+            at step 3 with ``steps=5`` trains two more). ``0`` only evaluates.
+        groups_per_step: training scenarios per step (one group each). Default 4.
+        rollouts_per_group: rollouts per scenario, the GRPO group size, >= 2. Default 4.
+        eval_every: evaluate on the held-out split after every this many steps (and before
+            the first step and after the last); ``0`` evaluates only before and after.
+        eval_rollouts: rollouts per held-out scenario (1 for a greedy agent). Default 1.
+        eval_at_start: evaluate before training when the loop starts. Default True.
+        run: how each ``run_groups`` call (a step's rollouts, an evaluation) runs: concurrency,
+            timeout, retries, failure budget (:class:`~art_adapters.RunConfig`). Default
+            ``RunConfig(timeout_s=600, max_failure_rate=0.25)``: 8 at once, 10 minutes per
+            rollout, a quarter of a call's rollouts may fail.
+        max_untrained: consecutive iterations that may train nothing (e.g. every group had
+            equal rewards) before the loop gives up and returns with ``stopped`` set; such an
+            iteration moves on to the next scenarios. Default 3.
+        seed: seeds the per-epoch shuffle of the training scenarios.
+        run_dir: where ``metrics.jsonl`` and ``batches/`` (each step's groups, reused after a
+            crash) are written; ``None``: neither.
+        progress: show ``run_groups``' progress bar (a terminal or notebook only); the
+            ``progress`` argument of :func:`train_loop` replaces it with a callback.
+        train: the settings of each GRPO step (learning rate, LoRA, checkpoint retention
+            via ``train.retention``).
+        sft_warmup: a trajectories file (JSON Lines, see :func:`~art_adapters.load_trajectories`:
+            imported production traces, a stronger model's rollouts) to train one SFT step on
+            before the first GRPO step, when the model is at step 0; RL then continues from that
+            checkpoint. The SFT step is a step: it counts towards ``steps``. ``None`` (default): none.
+        sft: the settings of that SFT step (:class:`~art_adapters.SFTConfig`).
+        hacking: the reward-hacking monitor (:class:`~art_adapters._hacking.HackingMonitorConfig`):
+            each step's rollouts are checked for signs that the policy optimises the judge rather
+            than the task (reward up while the verifiable reward falls, answer length drift,
+            repetition, tool-call changes, judges disagreeing); a warning is logged, written to the
+            step's row and traced, and with ``hacking.stop`` the loop stops. Default: on, not stopping.
+        max_staleness: ``0`` (default): the sequential loop (roll out a batch, score it, train,
+            repeat). ``k >= 1``: the pipelined loop (:mod:`art_adapters._pipeline`): rollouts keep
+            running (up to ``run.max_concurrency``) while groups are judged and steps train; each
+            group is scored as soon as its rollouts end, and a step starts once ``groups_per_step``
+            scored groups with a reward spread are ready. A group sampled from checkpoint ``s``
+            trains at step ``t`` only if ``t - s <= k``, else it is dropped and counted
+            (``dropped_stale`` in the step's row). See docs/training.md.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: NonNegativeInt
+    groups_per_step: PositiveInt = 4
+    rollouts_per_group: int = Field(default=4, ge=2)
+    eval_every: NonNegativeInt = 2
+    eval_rollouts: PositiveInt = 1
+    eval_at_start: bool = True
+    run: RunConfig = Field(default_factory=lambda: RunConfig(timeout_s=600.0, max_failure_rate=0.25))
+    max_untrained: PositiveInt = 3
+    seed: int = 0
+    run_dir: Path | None = None
+    progress: bool = True
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    sft_warmup: Path | None = None
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    hacking: HackingMonitorConfig = Field(default_factory=HackingMonitorConfig)
+    max_staleness: Count = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_run(cls, data: Any) -> Any:
+        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
+        if moved:
+            hints = (f"{name} moved into LoopConfig.run (a RunConfig): pass {_MOVED[name]}" for name in moved)
+            raise ValueError("; ".join(hints))
+        return data
+
+
+#: LoopConfig settings that moved into ``LoopConfig.run``, and how to pass them now.
+_MOVED = {
+    "max_concurrency": "run=RunConfig(max_concurrency=...)",
+    "rollout_timeout_s": "run=RunConfig(timeout_s=...)",
+    "max_exceptions": (
+        "run=RunConfig(max_failures=...) for a count or run=RunConfig(max_failure_rate=...) for a fraction"
+    ),
+}
+
+
+class EvalReport(BaseModel):
+    """One held-out evaluation: the mean reward of the model at ``step``."""
+
+    step: int
+    reward_mean: float | None
+    scored: int
+    trajectories: int
+    exceptions: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepReport(BaseModel):
+    """One training step: what was trained, on which scenarios, and what could not be scored.
+
+    Attributes:
+        step: the model's step after this iteration (unchanged when not ``trained``).
+        trained: whether ``model.train`` made a new checkpoint.
+        reason: why not, when not trained.
+        batch: the index of the step's batch of training scenarios (0, 1, ...).
+        scenario_ids: the scenarios of the step's groups.
+        reward_mean: mean reward of the step's scored rollouts (the ``reward_mean`` of its
+            ``metrics.jsonl`` row, unscored groups' rewards included where they have any).
+        unscored: ``{"group": id, "scenario_id": ..., "reason": ...}`` for every group left out
+            because the scorer could not score it.
+        metrics: the trainer's metrics (``loss``, ``kl``, ...) and the rollouts' statistics.
+        warnings: the reward-hacking warnings this step raised (``LoopConfig.hacking``).
+    """
+
+    step: int
+    trained: bool
+    reason: str | None = None
+    batch: int = 0
+    scenario_ids: list[str] = Field(default_factory=list)
+    reward_mean: float | None = None
+    unscored: list[dict[str, Any]] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[HackingWarning] = Field(default_factory=list)
+
+
+class LoopResult(BaseModel):
+    """What :func:`train_loop` did: the start and end step, each step and each evaluation.
+
+    ``stopped`` says why the loop ended before ``config.steps`` (``None`` when it got there);
+    ``where`` has one line per place the run can be seen (trace backend, W&B, Trackio).
+    """
+
+    start_step: int
+    final_step: int
+    steps: list[StepReport] = Field(default_factory=list)
+    evals: list[EvalReport] = Field(default_factory=list)
+    metrics_file: Path | None = None
+    stopped: str | None = None
+    where: list[str] = Field(default_factory=list)
+
+    @property
+    def unscored(self) -> list[dict[str, Any]]:
+        """Every group left unscored during the run, with its step."""
+        return [{"step": s.step, **u} for s in self.steps for u in s.unscored]
