@@ -39,12 +39,16 @@ class LoopTelemetry:
         trackers: experiment trackers receiving one row per step and split.
         run: the run's name (labels train-step traces and tracker runs).
         model_name: the policy's name; its version at step N is ``f"{model_name}@{N}"``.
+        project: the model's project; with Langfuse, held-out evaluations are experiment runs
+            ``model_name@N`` on the dataset ``project/model_name`` of the validation scenarios.
     """
 
     observer: Observer
     trackers: Sequence[Any] = field(default_factory=list)
     run: str = "run"
     model_name: str = "model"
+    project: str = "default"
+    _datasets: Any = field(default=None, repr=False)
 
     @classmethod
     def default(cls) -> LoopTelemetry:
@@ -72,6 +76,7 @@ class LoopTelemetry:
             trackers=trackers_from_env(project=project, run=run, config=config, directory=directory),
             run=run,
             model_name=model_name,
+            project=project,
         )
         for line in telemetry.where():
             logger.info("%s", line)
@@ -88,8 +93,30 @@ class LoopTelemetry:
         )
 
     def scored(self, groups: Sequence[TrajectoryGroup], *, step: int, split: str) -> None:
-        """Scores onto the rollouts' traces; ends their rollout spans."""
-        self.observer.log_rollouts(groups, step=step, model=f"{self.model_name}@{step}", split=split)
+        """Scores onto the rollouts' traces; ends their rollout spans. With Langfuse, held-out
+        (``val``) rollouts also become the items of experiment run ``model_name@step``."""
+        policy = f"{self.model_name}@{step}"
+        extra = self._experiment(groups, policy) if split == "val" else None
+        self.observer.log_rollouts(groups, step=step, model=policy, split=split, span_attributes=extra)
+
+    def _experiment(self, groups: Sequence[TrajectoryGroup], run_name: str) -> Mapping[str, Any] | None:
+        cfg = self.observer.config
+        if not (self.observer.enabled and cfg.langfuse):
+            return None
+        try:
+            if self._datasets is None:
+                from .observe._langfuse_datasets import LangfuseDatasets
+
+                secret = cfg.langfuse_secret_key.get_secret_value() if cfg.langfuse_secret_key else ""
+                self._datasets = LangfuseDatasets(
+                    cfg.langfuse_public_key or "", secret, cfg.langfuse_base_url,
+                    timeout_s=cfg.export_timeout_s,
+                )  # fmt: skip
+            return self._datasets.run_attributes(f"{self.project}/{self.model_name}", run_name, groups)
+        except Exception as exc:  # noqa: BLE001 - an experiment run is never worth a failed evaluation
+            logger.warning("observe: held-out run %s is not a Langfuse experiment run (%s: %s)", run_name,
+                           type(exc).__name__, exc)  # fmt: skip
+            return None
 
     def row(self, step: int, row: Mapping[str, Any], *, split: str) -> None:
         """One metrics row (a step's rollouts and training, or an evaluation) to every tracker;

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -152,13 +152,16 @@ class RolloutSpan:
             self._set_error("cancelled")
             self.end()
 
-    def end(self, trajectory: Trajectory | None = None) -> None:
-        """Set the scores ``trajectory`` carries (reward, RULER score, explanation) and end the span."""
+    def end(self, trajectory: Trajectory | None = None, attributes: Mapping[str, Any] | None = None) -> None:
+        """Set the scores ``trajectory`` carries (reward, RULER score, explanation) and any other
+        ``attributes`` (a Langfuse experiment run's), then end the span."""
         if self._ended:
             return
         self._ended = True
         if trajectory is not None:
             self._span.set_attributes(score_attributes(trajectory))
+        if attributes:
+            self._span.set_attributes(dict(attributes))
         self._span.end(end_time=self._end_ns)
 
     def _set_error(self, message: str) -> None:

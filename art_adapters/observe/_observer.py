@@ -402,6 +402,7 @@ class Observer:
         agent_name: str = "agent",
         tags: Sequence[str] = (),
         failures: bool = True,
+        span_attributes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[str]:
         """Export every rollout of ``groups`` as one trace; returns the successful ones' trace ids (32 hex).
 
@@ -423,6 +424,8 @@ class Observer:
                 empty agent span carrying the exception.
             agent_name: the agent observation's name.
             tags: extra trace tags.
+            span_attributes: trajectory id -> more attributes for its rollout span kept open
+                (the Langfuse experiment run of a held-out evaluation).
 
         Also appends one ``split`` row (reward mean/std, exception rate, tokens, timings) to
         the metrics history when ``metrics_path`` is set and ``step`` is given. Never raises
@@ -446,7 +449,7 @@ class Observer:
                 live = "rollout_span_id" in trajectory.metadata
                 held = self._release(trajectory.id)
                 if held is not None:
-                    held.end(trajectory if scores else None)
+                    held.end(trajectory if scores else None, (span_attributes or {}).get(trajectory.id))
                 if not self.enabled:
                     continue
                 if not live:  # not traced while it ran: the whole rollout as a trace now

@@ -21,7 +21,11 @@ It also takes what the Langfuse SDK writes, so a test can check what a run sent:
 ``POST /api/public/scores`` (a batch of scores, kept in ``created_scores``; answered 202
 ``{"message": "Accepted"}`` as the SDK's ``CreateScoreBatchResponse`` documents) and
 ``POST /api/public/otel/v1/traces`` (OTLP protobuf, counted in ``otlp_posts``, each post's
-``x-langfuse-ingestion-version`` header kept in ``otlp_ingestion_versions``).
+``x-langfuse-ingestion-version`` header kept in ``otlp_ingestion_versions``, its spans decoded
+into ``otlp_spans``), ``POST /api/public/v2/datasets`` (upsert on the name) and ``POST
+/api/public/dataset-items`` (upsert on the id), answered as the SDK's ``Dataset`` / ``DatasetItem``
+and kept in ``datasets`` / ``dataset_items``; :meth:`experiment_runs` groups the decoded spans
+into experiment runs the way Langfuse v4 does from their ``langfuse.experiment.*`` attributes.
 
 Every request is recorded (path and query, as lists per name). Basic auth must match the keys
 (401 otherwise, like Langfuse).
@@ -30,6 +34,7 @@ Every request is recorded (path and query, as lists per name). Basic auth must m
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import threading
 from datetime import datetime
@@ -155,6 +160,14 @@ class LangfuseApiStandIn:
         self.otlp_posts = 0
         #: the ``x-langfuse-ingestion-version`` header of each OTLP post (``None`` when absent)
         self.otlp_ingestion_versions: list[str | None] = []
+        #: every exported span: ``name``, ``trace_id`` / ``span_id`` (hex) and ``attributes``
+        self.otlp_spans: list[dict[str, Any]] = []
+        self.datasets: dict[str, dict[str, Any]] = {}  # by name
+        self.dataset_items: dict[str, dict[str, Any]] = {}  # by id
+        #: requests per write path (``POST`` counts, including upserts of what exists)
+        self.posts: dict[str, int] = {}
+        #: answer the dataset endpoints with this status (500: a Langfuse that fails), ``None``: normally
+        self.fail_datasets: int | None = None
         self._httpd: ThreadingHTTPServer | None = None
         self.url = ""
 
@@ -253,13 +266,83 @@ class LangfuseApiStandIn:
                     return 200, trace
         return 404, {"message": "Not Found"}
 
+    def _dataset(self, body: dict[str, Any]) -> tuple[int, Any]:
+        now = datetime.now().astimezone().isoformat()
+        dataset = self.datasets.setdefault(body["name"], {
+            "id": f"ds-{len(self.datasets) + 1}", "name": body["name"], "projectId": PROJECT,
+            "createdAt": now,
+        })  # fmt: skip
+        dataset.update(
+            description=body.get("description"), metadata=body.get("metadata"), updatedAt=now,
+            inputSchema=body.get("inputSchema"), expectedOutputSchema=body.get("expectedOutputSchema"),
+        )  # fmt: skip
+        return 200, dataset
+
+    def _dataset_item(self, body: dict[str, Any]) -> tuple[int, Any]:
+        dataset = self.datasets.get(body["datasetName"])
+        if dataset is None:
+            return 404, {"message": f"Dataset {body['datasetName']} not found"}
+        now = datetime.now().astimezone().isoformat()
+        item_id = body.get("id") or f"item-{len(self.dataset_items) + 1}"
+        item = self.dataset_items.setdefault(item_id, {"id": item_id, "createdAt": now})
+        if item.get("datasetId", dataset["id"]) != dataset["id"]:
+            return 400, {"message": "Dataset item ids cannot be reused across datasets"}
+        item.update(
+            status=body.get("status") or "ACTIVE", input=body.get("input"),
+            expectedOutput=body.get("expectedOutput"),
+            metadata=body.get("metadata"), sourceTraceId=body.get("sourceTraceId"),
+            sourceObservationId=body.get("sourceObservationId"), datasetId=dataset["id"],
+            datasetName=dataset["name"], updatedAt=now, mediaReferences=[],
+        )  # fmt: skip
+        return 200, item
+
+    def _spans(self, body: bytes) -> None:
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attributes = {
+                        a.key: next(iter(MessageToDict(a.value).values()), None) for a in span.attributes
+                    }
+                    self.otlp_spans.append({
+                        "name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                        "attributes": attributes,
+                    })  # fmt: skip
+
+    def experiment_runs(self) -> dict[str, list[dict[str, str]]]:
+        """Experiment run name -> its items (``experiment_id``, ``dataset_id``, ``item_id``,
+        ``trace_id``, ``root_observation_id``), from the spans carrying ``langfuse.experiment.*``."""
+        runs: dict[str, list[dict[str, str]]] = {}
+        for span in self.otlp_spans:
+            a = span["attributes"]
+            if "langfuse.experiment.name" in a:
+                runs.setdefault(a["langfuse.experiment.name"], []).append({
+                    "experiment_id": a["langfuse.experiment.id"],
+                    "dataset_id": a["langfuse.experiment.dataset.id"],
+                    "item_id": a["langfuse.experiment.item.id"],
+                    "root_observation_id": a["langfuse.experiment.item.root_observation_id"],
+                    "trace_id": span["trace_id"],
+                    "span_id": span["span_id"],
+                })  # fmt: skip
+        return runs
+
     def accept(
         self, path: str, body: bytes, auth: str | None, ingestion_version: str | None = None
     ) -> tuple[int, Any]:
-        """Status and JSON body for one POST (scores and OTLP spans from the SDK)."""
+        """Status and JSON body for one POST (scores, OTLP spans, datasets and items from the SDK)."""
         self.requests.append((path, {}))
         if auth != self.auth:
             return 401, {"message": "Invalid credentials. Confirm that you've configured the correct host."}
+        self.posts[path] = self.posts.get(path, 0) + 1
+        if path in ("/api/public/v2/datasets", "/api/public/dataset-items"):
+            if self.fail_datasets is not None:
+                return self.fail_datasets, {"message": "Internal Server Error"}
+            answer = self._dataset if path.endswith("datasets") else self._dataset_item
+            return answer(json.loads(body))
         if path == "/api/public/scores":
             batch = json.loads(body)
             batch = batch if isinstance(batch, list) else [batch]
@@ -272,6 +355,7 @@ class LangfuseApiStandIn:
         if path == "/api/public/otel/v1/traces":
             self.otlp_posts += 1
             self.otlp_ingestion_versions.append(ingestion_version)
+            self._spans(body)
             return 200, {}
         return 404, {"message": "Not Found"}
 
@@ -298,6 +382,8 @@ class LangfuseApiStandIn:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
                 status, answer = stand_in.accept(
                     urlsplit(self.path).path, body, self.headers.get("Authorization"),
                     self.headers.get("x-langfuse-ingestion-version"),
