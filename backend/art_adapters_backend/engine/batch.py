@@ -18,7 +18,7 @@ from .base import FinishReason, GenerationRequest, SequenceDelta
 from .constraint import ConstrainedDecoder
 from .kv_cache import growing_cache, pad_left, stack_left_padded
 from .prefix_cache import KVLayers, PrefixCache
-from .sampling import LogitAdjuster, SampledToken, sample_next
+from .sampling import LogitAdjuster, SampledToken, sample_next, sample_plain
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -258,15 +258,34 @@ class Batch:
     # ---- sampling and bookkeeping ------------------------------------------------------
 
     def _sample(self, rows: list[Row], logits: torch.Tensor) -> list[Row]:
-        """Sample one token per row from ``logits`` [len(rows), V]; report it; return finished rows."""
+        """Sample one token per row from ``logits`` [len(rows), V]; report it; return finished rows.
+
+        Rows without adjustments, constraint or truncation are sampled together
+        (:func:`~.sampling.sample_plain`: the same numbers as :func:`~.sampling.sample_next`, one
+        pass over the batch); the others one by one.
+        """
         finished: list[Row] = []
+        live = [i for i, row in enumerate(rows) if not (row.job.done or row.job.cancelled)]
+        plain = [i for i in live if _is_plain(rows[i])]
+        presampled: dict[int, SampledToken] = {}
+        if len(plain) > 1:
+            try:
+                drawn = sample_plain(
+                    logits.index_select(0, torch.tensor(plain)),
+                    temperatures=[rows[i].job.request.params.temperature for i in plain],
+                    generators=[rows[i].generator for i in plain],
+                    top_logprobs=[rows[i].job.request.params.top_logprobs for i in plain],
+                )
+                presampled = dict(zip(plain, drawn, strict=True))
+            except Exception:  # fall back to one by one, where a failure ends one request only
+                logger.exception("batched sampling failed; sampling row by row")
         for i, row in enumerate(rows):
             if row.job.done or row.job.cancelled:  # nobody listens: sample nothing, drop it
                 row.finish = row.finish or "stop"
                 finished.append(row)
                 continue
             try:
-                self._advance(row, logits[i])
+                self._advance(row, logits[i], presampled.get(i))
             except Exception as exc:  # one row's failure ends its request only
                 logger.exception("sampling failed for a request")
                 row.job.fail(exc)
@@ -275,12 +294,18 @@ class Batch:
                 finished.append(row)
         return finished
 
-    def _advance(self, row: Row, logits: torch.Tensor) -> None:
-        """Sample, record and report one token of ``row``."""
+    def _advance(self, row: Row, logits: torch.Tensor, sampled: SampledToken | None = None) -> None:
+        """Sample (unless ``sampled`` already), record and report one token of ``row``."""
+        if sampled is None:
+            sampled = self._sample_one(row, logits)
+        self._record(row, sampled)
+
+    def _sample_one(self, row: Row, logits: torch.Tensor) -> SampledToken:
+        """One row's token with its constraint, adjustments and truncations (:func:`~.sampling.sample_next`)."""
         params = row.job.request.params
         allowed = row.decoder.allowed() if row.decoder is not None else None
         forced = row.decoder.forced_token() if row.decoder is not None else None
-        sampled: SampledToken = sample_next(
+        return sample_next(
             logits,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -292,6 +317,10 @@ class Batch:
             min_p=params.min_p,
             adjuster=row.adjuster,
         )
+
+    def _record(self, row: Row, sampled: SampledToken) -> None:
+        """Keep and report ``row``'s new token; set its finish reason when it ended."""
+        params = row.job.request.params
         token = sampled.token_id
         if row.adjuster is not None:
             row.adjuster.accept(token)
@@ -399,6 +428,15 @@ class Batch:
     def clear(self) -> None:
         """Forget every row and the cache."""
         self.rows, self.cache, self.mask = [], None, None
+
+
+def _is_plain(row: Row) -> bool:
+    """Whether ``row`` samples from its temperature alone (no constraint, adjustment or truncation)."""
+    params = row.job.request.params
+    return (
+        row.decoder is None and row.adjuster is None and params.top_p >= 1.0 and params.top_k == 0
+        and params.min_p == 0.0
+    )  # fmt: skip
 
 
 def _pad_left_mask(mask: torch.Tensor, width: int) -> torch.Tensor:

@@ -14,11 +14,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import random
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +37,8 @@ from .base import (
 from .batch import Batch, Job, Row
 from .constraint import ConstrainedDecoder, GrammarCache
 from .prefix_cache import PrefixCache
-from .sampling import LogitAdjuster
+from .sampling import LogitAdjuster, validate_adjustments
+from .scheduler import admit
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ class TorchEngine:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
         if not 0 <= params.top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
-        _validate_adjustments(params, self.vocab_size)
+        validate_adjustments(params, self.vocab_size)
         needed = len(request.prompt_token_ids) + params.max_tokens
         if needed > self.context_length:
             raise ContextLengthError(
@@ -492,66 +492,20 @@ class TorchEngine:
                         self._cond.notify_all()
 
     def _admit(self) -> tuple[list[Row], list[Row]]:
-        """Choose waiting rows to admit and running rows to preempt for them. Holds the lock.
+        """Choose waiting rows to admit and running rows to preempt for them (:func:`~.scheduler.admit`).
 
-        Order: rows that have waited :data:`MAX_WAIT_S` or more first, oldest first, so nothing
-        starves; the others by their request's ``max_tokens`` (then arrival), so a short request
-        (a one-token probe, a tool call) is not stuck behind long generations. Each request with
-        rows running or waiting has a fair share of ``max_batch_size`` (divided equally, at least
-        one row): rows within their request's share are admitted first, then any others while
-        room is left. A request below its share with no room left takes rows from the request
-        most over its share (the newest of them): those are preempted, keep their keys and
-        values, and wait to resume.
-
-        Returns ``(admitted, preempted)``.
+        Holds the lock. Returns ``(admitted, preempted)``; the preempted rows wait again.
         """
-        running = self._prefill_rows + self._batch.rows
-        room = self.max_batch_size - len(running)
         waiting = [row for row in self._pending if not (row.job.done or row.job.cancelled)]
-        if not waiting:
-            self._pending = deque()
-            return [], []
-        now = time.monotonic()
-
-        def order(position: int) -> tuple[int, float, int]:
-            job = waiting[position].job
-            aged = now - job.queued_at >= MAX_WAIT_S
-            return (0 if aged else 1, job.queued_at if aged else job.request.params.max_tokens, position)
-
-        jobs = {id(row.job) for row in running} | {id(row.job) for row in waiting}
-        share = max(1, self.max_batch_size // len(jobs))
-        held = Counter(id(row.job) for row in running)
-        chosen: list[int] = []
-        ordered = sorted(range(len(waiting)), key=order)
-        for fair in (True, False):
-            for i in ordered:
-                if len(chosen) >= room:
-                    break
-                if i in chosen or (fair and held[id(waiting[i].job)] >= share):
-                    continue
-                chosen.append(i)
-                held[id(waiting[i].job)] += 1
-        victims: list[Row] = []
-        for i in ordered:  # below their share with no room: take rows from the most over theirs
-            job = id(waiting[i].job)
-            if i in chosen or held[job] >= share:
-                continue
-            candidates = [row for row in self._batch.rows if row not in victims and held[id(row.job)] > share]
-            if not candidates:
-                break
-            most = max(held[id(row.job)] for row in candidates)
-            victim = [row for row in candidates if held[id(row.job)] == most][-1]
-            victims.append(victim)
-            held[id(victim.job)] -= 1
-            chosen.append(i)
-            held[job] += 1
-        taken = set(chosen)
-        self._pending = deque([row for i, row in enumerate(waiting) if i not in taken] + victims)
-        if victims:
-            self._stats.preemptions += len(victims)
-        for row in (waiting[i] for i in chosen):
+        chosen, victims = admit(
+            waiting, self._prefill_rows, self._batch.rows, self.max_batch_size, max_wait_s=MAX_WAIT_S
+        )
+        taken = {id(row) for row in chosen}
+        self._pending = deque([row for row in waiting if id(row) not in taken] + victims)
+        self._stats.preemptions += len(victims)
+        for row in chosen:
             row.scope = f"{row.adapter}#{self._generations.get(row.adapter, 0)}"
-        return [waiting[i] for i in sorted(chosen)], victims
+        return chosen, victims
 
     def _preempt(self, victims: list[Row]) -> None:
         """Take ``victims`` out of the batch; they keep their keys and values and wait to resume."""
@@ -609,29 +563,6 @@ class TorchEngine:
                     self._stats.failed_requests += 1
                 job.fail(exc)
             self._pending = deque(row for row in self._pending if not row.job.done)
-
-
-def _validate_adjustments(params: SamplingParams, vocab_size: int) -> None:
-    """Check the vLLM sampling options beyond temperature and top-p (vLLM's ranges)."""
-    if params.top_k < 0:
-        raise ValueError(f"top_k must be 0 (disabled) or at least 1, got {params.top_k}")
-    if not 0 <= params.min_p <= 1:
-        raise ValueError(f"min_p must be in [0, 1], got {params.min_p}")
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = getattr(params, name)
-        if not -2 <= value <= 2:
-            raise ValueError(f"{name} must be in [-2, 2], got {value}")
-    if not (math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0):
-        raise ValueError(f"repetition_penalty must be a finite number > 0, got {params.repetition_penalty}")
-    if not 0 <= params.min_tokens <= params.max_tokens:
-        raise ValueError(
-            f"min_tokens must be in [0, max_tokens={params.max_tokens}], got {params.min_tokens}"
-        )
-    bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"logit_bias names token ids outside the vocabulary [0, {vocab_size}): {bad}")
-    if any(not math.isfinite(b) for _, b in params.logit_bias):
-        raise ValueError("logit_bias values must be finite numbers")
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
