@@ -23,8 +23,8 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +117,12 @@ async def rl_workload(engine: Any, tokenizer: Any, template: str, groups: int, m
     from art_adapters.apps._demo_agent import SYSTEM_PROMPT, make_scenarios
     from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
 
-    params = SamplingParams(temperature=1.0, max_tokens=max_tokens)
     scenarios = make_scenarios(groups, seed=7)
 
     async def rollout(scenario: Any, k: int) -> None:
         ids = chat_ids(tokenizer, template, scenario.question, system=SYSTEM_PROMPT, tools=TOOLS)
         for turn in range(2):
+            params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=zlib.crc32(f"{scenario.id}-{k}-{turn}".encode()))
             request = GenerationRequest(prompt_token_ids=ids, params=params)
             [choice] = await engine.generate(request)
             if turn == 0:
@@ -206,6 +206,12 @@ async def main() -> None:
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-llama", action="store_true")
     parser.add_argument("--only", choices=["off", "on"], help="only this prefix-cache setting of our engine")
+    parser.add_argument(
+        "--baseline-code", type=Path,
+        help="a checkout of older code (e.g. `git archive <commit> backend art_adapters | tar -x -C DIR`): "
+        "its engine is measured in the same run, in a subprocess, as 'before'",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the tables as one JSON line at the end")
     args = parser.parse_args()
 
     from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
@@ -243,11 +249,30 @@ async def main() -> None:
         await engine.close()
         engine = make_engine(path, size, 32)
         await engine.start()
-        rl[label] = await rl_workload(engine, tokenizer, template, args.groups, 48)
+        rpm, stats = await rl_workload(engine, tokenizer, template, args.groups, 48)
+        rl[label] = (rpm, {k: v for k, v in stats.items() if k.startswith("prefix")})
         await engine.close()
 
+    if args.baseline_code is not None:
+        code = args.baseline_code.resolve()
+        env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'backend'}"}
+        done = subprocess.run(
+            [sys.executable, __file__, "--only", "off", "--skip-hf", "--skip-llama", "--json",
+             "--max-tokens", str(args.max_tokens), "--requests", str(args.requests), "--groups", str(args.groups)],
+            env=env, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(f"baseline code failed: {done.stderr.strip()[-600:]}")
+        else:
+            before = json.loads(done.stdout.strip().splitlines()[-1])
+            for name, rates in before["table"].items():
+                table[f"BEFORE {name}"] = {int(k): v for k, v in rates.items()}
+            for label, value in before["rl"].items():
+                rl[f"BEFORE {label}"] = (value[0], value[1])
+
     if not args.skip_llama:
-        result = llama_rates(texts, args.max_tokens)
+        rendered = [tokenizer.decode(p) for p in prompts]
+        result = llama_rates(rendered, args.max_tokens)
         if isinstance(result, str):
             print(f"llama.cpp: {result}")
         else:
@@ -261,10 +286,13 @@ async def main() -> None:
         for name, rates in table.items():
             print(f"{'ratio ' + name + ' / HF':<64}" + "".join(f"{rates[c] / base[c]:>8.2f}" for c in levels))
     for label, (rpm, stats) in rl.items():
-        extra = {k: v for k, v in stats.items() if k.startswith("prefix")}
-        print(f"RL workload ({args.groups} groups x 4 rollouts x 2 turns), cache {label}: {rpm:.1f} rollouts/min {extra}")
-    if len(rl) == 2:
+        print(f"RL workload ({args.groups} groups x 4 rollouts x 2 turns), cache {label}: {rpm:.1f} rollouts/min {stats}")
+    if "on" in rl and "off" in rl:
         print(f"RL ratio cache on / off: {rl['on'][0] / rl['off'][0]:.2f}x")
+    if "on" in rl and "BEFORE off" in rl:
+        print(f"RL ratio cache on / before: {rl['on'][0] / rl['BEFORE off'][0]:.2f}x")
+    if args.json:
+        print(json.dumps({"table": table, "rl": rl}, default=str))
 
 
 if __name__ == "__main__":
