@@ -131,6 +131,15 @@ async def assert_cached_equals_uncached(cached: TorchEngine, plain: TorchEngine)
         assert hit.cached_tokens >= least and reference.cached_tokens == 0
         assert hit.token_ids == reference.token_ids
         assert max(abs(x - y) for x, y in zip(hit.logprobs, reference.logprobs, strict=True)) < 1e-5
+    # prefilled together: a row starting from a cached prefix and a fresh one of another length
+    third = render(cached, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 1 + 99?"}])
+    fresh = render(cached, [{"role": "user", "content": "Name three colours of the rainbow, please."}])
+    together = await asyncio.gather(*(cached.generate(GenerationRequest(p, greedy(8))) for p in (third, fresh)))
+    for prompt, [choice] in zip((third, fresh), together, strict=True):
+        [reference] = await plain.generate(GenerationRequest(prompt, greedy(8)))
+        assert choice.token_ids == reference.token_ids
+        assert max(abs(x - y) for x, y in zip(choice.logprobs, reference.logprobs, strict=True)) < 1e-5
+    assert together[0][0].cached_tokens >= 2 * BLOCK and together[1][0].cached_tokens == 0
     stats = cached.stats
     assert stats.prefix_cache_hits >= 3 and stats.prefix_cache_hit_tokens > len(first)
     assert stats.prefill_tokens < stats.prompt_tokens and 0 < stats.prefix_cache_hit_rate < 1
