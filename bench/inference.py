@@ -148,7 +148,7 @@ const llama = await getLlama({gpu: false});
 const model = await llama.loadModel({modelPath});
 const out = {};
 for (const conc of [1, 8, 32]) {
-  const context = await model.createContext({sequences: conc, contextSize: 1024 * conc, threads: Number(threads)});
+  const context = await model.createContext({sequences: conc, contextSize: 256 * conc, threads: Number(threads)});
   const start = performance.now();
   let tokens = 0;
   const queue = [...prompts];
@@ -205,7 +205,7 @@ async def main() -> None:
     parser.add_argument("--cache-bytes", type=int, default=256 << 20, help="prefix cache size when on")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-llama", action="store_true")
-    parser.add_argument("--only", choices=["off", "on"], help="only this prefix-cache setting of our engine")
+    parser.add_argument("--only", choices=["off", "on", "none"], help="only this prefix-cache setting of our engine")
     parser.add_argument(
         "--baseline-code", type=Path,
         help="a checkout of older code (e.g. `git archive <commit> backend art_adapters | tar -x -C DIR`): "
