@@ -427,12 +427,14 @@ def choice_body(sequence: GeneratedSequence, prepared: PreparedChat, state: Serv
     }
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """The OpenAI ``usage`` object."""
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """The OpenAI ``usage`` object; ``prompt_tokens_details.cached_tokens``: prompt tokens served
+    from the prefix cache (the most of any choice)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -448,7 +450,9 @@ def response_body(
         "model": prepared.served.version,  # name@step: the checkpoint that answered, as OpenAI names a snapshot
         "choices": choices,
         "usage": usage_body(
-            len(prepared.generation.prompt_token_ids), sum(len(s.token_ids) for s in sequences)
+            len(prepared.generation.prompt_token_ids),
+            sum(len(s.token_ids) for s in sequences),
+            max((s.cached_tokens for s in sequences), default=0),
         ),
         "system_fingerprint": None,
     }
@@ -506,4 +510,5 @@ def choice_record(
         else None,
         finish_reason=finish_reason,
         text=sequence.text,
+        cached_prompt_tokens=sequence.cached_tokens,
     )

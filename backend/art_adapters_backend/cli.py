@@ -80,6 +80,14 @@ def serve(
     max_batch_size: Annotated[
         int, typer.Option(min=1, help="Most sequences decoded together (requests join a running batch).")
     ] = 8,
+    prefix_cache_bytes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Memory (bytes) for the torch engine's prefix cache: prompts' keys and values reused by later "
+            "prompts that start the same way under the same weights (name@step); 0 turns it off. Default 256 MiB.",
+        ),
+    ] = 256 << 20,
     max_loaded_adapters: Annotated[
         int, typer.Option(min=1, help="Most LoRA checkpoints kept in memory; the least recently used idle one goes.")
     ] = 8,
@@ -174,7 +182,7 @@ def serve(
             host=host, port=port, run_dir=run_dir, base_model=base_model, api_key=api_key, port_file=port_file,
             allowed_hosts=tuple(allowed_host or ()), export_roots=tuple(export_root or ()), parent_pid=parent_pid,
             engine=engine, trainer=trainer, device=device, max_batch_size=max_batch_size,
-            max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
+            prefix_cache_bytes=prefix_cache_bytes, max_loaded_adapters=max_loaded_adapters, default_max_tokens=default_max_tokens, max_n=max_n,
             cache_dir=cache_dir, log_level=log_level, chat_template=chat_template,
             tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, limits=limits,
         )  # fmt: skip

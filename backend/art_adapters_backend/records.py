@@ -35,6 +35,8 @@ class ChoiceRecord(BaseModel):
         text: the decoded text as the engine returned it (before tool-call parsing).
         tool_call_ids: the ids of the tool calls parsed from ``text`` and returned to the client;
             a later request that sends them back is rendered with these exact tokens.
+        cached_prompt_tokens: leading prompt tokens whose keys and values the engine reused from
+            its prefix cache for this choice (saved prefill; 0 without a hit or a cache).
     """
 
     index: int
@@ -44,6 +46,7 @@ class ChoiceRecord(BaseModel):
     finish_reason: str
     text: str
     tool_call_ids: list[str] = Field(default_factory=list)
+    cached_prompt_tokens: int = 0
 
 
 class CompletionRecord(BaseModel):

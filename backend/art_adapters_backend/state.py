@@ -144,7 +144,8 @@ class ServerState:
             )
         else:
             engine = await asyncio.to_thread(
-                TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size
+                TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size,
+                prefix_cache_bytes=config.prefix_cache_bytes,
             )
         await engine.start()
         logger.info(

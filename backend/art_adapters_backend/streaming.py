@@ -43,6 +43,7 @@ class _Choice:
     pending_logprobs: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     eos: bool = False
+    cached_tokens: int = 0
     call_ids: list[str] = field(default_factory=list)
 
     def sequence(self) -> GeneratedSequence:
@@ -50,6 +51,7 @@ class _Choice:
             index=self.index, token_ids=self.token_ids, logprobs=self.logprobs, text=self.text,
             finish_reason=self.finish_reason or "stop",  # type: ignore[arg-type]
             top_logprobs=self.top_logprobs if self.has_top else None, eos=self.eos,
+            cached_tokens=self.cached_tokens,
         )  # fmt: skip
 
 
@@ -100,6 +102,7 @@ class _Stream:
             choice.top_logprobs.extend([[(int(t), float(lp)) for t, lp in row] for row in delta.top_logprobs])
         choice.text += delta.text
         choice.eos = choice.eos or delta.eos
+        choice.cached_tokens += delta.cached_tokens
         out: list[str] = []
         if self.prepared.want_logprobs:
             choice.pending_logprobs.extend(
@@ -167,7 +170,9 @@ class _Stream:
         out = []
         if self.include_usage:
             prompt = len(self.prepared.generation.prompt_token_ids)
-            usage = usage_body(prompt, sum(len(c.token_ids) for c in self.choices))
+            usage = usage_body(
+                prompt, sum(len(c.token_ids) for c in self.choices), max(c.cached_tokens for c in self.choices)
+            )
             body = json.loads(self.chunk(None)[len("data: ") :])
             body["usage"] = usage
             out.append(_sse(body))

@@ -143,6 +143,8 @@ class GeneratedSequence:
         text: the decoded text, cut before any stop string.
         finish_reason: ``"stop"`` (EOS, stop string, constraint done) or ``"length"``.
         eos: whether ``token_ids[-1]`` is the sampled end-of-sequence token.
+        cached_tokens: leading prompt tokens whose keys and values the engine reused from its
+            prefix cache instead of computing them (0 when it has none or missed).
     """
 
     index: int
@@ -152,6 +154,7 @@ class GeneratedSequence:
     finish_reason: FinishReason
     top_logprobs: list[list[tuple[int, float]]] | None = None
     eos: bool = False
+    cached_tokens: int = 0
 
     @property
     def text_token_ids(self) -> list[int]:
@@ -164,6 +167,7 @@ class SequenceDelta:
     """New output of one choice while streaming; ``finish_reason`` set on its last delta.
 
     ``eos``: this (last) delta's final token id is the sampled end-of-sequence token (no text).
+    ``cached_tokens``: on a choice's first delta, the prompt tokens reused from the prefix cache.
     """
 
     index: int
@@ -173,6 +177,7 @@ class SequenceDelta:
     finish_reason: FinishReason | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     eos: bool = False
+    cached_tokens: int = 0
 
     @property
     def text_token_ids(self) -> list[int]:
@@ -199,6 +204,19 @@ class EngineStats:
         failed_requests: requests that ended with an error.
         running_sequences: choices in the batch now (a gauge, not a counter).
         waiting_sequences: choices waiting for a place in the batch now (a gauge).
+        preemptions: choices paused (keys and values kept) to give another request its share of
+            the batch.
+        prompt_tokens: prompt tokens of the choices prefilled.
+        prefill_tokens: tokens run through the model in prefills (chunks included); with the
+            prefix cache, fewer than ``prompt_tokens``.
+        max_step_tokens: the most tokens one forward pass processed (a bound on a step's length).
+        prefix_cache_hits: prompts that reused a cached prefix.
+        prefix_cache_hit_tokens: prompt tokens whose keys and values were reused (saved tokens).
+        prefix_cache_hit_rate: ``prefix_cache_hit_tokens`` over the prompt tokens looked up.
+        prefix_cache_bytes: bytes the prefix cache holds now (``prefix_cache_max_bytes`` at most).
+        prefix_cache_max_bytes: the prefix cache's budget (0: off).
+        prefix_cache_entries: sequences it holds now.
+        prefix_cache_evictions: sequences evicted (least recently used) to stay in budget.
     """
 
     requests: int = 0
@@ -209,6 +227,17 @@ class EngineStats:
     failed_requests: int = 0
     running_sequences: int = 0
     waiting_sequences: int = 0
+    preemptions: int = 0
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    max_step_tokens: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_hit_tokens: int = 0
+    prefix_cache_hit_rate: float = 0.0
+    prefix_cache_bytes: int = 0
+    prefix_cache_max_bytes: int = 0
+    prefix_cache_entries: int = 0
+    prefix_cache_evictions: int = 0
 
 
 @runtime_checkable

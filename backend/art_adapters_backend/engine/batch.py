@@ -16,7 +16,9 @@ import torch
 
 from .base import FinishReason, GenerationRequest, SequenceDelta
 from .constraint import ConstrainedDecoder
-from .sampling import LogitAdjuster, SampledToken, sample_next
+from .kv_cache import growing_cache, pad_left, stack_left_padded
+from .prefix_cache import KVLayers, PrefixCache
+from .sampling import LogitAdjuster, SampledToken, sample_next, sample_plain
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -58,7 +60,13 @@ class Job:
 
 @dataclass(eq=False)
 class Row:
-    """One choice being decoded."""
+    """One choice being decoded.
+
+    Before it joins the decode batch a row is *prefilled*, possibly over several steps (chunked):
+    ``past`` holds the keys and values of the first ``computed`` tokens of :meth:`context` (reused
+    from the prefix cache or computed by earlier chunks). A row preempted to make room for another
+    request keeps its keys and values there and resumes where it stopped.
+    """
 
     job: Job
     index: int
@@ -66,15 +74,26 @@ class Row:
     generator: torch.Generator | None
     decoder: ConstrainedDecoder | None
     adjuster: LogitAdjuster | None = None  # bias/min_tokens/penalty state, None when not asked for
+    scope: str = BASE_ADAPTER  # the weights' prefix-cache scope (adapter and its load generation)
     position: int = 0  # position id of the next token fed to the model
     last_token: int = -1
     n_tokens: int = 0
     finish: FinishReason | None = None
+    generated: list[int] = field(default_factory=list)
+    computed: int = 0  # leading tokens of context() whose keys and values are in ``past``
+    past: KVLayers | None = None  # per layer [H, computed, D]
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache
+    looked_up: bool = False
+    ready_logits: torch.Tensor | None = None  # [V]: the whole prompt was cached, with its logits
 
     @property
     def adapter(self) -> str:
         """The PEFT adapter name for this row (``__base__`` for the base weights)."""
         return self.job.request.adapter or BASE_ADAPTER
+
+    def context(self) -> list[int]:
+        """The tokens the model must have seen before sampling this row's next token."""
+        return self.job.request.prompt_token_ids + self.generated
 
 
 @dataclass
@@ -89,21 +108,34 @@ class StepCounters:
 class Batch:
     """The active rows and their KV cache.
 
-    It holds a left-padded attention mask ``[B, L]`` and a ``DynamicCache`` whose layers hold keys
-    and values ``[B, H, L, D]``. New rows are prefilled on their own (identical prompts once, then
-    copied: a request's ``n`` choices share one prefill) and merged in between decode steps by
-    left-padding the shorter cache. Position ids come from each row's real token count, so padding
-    never changes a row's result. Finished rows are dropped and fully padded columns trimmed.
+    It holds a left-padded attention mask ``[B, L]`` and a cache of
+    :class:`~.kv_cache.GrowingLayer` s whose keys and values are ``[B, H, L, D]``. New rows are
+    prefilled apart (:meth:`prefill`, at most ``chunk`` prompt tokens per step, identical prompts
+    once), starting from the keys and values the prefix cache holds for their prompt's start,
+    and merged in between decode steps by left-padding the shorter cache. Position ids come from
+    each row's real token count, so padding never changes a row's result. Finished rows are
+    dropped (their keys and values kept in the prefix cache for a later turn) and fully padded
+    columns trimmed.
     """
 
     model: PreTrainedModel
     eos_token_ids: set[int]
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    prefix_cache: PrefixCache = field(default_factory=lambda: PrefixCache(0))
     rows: list[Row] = field(default_factory=list)
     cache: Any = None
     mask: torch.Tensor | None = None  # [B, L] long, 1 = real token
+    prompt_tokens: int = 0  # counters for the engine's stats: prompt tokens of new rows
+    prefill_tokens: int = 0  # tokens run through the model in prefills
+    max_step_tokens: int = 0  # the most tokens one forward pass processed
 
     # ---- model calls -------------------------------------------------------------------
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of the model (one KV pair each)."""
+        config = self.model.config
+        return int(getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers)
 
     def _forward(self, rows: list[Row], **kwargs: Any) -> torch.Tensor:
         """Run the model for ``rows`` (mixed adapters via PEFT's ``adapter_names``) -> logits [B, V]."""
@@ -112,43 +144,99 @@ class Batch:
         out = self.model(use_cache=True, logits_to_keep=1, **kwargs)
         return out.logits[:, -1, :].float().cpu()  # sampling runs on the CPU with per-row generators
 
-    def prefill(self, new_rows: list[Row]) -> list[Row]:
-        """Prefill ``new_rows``, sample their first token and merge them into the batch.
+    def look_up(self, rows: list[Row]) -> None:
+        """Start each new row from the longest prefix of its prompt the prefix cache holds."""
+        for row in rows:
+            if row.looked_up:
+                continue
+            row.looked_up = True
+            prompt = row.job.request.prompt_token_ids
+            self.prompt_tokens += len(prompt)
+            hit = self.prefix_cache.lookup(row.scope, prompt)
+            if hit is not None:
+                row.past, row.computed, row.cached_tokens = hit.layers, hit.length, hit.length
+                row.ready_logits = hit.logits
 
-        Returns the rows that finished at once (their requests were told).
+    def prefill(self, rows: list[Row], chunk: int) -> tuple[list[Row], list[Row]]:
+        """Compute up to ``chunk`` tokens of the rows' contexts (first rows first) in one forward pass.
+
+        Rows whose context is then complete sample their first token and join the batch.
+        Returns ``(joined, finished)``: the rows that joined, and those that finished at once.
         """
-        from transformers import DynamicCache
-
-        prompts: dict[tuple[int, ...], int] = {}
-        which = [prompts.setdefault(tuple(row.job.request.prompt_token_ids), len(prompts)) for row in new_rows]
-        unique = list(prompts)
-        # One prefill per (prompt, adapter): the adapter changes the cache.
-        keys: dict[tuple[int, str], int] = {}
-        slot = [keys.setdefault((w, row.adapter), len(keys)) for w, row in zip(which, new_rows, strict=True)]
-        pairs = list(keys)
-        width = max(len(unique[w]) for w, _ in pairs)
-        input_ids = torch.zeros((len(pairs), width), dtype=torch.long)
-        mask = torch.zeros((len(pairs), width), dtype=torch.long)
-        for i, (w, _) in enumerate(pairs):
-            ids = unique[w]
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        prefill_rows = [new_rows[slot.index(i)] for i in range(len(pairs))]
+        self.look_up(rows)
+        ready = [row for row in rows if row.ready_logits is not None and row.computed == len(row.context())]
+        if ready:  # a repeated prompt: nothing to compute
+            logits = torch.stack([row.ready_logits for row in ready])  # type: ignore[misc]
+            for row in ready:
+                row.position, row.ready_logits = row.computed, None
+            return ready, self._join(ready, list(logits))
+        groups: dict[tuple[str, int, tuple[int, ...]], list[Row]] = {}
+        for row in rows:  # identical work once: a request's n choices, equal prompts
+            groups.setdefault((row.scope, row.computed, tuple(row.context())), []).append(row)
+        plan: list[tuple[list[Row], int]] = []
+        budget = max(1, chunk)
+        for (_, computed, context), members in groups.items():
+            if budget <= 0:
+                break
+            take = min(len(context) - computed, budget)
+            budget -= take
+            plan.append((members, take))
+        heads = [members[0] for members, _ in plan]
+        self.prefill_tokens += sum(take for _, take in plan)
+        self.max_step_tokens = max(self.max_step_tokens, sum(take for _, take in plan) + len(self.rows))
+        past_len = max(row.computed for row in heads)
+        width = max(take for _, take in plan)
+        input_ids = torch.zeros((len(plan), width), dtype=torch.long)
+        positions = torch.zeros((len(plan), width), dtype=torch.long)
+        mask = torch.zeros((len(plan), past_len + width), dtype=torch.long)
+        for i, (row, (_, take)) in enumerate(zip(heads, plan, strict=True)):
+            tokens = row.context()[row.computed : row.computed + take]
+            input_ids[i, width - take :] = torch.tensor(tokens, dtype=torch.long)
+            positions[i, width - take :] = torch.arange(row.computed, row.computed + take)
+            mask[i, past_len - row.computed : past_len] = 1
+            mask[i, past_len + width - take :] = 1
+        past = None
+        if past_len:
+            empty = [(k.new_zeros((k.shape[0], 0, k.shape[2])), k.new_zeros((k.shape[0], 0, k.shape[2])))
+                     for k, _ in next(r.past for r in heads if r.past is not None)]  # fmt: skip
+            past = stack_left_padded([row.past or empty for row in heads], past_len)
+        cache = growing_cache(past, self.num_layers)
         logits = self._forward(
-            prefill_rows, input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache
-        )
-        expand = torch.tensor(slot, dtype=torch.long)
-        logits = logits.index_select(0, expand)
-        expand = expand.to(self.device)
-        cache.batch_select_indices(expand)
-        mask = mask.index_select(0, expand)
-        for row in new_rows:
-            row.position = len(row.job.request.prompt_token_ids)
-        self._merge(new_rows, cache, mask)
-        return self._sample(new_rows, logits)
+            heads, input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device), past_key_values=cache,
+        )  # fmt: skip
+        joined: list[Row] = []
+        joined_logits: list[torch.Tensor] = []
+        for i, (members, take) in enumerate(plan):
+            head = members[0]
+            keep = mask[i].nonzero().squeeze(1).to(self.device)
+            layers = [(layer.keys[i].index_select(1, keep), layer.values[i].index_select(1, keep))
+                      for layer in cache.layers]  # fmt: skip
+            computed = head.computed + take
+            for row in members:
+                row.past, row.computed = layers, computed
+            if computed < len(head.context()):
+                continue  # more chunks to go
+            if not head.generated:  # a whole prompt: a later request may start the same way
+                self.prefix_cache.store(head.scope, head.job.request.prompt_token_ids, layers, logits[i].clone())
+            for row in members:
+                row.position = computed
+                joined.append(row)
+                joined_logits.append(logits[i])
+        if not joined:
+            return [], []
+        return joined, self._join(joined, joined_logits)
+
+    def _join(self, joined: list[Row], logits: list[torch.Tensor]) -> list[Row]:
+        """Merge prefilled rows into the batch and sample their first token; returns those that finished."""
+        width = max(row.computed for row in joined)
+        stacked = stack_left_padded([row.past for row in joined if row.past is not None], width)
+        new_mask = torch.zeros((len(joined), width), dtype=torch.long, device=self.device)
+        for i, row in enumerate(joined):
+            new_mask[i, width - row.computed :] = 1
+            row.past = None
+        self._merge(joined, stacked, new_mask)
+        return self._sample(joined, torch.stack(logits))
 
     def decode(self) -> list[Row]:
         """One decode step for every active row. Returns the rows that finished."""
@@ -170,15 +258,34 @@ class Batch:
     # ---- sampling and bookkeeping ------------------------------------------------------
 
     def _sample(self, rows: list[Row], logits: torch.Tensor) -> list[Row]:
-        """Sample one token per row from ``logits`` [len(rows), V]; report it; return finished rows."""
+        """Sample one token per row from ``logits`` [len(rows), V]; report it; return finished rows.
+
+        Rows without adjustments, constraint or truncation are sampled together
+        (:func:`~.sampling.sample_plain`: the same numbers as :func:`~.sampling.sample_next`, one
+        pass over the batch); the others one by one.
+        """
         finished: list[Row] = []
+        live = [i for i, row in enumerate(rows) if not (row.job.done or row.job.cancelled)]
+        plain = [i for i in live if _is_plain(rows[i])]
+        presampled: dict[int, SampledToken] = {}
+        if len(plain) > 1:
+            try:
+                drawn = sample_plain(
+                    logits.index_select(0, torch.tensor(plain)),
+                    temperatures=[rows[i].job.request.params.temperature for i in plain],
+                    generators=[rows[i].generator for i in plain],
+                    top_logprobs=[rows[i].job.request.params.top_logprobs for i in plain],
+                )
+                presampled = dict(zip(plain, drawn, strict=True))
+            except Exception:  # fall back to one by one, where a failure ends one request only
+                logger.exception("batched sampling failed; sampling row by row")
         for i, row in enumerate(rows):
             if row.job.done or row.job.cancelled:  # nobody listens: sample nothing, drop it
                 row.finish = row.finish or "stop"
                 finished.append(row)
                 continue
             try:
-                self._advance(row, logits[i])
+                self._advance(row, logits[i], presampled.get(i))
             except Exception as exc:  # one row's failure ends its request only
                 logger.exception("sampling failed for a request")
                 row.job.fail(exc)
@@ -187,12 +294,18 @@ class Batch:
                 finished.append(row)
         return finished
 
-    def _advance(self, row: Row, logits: torch.Tensor) -> None:
-        """Sample, record and report one token of ``row``."""
+    def _advance(self, row: Row, logits: torch.Tensor, sampled: SampledToken | None = None) -> None:
+        """Sample (unless ``sampled`` already), record and report one token of ``row``."""
+        if sampled is None:
+            sampled = self._sample_one(row, logits)
+        self._record(row, sampled)
+
+    def _sample_one(self, row: Row, logits: torch.Tensor) -> SampledToken:
+        """One row's token with its constraint, adjustments and truncations (:func:`~.sampling.sample_next`)."""
         params = row.job.request.params
         allowed = row.decoder.allowed() if row.decoder is not None else None
         forced = row.decoder.forced_token() if row.decoder is not None else None
-        sampled: SampledToken = sample_next(
+        return sample_next(
             logits,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -204,10 +317,15 @@ class Batch:
             min_p=params.min_p,
             adjuster=row.adjuster,
         )
+
+    def _record(self, row: Row, sampled: SampledToken) -> None:
+        """Keep and report ``row``'s new token; set its finish reason when it ended."""
+        params = row.job.request.params
         token = sampled.token_id
         if row.adjuster is not None:
             row.adjuster.accept(token)
         row.last_token = token
+        row.generated.append(token)
         row.n_tokens += 1
         if token in self.eos_token_ids:  # sampled: reported (and trained on), adds no text
             row.finish = "stop"
@@ -241,6 +359,7 @@ class Batch:
                 finish_reason=row.finish,
                 top_logprobs=top,
                 eos=eos,
+                cached_tokens=row.cached_tokens if row.n_tokens == 1 else 0,
             )
         )
         if final:
@@ -248,27 +367,46 @@ class Batch:
 
     # ---- cache surgery -----------------------------------------------------------------
 
-    def _merge(self, new_rows: list[Row], cache: Any, mask: torch.Tensor) -> None:
-        """Append rows with their own cache, left-padding whichever cache is shorter."""
+    def _merge(self, new_rows: list[Row], layers: KVLayers, mask: torch.Tensor) -> None:
+        """Append rows with their own keys and values, left-padding whichever side is shorter."""
         if not self.rows:
-            self.rows, self.cache, self.mask = list(new_rows), cache, mask
+            self.rows, self.cache, self.mask = list(new_rows), growing_cache(layers, self.num_layers), mask
             return
         assert self.mask is not None
-        old_len, new_len = self.mask.shape[1], mask.shape[1]
-        width = max(old_len, new_len)
-        for old_layer, new_layer in zip(self.cache.layers, cache.layers, strict=True):
-            old_layer.keys = torch.cat([_pad_left(old_layer.keys, width), _pad_left(new_layer.keys, width)], dim=0)
-            old_layer.values = torch.cat(
-                [_pad_left(old_layer.values, width), _pad_left(new_layer.values, width)], dim=0
+        width = max(self.mask.shape[1], mask.shape[1])
+        for old, (keys, values) in zip(self.cache.layers, layers, strict=True):
+            old.assign(
+                torch.cat([pad_left(old.keys, width), pad_left(keys, width)], dim=0),
+                torch.cat([pad_left(old.values, width), pad_left(values, width)], dim=0),
             )
         self.mask = torch.cat([_pad_left_mask(self.mask, width), _pad_left_mask(mask, width)], dim=0)
         self.rows.extend(new_rows)
 
-    def drop(self, gone: list[Row]) -> None:
-        """Remove rows (finished, failed or cancelled) and trim columns no row uses."""
+    def row_layers(self, position: int) -> KVLayers:
+        """The keys and values of the row at ``position`` in the batch, its real columns only (copies)."""
+        assert self.mask is not None
+        keep = self.mask[position].nonzero().squeeze(1)
+        return [(layer.keys[position].index_select(1, keep), layer.values[position].index_select(1, keep))
+                for layer in self.cache.layers]  # fmt: skip
+
+    def drop(self, gone: list[Row], *, keep_kv: bool = False) -> None:
+        """Remove rows (finished, failed, cancelled or preempted) and trim columns no row uses.
+
+        The keys and values of a finished row (its prompt and completion) go to the prefix cache,
+        so the next turn of the conversation starts from them; with ``keep_kv`` (preemption) a
+        row keeps them itself and can resume.
+        """
         if not gone:
             return
         gone_ids = {id(row) for row in gone}
+        for i, row in enumerate(self.rows):
+            if id(row) not in gone_ids:
+                continue
+            if keep_kv:
+                row.past, row.computed = self.row_layers(i), row.position
+            elif self.prefix_cache.enabled and row.finish is not None and not row.job.cancelled:
+                tokens = row.context()[: row.position]
+                self.prefix_cache.store(row.scope, tokens, self.row_layers(i))
         keep = [i for i, row in enumerate(self.rows) if id(row) not in gone_ids]
         if not keep:
             self.clear()
@@ -285,21 +423,20 @@ class Batch:
         if start > 0:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
-                layer.keys = layer.keys[:, :, start:, :]
-                layer.values = layer.values[:, :, start:, :]
+                layer.trim_left(start)
 
     def clear(self) -> None:
         """Forget every row and the cache."""
         self.rows, self.cache, self.mask = [], None, None
 
 
-def _pad_left(states: torch.Tensor, width: int) -> torch.Tensor:
-    """Left-pad a [B, H, L, D] key/value tensor with zeros to length ``width``."""
-    missing = width - states.shape[2]
-    if missing <= 0:
-        return states
-    pad = states.new_zeros((states.shape[0], states.shape[1], missing, states.shape[3]))
-    return torch.cat([pad, states], dim=2)
+def _is_plain(row: Row) -> bool:
+    """Whether ``row`` samples from its temperature alone (no constraint, adjustment or truncation)."""
+    params = row.job.request.params
+    return (
+        row.decoder is None and row.adjuster is None and params.top_p >= 1.0 and params.top_k == 0
+        and params.min_p == 0.0
+    )  # fmt: skip
 
 
 def _pad_left_mask(mask: torch.Tensor, width: int) -> torch.Tensor:

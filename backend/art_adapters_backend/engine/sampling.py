@@ -7,6 +7,7 @@ follows vLLM V1's sampler.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ import torch
 if TYPE_CHECKING:
     from .base import SamplingParams
 
-__all__ = ["LogitAdjuster", "SampledToken", "sample_next"]
+__all__ = ["LogitAdjuster", "SampledToken", "sample_next", "sample_plain", "validate_adjustments"]
 
 
 class LogitAdjuster:
@@ -222,6 +223,44 @@ def sample_next(
     return SampledToken(token_id=token, logprob=float(log_probs[token].item()), top_logprobs=top)
 
 
+def sample_plain(
+    logits: torch.Tensor,
+    *,
+    temperatures: Sequence[float],
+    generators: Sequence[torch.Generator | None],
+    top_logprobs: Sequence[int],
+) -> list[SampledToken]:
+    """:func:`sample_next` for rows that ask for nothing but a temperature, all rows at once.
+
+    Same maths and the same random draws as :func:`sample_next` row by row (one uniform per
+    sampled row from its own generator, inverse-CDF), with the softmax, cumulative sums and
+    searches done over the batch.  logits: [B, V] float32; ``temperatures[i] == 0`` is greedy.
+    """
+    z = logits.float()
+    temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=z.dtype).unsqueeze(1)
+    scaled = z / temps  # [B, V]
+    log_probs = torch.log_softmax(scaled, dim=-1)
+    sampled_rows = [i for i, t in enumerate(temperatures) if t > 0]
+    tokens = torch.argmax(scaled, dim=-1)  # greedy rows keep this
+    if sampled_rows:
+        index = torch.tensor(sampled_rows)
+        cdf = torch.cumsum(torch.softmax(scaled.index_select(0, index), dim=-1), dim=-1)  # [S, V]
+        u = torch.stack([torch.rand((), generator=generators[i]) for i in sampled_rows]) * cdf[:, -1]
+        drawn = torch.searchsorted(cdf, u.unsqueeze(1), right=True).clamp(max=cdf.shape[1] - 1).squeeze(1)
+        tokens = tokens.index_copy(0, index, drawn)
+    chosen = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
+    k = max(top_logprobs, default=0)
+    tops: list[list[tuple[int, float]]] | None = None
+    if k > 0:
+        values, indices = torch.topk(log_probs, k, dim=-1)
+        tops = [list(zip(i[:n], v[:n], strict=True)) for i, v, n in zip(
+            indices.tolist(), values.tolist(), top_logprobs, strict=True)]  # fmt: skip
+    return [
+        SampledToken(token_id=int(t), logprob=float(lp), top_logprobs=tops[i] if tops and top_logprobs[i] > 0 else None)
+        for i, (t, lp) in enumerate(zip(tokens.tolist(), chosen, strict=True))
+    ]
+
+
 def _constraint_must_stop(adjuster: LogitAdjuster, allowed: torch.Tensor | None, forced: int | None) -> bool:
     """Whether the constraint leaves only a stop token (it then wins over ``min_tokens``)."""
     stop = adjuster.stop_ids
@@ -230,3 +269,26 @@ def _constraint_must_stop(adjuster: LogitAdjuster, allowed: torch.Tensor | None,
     if allowed is None:
         return False
     return not bool(allowed.index_fill(0, stop, False).any())
+
+
+def validate_adjustments(params: SamplingParams, vocab_size: int) -> None:
+    """Check the vLLM sampling options beyond temperature and top-p (vLLM's ranges); ``ValueError`` if not."""
+    if params.top_k < 0:
+        raise ValueError(f"top_k must be 0 (disabled) or at least 1, got {params.top_k}")
+    if not 0 <= params.min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1], got {params.min_p}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(params, name)
+        if not -2 <= value <= 2:
+            raise ValueError(f"{name} must be in [-2, 2], got {value}")
+    if not (math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0):
+        raise ValueError(f"repetition_penalty must be a finite number > 0, got {params.repetition_penalty}")
+    if not 0 <= params.min_tokens <= params.max_tokens:
+        raise ValueError(
+            f"min_tokens must be in [0, max_tokens={params.max_tokens}], got {params.min_tokens}"
+        )
+    bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"logit_bias names token ids outside the vocabulary [0, {vocab_size}): {bad}")
+    if any(not math.isfinite(b) for _, b in params.logit_bias):
+        raise ValueError("logit_bias values must be finite numbers")

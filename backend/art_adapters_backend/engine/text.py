@@ -24,9 +24,10 @@ _HEAD = 8
 class TextTracker:
     """The text of one sequence as its tokens arrive.
 
-    It decodes the sequence's tokens after each step, finds the first stop string (the text is cut
-    before it) and hands out text deltas for streaming that never contain a stop string or the start
-    of one, nor a half-decoded UTF-8 character, so the deltas always concatenate to the final text.
+    It decodes each new token in a window of the few tokens before it (the text decoded so far is
+    never decoded again), finds the first stop string (the text is cut before it) and hands out text
+    deltas for streaming that never contain a stop string or the start of one, nor a half-decoded
+    UTF-8 character, so the deltas always concatenate to the final text.
 
     The stop-string work per token is bounded by the stop strings' length, not the text's: a stop
     string can only end in the text that changed since the last token, so only that tail (plus the
@@ -48,6 +49,12 @@ class TextTracker:
         self._protected = 0  # length of the text of the first min_tokens tokens
         self._checked = 0  # the text before this was searched for stop strings (up to _TAIL_SLACK)
         self._token_ids: list[int] = []
+        # Incremental decoding (vLLM's detokenizer): the text of tokens[:read] is final in
+        # ``_decoded``; tokens[prefix:read] are decoded again with each new token, as context
+        # (a tokenizer may decode a token differently at the start of a text).
+        self._prefix = 0
+        self._read = 0
+        self._decoded = ""
         self.text = ""
         """The decoded text so far (cut before a stop string once :attr:`stopped`)."""
         self.stopped = False
@@ -57,7 +64,7 @@ class TextTracker:
     def add(self, token_id: int) -> None:
         """Append one sampled token and look for stop strings."""
         self._token_ids.append(token_id)
-        self.text = self._tokenizer.decode(self._token_ids, skip_special_tokens=False)
+        self.text = self._decode_new()
         if not self._stop:
             return
         if len(self._token_ids) <= self._min_tokens:
@@ -73,6 +80,18 @@ class TextTracker:
             self.text = text[: min(cuts)]
             self.stopped = True
         self._checked = _stable_length(text)
+
+    def _decode_new(self) -> str:
+        """The whole text: the final part plus the new tokens decoded after their context."""
+        ids = self._token_ids
+        before = self._tokenizer.decode(ids[self._prefix : self._read], skip_special_tokens=False)
+        after = self._tokenizer.decode(ids[self._prefix :], skip_special_tokens=False)
+        new = after[len(before) :] if after.startswith(before) else after
+        if len(after) > len(before) and not after.endswith(_REPLACEMENT):
+            self._decoded += new
+            self._prefix, self._read = self._read, len(ids)
+            return self._decoded
+        return self._decoded + new  # a character still incomplete: shown as the full decode shows it
 
     def delta(self, final: bool) -> str:
         """The text not handed out yet that is safe to hand out now (all of it when ``final``)."""

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import random
 import threading
 import time
@@ -37,7 +36,9 @@ from .base import (
 )
 from .batch import Batch, Job, Row
 from .constraint import ConstrainedDecoder, GrammarCache
-from .sampling import LogitAdjuster
+from .prefix_cache import PrefixCache
+from .sampling import LogitAdjuster, validate_adjustments
+from .scheduler import admit
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -49,7 +50,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds after which a waiting request is admitted before shorter ones (no starvation).
 MAX_WAIT_S = 30.0
-
+#: Default byte budget of the prefix cache (``serve --prefix-cache-bytes``).
+DEFAULT_PREFIX_CACHE_BYTES = 256 << 20
+#: Default most prompt tokens prefilled per step, so a long prompt cannot hold the decode steps.
+DEFAULT_PREFILL_CHUNK = 256
 
 
 class EngineClosedError(RuntimeError):
@@ -75,10 +79,17 @@ class TorchEngine:
         *,
         device: str = "cpu",
         max_batch_size: int = 8,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> None:
-        """Wrap an already loaded model and tokenizer (see :meth:`load`)."""
+        """Wrap an already loaded model and tokenizer (see :meth:`load` for the settings)."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be >= 0 (0 turns the cache off), got {prefix_cache_bytes}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -94,7 +105,12 @@ class TorchEngine:
         self._stats = EngineStats()
         self._cond = threading.Condition()
         self._pending: deque[Row] = deque()
-        self._batch = Batch(model=self.model, eos_token_ids=self.eos_token_ids, device=self.device)
+        self._prefix_cache = PrefixCache(prefix_cache_bytes)
+        self._batch = Batch(
+            model=self.model, eos_token_ids=self.eos_token_ids, device=self.device, prefix_cache=self._prefix_cache
+        )
+        self._prefill_rows: list[Row] = []  # admitted, their prompt being prefilled (in chunks)
+        self._generations: dict[str, int] = {}  # adapter name -> loads so far (the prefix-cache scope)
         self._pause_requests = 0
         self._in_step = False
         self._prefilling = 0  # rows admitted in the current step, not merged into the batch yet
@@ -103,7 +119,14 @@ class TorchEngine:
 
     @classmethod
     def load(
-        cls, model_path: Path, *, device: str = "cpu", max_batch_size: int = 8, num_threads: int | None = None
+        cls,
+        model_path: Path,
+        *,
+        device: str = "cpu",
+        max_batch_size: int = 8,
+        num_threads: int | None = None,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> TorchEngine:
         """Load a Hugging Face model folder (e.g. from :func:`~..bundled.resolve_model_path`).
 
@@ -117,6 +140,11 @@ class TorchEngine:
                 ``$ART_ADAPTERS_TORCH_THREADS``, else keeps torch's default (one per core). On
                 a CPU shared with other busy processes, 1 can be ten times faster: torch's
                 spinning worker threads then wait on each other.
+            prefix_cache_bytes: memory for keys and values of prompts (and finished
+                conversations) kept for reuse by later prompts that start the same way, under
+                the same weights (base or ``adapter@step``); least recently used evicted; 0: off.
+            prefill_chunk: the most prompt tokens prefilled per step; the running rows decode
+                between chunks, so a long prompt delays them by one chunk's time at most.
         """
         from transformers import AutoModelForCausalLM
 
@@ -129,7 +157,10 @@ class TorchEngine:
         model.to(device)
         tokenizer = load_tokenizer(Path(model_path))
         logger.info("loaded %s on %s in %.1f s", model_path, device, time.monotonic() - started)
-        return cls(model, tokenizer, device=device, max_batch_size=max_batch_size)
+        return cls(
+            model, tokenizer, device=device, max_batch_size=max_batch_size,
+            prefix_cache_bytes=prefix_cache_bytes, prefill_chunk=prefill_chunk,
+        )  # fmt: skip
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -150,18 +181,31 @@ class TorchEngine:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
         error = EngineClosedError("the engine was closed")
-        for row in list(self._pending) + list(self._batch.rows):
+        for row in list(self._pending) + self._prefill_rows + list(self._batch.rows):
             row.job.fail(error)
         self._pending.clear()
+        self._prefill_rows = []
         self._batch.clear()
+        self._prefix_cache.clear()
 
     @property
     def stats(self) -> EngineStats:
         """A copy of the engine's counters, with the choices running and waiting now."""
         with self._cond:
             waiting = sum(1 for row in self._pending if not (row.job.done or row.job.cancelled))
-            running = len(self._batch.rows) + self._prefilling
-            return replace(self._stats, running_sequences=running, waiting_sequences=waiting)
+            running = len(self._batch.rows) + len(self._prefill_rows) + self._prefilling
+            cache = self._prefix_cache.stats
+            batch = self._batch
+            return replace(
+                self._stats, running_sequences=running, waiting_sequences=waiting,
+                prompt_tokens=batch.prompt_tokens, prefill_tokens=batch.prefill_tokens,
+                max_step_tokens=batch.max_step_tokens, prefix_cache_hits=cache.hits,
+                prefix_cache_hit_tokens=cache.hit_tokens,
+                prefix_cache_hit_rate=round(cache.hit_tokens / cache.looked_up_tokens, 4)
+                if cache.looked_up_tokens else 0.0,
+                prefix_cache_bytes=cache.bytes, prefix_cache_max_bytes=cache.max_bytes,
+                prefix_cache_entries=cache.entries, prefix_cache_evictions=cache.evictions,
+            )  # fmt: skip
 
     # ---- requests ----------------------------------------------------------------------
 
@@ -174,8 +218,10 @@ class TorchEngine:
         texts: list[list[str]] = [[] for _ in range(n)]
         finish: list[Any] = [None] * n
         eos = [False] * n
+        cached = [0] * n
         async for delta in self.stream(request):
             i = delta.index
+            cached[i] += delta.cached_tokens
             token_ids[i] += delta.token_ids
             logprobs[i] += delta.logprobs
             texts[i].append(delta.text)
@@ -193,6 +239,7 @@ class TorchEngine:
                 finish_reason=finish[i],
                 top_logprobs=tops[i] if request.params.top_logprobs > 0 else None,
                 eos=eos[i],
+                cached_tokens=cached[i],
             )
             for i in range(n)
         ]
@@ -249,7 +296,7 @@ class TorchEngine:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
         if not 0 <= params.top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
-        _validate_adjustments(params, self.vocab_size)
+        validate_adjustments(params, self.vocab_size)
         needed = len(request.prompt_token_ids) + params.max_tokens
         if needed > self.context_length:
             raise ContextLengthError(
@@ -325,6 +372,8 @@ class TorchEngine:
         """Attach the adapter's LoRA weights to the model (decode loop paused)."""
         from peft import PeftModel
 
+        self._generations[name] = self._generations.get(name, 0) + 1  # new weights: a new cache scope
+        self._prefix_cache.invalidate(name)
         if hasattr(self.model, "peft_config"):
             self.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
         else:
@@ -354,13 +403,14 @@ class TorchEngine:
 
     def _uses_adapter(self, name: str) -> bool:
         with self._cond:
-            rows = list(self._pending) + list(self._batch.rows)
+            rows = list(self._pending) + self._prefill_rows + list(self._batch.rows)
         return any(
             row.job.request.adapter == name and not row.job.done and not row.job.cancelled for row in rows
         )
 
     def _unload_adapter_sync(self, name: str) -> None:
         """Remove the adapter; with none left, give back the plain base model."""
+        self._prefix_cache.invalidate(name)
         remaining = [a for a in self.model.peft_config if a != name]
         if remaining:
             self.model.set_adapter(remaining[0])
@@ -399,18 +449,20 @@ class TorchEngine:
     def _run(self) -> None:
         """Admit, prefill, decode, report; until closed.
 
-        Each loop admits waiting choices (:meth:`_admit`: shortest ``max_tokens`` first, any that
-        waited :data:`MAX_WAIT_S` before them, up to ``max_batch_size`` rows; requests for different
-        LoRA adapters share a batch through PEFT's ``adapter_names``), prefills the new ones, merges
-        them into the running batch and runs one decode step for every row. A failure in a forward
-        pass fails the requests in that pass (their awaiters get the exception) and the loop goes on;
-        a failure while sampling one row fails only that row's request.
+        Each loop admits waiting choices (:meth:`_admit`), prefills at most ``prefill_chunk``
+        prompt tokens of the admitted ones (reusing the prefix cache; a longer prompt takes
+        several loops), merges those whose prompt is done into the running batch and runs one
+        decode step for every row. Requests for different LoRA adapters share a batch through
+        PEFT's ``adapter_names``. A failure in a forward pass fails the requests in that pass
+        (their awaiters get the exception) and the loop goes on; a failure while sampling one
+        row fails only that row's request.
         """
         with torch.inference_mode():
             while True:
                 with self._cond:
                     while not self._closed and (
-                        self._pause_requests > 0 or (not self._pending and not self._batch.rows)
+                        self._pause_requests > 0
+                        or (not self._pending and not self._batch.rows and not self._prefill_rows)
                     ):
                         self._cond.wait()
                     if self._closed:
@@ -420,12 +472,15 @@ class TorchEngine:
                 try:
                     self._batch.drop([row for row in self._batch.rows if row.job.done or row.job.cancelled])
                     with self._cond:
-                        new_rows = self._admit()
+                        new_rows, victims = self._admit()
                         self._prefilling = len(new_rows)
+                    if victims:
+                        self._preempt(victims)
                     self._step(new_rows)
                 except Exception as exc:  # never let the loop die, nor retry a broken batch forever
                     logger.exception("the decode loop hit an unexpected error")
-                    self._fail_rows(new_rows + list(self._batch.rows), exc)
+                    self._fail_rows(new_rows + self._prefill_rows + list(self._batch.rows), exc)
+                    self._prefill_rows = []
                     self._batch.clear()
                 finally:
                     with self._cond:
@@ -436,43 +491,47 @@ class TorchEngine:
                         )
                         self._cond.notify_all()
 
-    def _admit(self) -> list[Row]:
-        """Take waiting rows while the batch has room, shortest first; skip cancelled ones. Holds the lock.
+    def _admit(self) -> tuple[list[Row], list[Row]]:
+        """Choose waiting rows to admit and running rows to preempt for them (:func:`~.scheduler.admit`).
 
-        Rows that have waited :data:`MAX_WAIT_S` or more go first, oldest first, so nothing
-        starves; the others go by their request's ``max_tokens`` (then arrival), so a short
-        request (a one-token probe, a tool call) is not stuck behind long generations.
+        Holds the lock. Returns ``(admitted, preempted)``; the preempted rows wait again.
         """
-        room = self.max_batch_size - len(self._batch.rows)
         waiting = [row for row in self._pending if not (row.job.done or row.job.cancelled)]
-        if room <= 0 or not waiting:
-            self._pending = deque(waiting)
-            return []
-        now = time.monotonic()
+        chosen, victims = admit(
+            waiting, self._prefill_rows, self._batch.rows, self.max_batch_size, max_wait_s=MAX_WAIT_S
+        )
+        taken = {id(row) for row in chosen}
+        self._pending = deque([row for row in waiting if id(row) not in taken] + victims)
+        self._stats.preemptions += len(victims)
+        for row in chosen:
+            row.scope = f"{row.adapter}#{self._generations.get(row.adapter, 0)}"
+        return chosen, victims
 
-        def order(position: int) -> tuple[int, float, int]:
-            job = waiting[position].job
-            aged = now - job.queued_at >= MAX_WAIT_S
-            return (0 if aged else 1, job.queued_at if aged else job.request.params.max_tokens, position)
-
-        chosen = set(sorted(range(len(waiting)), key=order)[:room])
-        self._pending = deque(row for i, row in enumerate(waiting) if i not in chosen)
-        return [row for i, row in enumerate(waiting) if i in chosen]
+    def _preempt(self, victims: list[Row]) -> None:
+        """Take ``victims`` out of the batch; they keep their keys and values and wait to resume."""
+        logger.info("preempting %d choice(s) to give a waiting request its share of the batch", len(victims))
+        self._batch.drop(victims, keep_kv=True)
 
     def _step(self, new_rows: list[Row]) -> None:
-        """Prefill the admitted rows, then one decode step for the whole batch."""
+        """Prefill (a chunk of) the admitted rows, then one decode step for the whole batch."""
         batch = self._batch
-        if new_rows:
+        self._prefill_rows.extend(new_rows)
+        with self._cond:
+            self._prefilling = 0
+        prefilling = [row for row in self._prefill_rows if not (row.job.done or row.job.cancelled)]
+        self._prefill_rows = prefilling
+        if prefilling:
             try:
-                finished = batch.prefill(new_rows)
+                joined, finished = batch.prefill(prefilling, self.prefill_chunk)
             except Exception as exc:
                 logger.exception("prefill failed")
-                self._fail_rows(new_rows, exc)
+                self._fail_rows(prefilling, exc)
+                self._prefill_rows = []
                 batch.drop([row for row in batch.rows if row.job.done])
                 return
-            self._count(new_rows)
-            with self._cond:
-                self._prefilling = 0
+            done = {id(row) for row in joined}
+            self._prefill_rows = [row for row in prefilling if id(row) not in done]
+            self._count(joined)
             # and the requests cancelled meanwhile (a client gone during the prefill): no more steps
             batch.drop(finished + [row for row in batch.rows if row.job.done or row.job.cancelled])
         if not batch.rows:
@@ -504,29 +563,6 @@ class TorchEngine:
                     self._stats.failed_requests += 1
                 job.fail(exc)
             self._pending = deque(row for row in self._pending if not row.job.done)
-
-
-def _validate_adjustments(params: SamplingParams, vocab_size: int) -> None:
-    """Check the vLLM sampling options beyond temperature and top-p (vLLM's ranges)."""
-    if params.top_k < 0:
-        raise ValueError(f"top_k must be 0 (disabled) or at least 1, got {params.top_k}")
-    if not 0 <= params.min_p <= 1:
-        raise ValueError(f"min_p must be in [0, 1], got {params.min_p}")
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = getattr(params, name)
-        if not -2 <= value <= 2:
-            raise ValueError(f"{name} must be in [-2, 2], got {value}")
-    if not (math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0):
-        raise ValueError(f"repetition_penalty must be a finite number > 0, got {params.repetition_penalty}")
-    if not 0 <= params.min_tokens <= params.max_tokens:
-        raise ValueError(
-            f"min_tokens must be in [0, max_tokens={params.max_tokens}], got {params.min_tokens}"
-        )
-    bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"logit_bias names token ids outside the vocabulary [0, {vocab_size}): {bad}")
-    if any(not math.isfinite(b) for _, b in params.logit_bias):
-        raise ValueError("logit_bias values must be finite numbers")
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
