@@ -7,7 +7,6 @@ written for them, a ReAct agent on the trainable model, RULER rewards and the tr
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,35 +19,35 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
 from rich.console import Console
-from rich.markup import escape
 
 import mcp_tools
 from art_adapters import (
     Backend,
     ConfigError,
-    EvalReport,
-    HackingWarning,
     LocalBackend,
     LoopConfig,
     LoopResult,
     RemoteBackend,
-    StepReport,
     TrainableModel,
     TrainConfig,
     Trajectory,
     TrajectoryCallbackHandler,
-    ruler_scorer,
     train_loop,
 )
+from art_adapters.apps._forced_call import bounded_tools, first_turn_cut
+from art_adapters.apps._mcp_console import StepConsole, ToolTally
+from art_adapters.apps._mcp_reward import Reward, make_scorer, resolve_reward
 from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 from mcp_tools import Scenario
+from mcp_tools.servers import shipped_scenarios
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "TrainMcpConfig",
     "TrainMcpResult",
     "ToolTally",
+    "agent_prompt",
     "build_agent",
     "check_first_tool_choice",
     "make_rollout",
@@ -68,6 +67,13 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 LOCAL_JUDGE_LINE = "judge: the base model on the backend"
+
+#: The console line saying what scores the rollouts, per ``--reward``.
+_REWARD_LINES = {
+    "judge": "reward: RULER's judge",
+    "tools": "reward: what the tools did (no judge call)",
+    "judge+tools": "reward: half RULER's judge, half what the tools did",
+}
 
 
 def default_loop() -> LoopConfig:
@@ -165,6 +171,27 @@ class TrainMcpConfig(BaseModel):
     exclude_tools: list[str] = Field(
         default_factory=list, description="Never offer this tool (repeat; applied after --tools)."
     )
+    cwd: str | None = Field(
+        default=None,
+        description="The stdio server's working directory; '{state:SOURCE}' starts it inside the rollout's "
+        "own copy of SOURCE (with --state SOURCE or alone), so relative paths such as '--repository .' and "
+        "the model's '.' land in the copy.",
+    )
+    reward: Reward | None = Field(
+        default=None,
+        description="What scores a rollout: 'judge' (RULER), 'tools' (what the tools did: the forced call "
+        "parsed, the calls ran without error, the answer uses their results; no judge call) or "
+        "'judge+tools' (half each). Default: 'judge+tools' when the judge is the local base model, else "
+        "'judge'.",
+    )
+    max_arg_chars: PositiveInt = Field(
+        default=48,
+        description="Most characters of each string argument of the forced first call (its schema's "
+        "maxLength, where the tool sets none lower), so the call ends within --max-tokens.",
+    )
+    max_arg_items: PositiveInt = Field(
+        default=3, description="Most items of each array argument of the forced first call (maxItems)."
+    )
     first_tool_choice: str = Field(
         default="required",
         min_length=1,
@@ -208,6 +235,8 @@ class TrainMcpConfig(BaseModel):
     def _check(self) -> TrainMcpConfig:
         if self.judge_base_url and not self.judge_model:
             raise ValueError("judge_base_url needs judge_model too (the model name on that endpoint)")
+        if self.cwd is not None and self.server.strip().startswith(("http://", "https://")):
+            raise ValueError("--cwd sets a stdio server's working directory; an HTTP server runs where it runs")
         if self.scenarios is None and self.n_scenarios < 2 and self.val_fraction > 0:
             raise ValueError("n_scenarios must be >= 2 to hold out a validation split; or set val_fraction=0")
         unset = {"run_dir": self.run_dir, "seed": self.seed}
@@ -296,6 +325,8 @@ def build_agent(
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
     max_turns: int = 4,
     first_tool_choice: str = "auto",
+    max_arg_chars: int | None = None,
+    max_arg_items: int | None = None,
 ) -> CompiledStateGraph:
     """A LangGraph ReAct loop: model -> tools -> model ..., at most *max_turns* model turns.
 
@@ -306,7 +337,10 @@ def build_agent(
     model decides), ``"required"`` (it must call one of the tools) or a tool's name (it must
     call that one). Later turns are always ``"auto"``. A small model rarely calls a tool
     unprompted, so a forced first call is what lets RL see tool use at all; the served model
-    samples the call's arguments itself, constrained to the tool's schema.
+    samples the call's arguments itself, constrained to the tool's schema. With *max_arg_chars*
+    and *max_arg_items*, the forced turn's schemas bound every string and array argument
+    (:func:`~art_adapters.apps._forced_call.bound_schema`), so a model looping inside one cannot
+    run past its token limit with an unfinished call.
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -314,7 +348,10 @@ def build_agent(
     llm = chat_model.bind_tools(list(tools))
     first_llm = llm
     if first_tool_choice != "auto":
-        first_llm = chat_model.bind_tools(list(tools), tool_choice=first_tool_choice)
+        offered: list[Any] = list(tools)
+        if max_arg_chars is not None or max_arg_items is not None:
+            offered = bounded_tools(tools, max_arg_chars or 1 << 20, max_arg_items or 1 << 20)
+        first_llm = chat_model.bind_tools(offered, tool_choice=first_tool_choice)
 
     async def call_model(state: dict[str, Any]) -> dict[str, Any]:  # plain hints: langgraph evaluates them
         first = not any(m.type == "ai" for m in state["messages"])
@@ -379,7 +416,8 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
     The agent runs inside ``mcp_tools.rollout()``, so its MCP tools open their own session
     on first use and close it at the end; the trajectory is captured by a
     :class:`~art_adapters.TrajectoryCallbackHandler` and carries the scenario's ``task``,
-    ``difficulty`` and the rollout's MCP session ids in its metadata. A scenario may also be
+    ``difficulty`` and the rollout's MCP session ids in its metadata, and ``first_turn_cut``
+    (1.0 when the first model turn stopped at its token limit) in its metrics. A scenario may also be
     a dict with ``task`` and ``difficulty`` (validated as a :class:`mcp_tools.Scenario`).
     """
     async def rollout(scenario: Scenario | dict[str, Any]) -> Trajectory:
@@ -387,7 +425,7 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
             scenario = mcp_tools.Scenario.model_validate(scenario)
         handler = TrajectoryCallbackHandler()
         async with mcp_tools.rollout() as scope:
-            await agent.ainvoke({"messages": [("user", scenario.task)]}, config={"callbacks": [handler]})
+            state = await agent.ainvoke({"messages": [("user", scenario.task)]}, config={"callbacks": [handler]})
             sessions = [sid for s in scope.sessions for sid in s.session_ids.values()]
         trajectory = handler.trajectory
         if trajectory is None:
@@ -395,6 +433,7 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
         trajectory.metadata.update(
             {"task": scenario.task, "difficulty": scenario.difficulty, "mcp_sessions": sessions}
         )
+        trajectory.metrics["first_turn_cut"] = float(first_turn_cut(state.get("messages", [])))
         return trajectory
 
     return rollout
@@ -445,9 +484,11 @@ class _WorkerRollout(BaseModel):
             agent = build_agent(
                 chat,
                 tools,
-                system_prompt=config.system_prompt,
+                system_prompt=agent_prompt(config),
                 max_turns=config.max_turns,
                 first_tool_choice=config.first_tool_choice,
+                max_arg_chars=config.max_arg_chars,
+                max_arg_items=config.max_arg_items,
             )
             return await make_rollout(agent)(scenario)
 
@@ -460,11 +501,22 @@ async def _scenarios(
     *,
     batch_size: int = 10,
     task_pattern: str | None = None,
+    shipped: Path | None = None,
 ) -> tuple[list[Scenario], Path]:
+    """The run's scenarios and their file (``run_dir/scenarios.jsonl``): ``--scenarios``, else the
+    *shipped* hand-written file (a bundled server with no writer model), else generated."""
     target = config.run_dir / "scenarios.jsonl"
     if config.scenarios is not None:
         scenarios = mcp_tools.load_scenarios(config.scenarios)
         console.print(f"loaded {len(scenarios)} scenarios from {config.scenarios}")
+        mcp_tools.save_scenarios(scenarios, target)
+        return scenarios, target
+    if shipped is not None:
+        scenarios = mcp_tools.load_scenarios(shipped)
+        console.print(
+            f"no scenario writer configured: training on the {len(scenarios)} hand-written scenarios shipped "
+            f"with this server ({shipped}); --scenarios FILE for your own, --judge-model to generate them"
+        )
         mcp_tools.save_scenarios(scenarios, target)
         return scenarios, target
     have = mcp_tools.load_scenarios(target) if target.exists() and target.read_text("utf-8").strip() else []
@@ -488,9 +540,24 @@ async def _scenarios(
     return scenarios, target
 
 
+#: Added to the default system prompt when the server runs in a folder of its own (``--cwd``).
+CWD_HINT = " The tools work in one folder: when a tool asks for its path, pass '.'."
+
+
+def agent_prompt(config: TrainMcpConfig) -> str:
+    """The agent's system prompt: ``system_prompt``, plus :data:`CWD_HINT` when ``cwd`` is set and the
+    prompt is the default (a model cannot know the folder's real path; '.' is the server's folder)."""
+    if config.cwd is not None and "system_prompt" not in config.model_fields_set:
+        return config.system_prompt + CWD_HINT
+    return config.system_prompt
+
+
 def _server(config: TrainMcpConfig) -> Any:
-    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout when given."""
-    return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout and ``cwd`` when given."""
+    if config.cwd is None:
+        return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+    server = mcp_tools.with_state(config.server, config.state)  # raises for an HTTP server
+    return server.model_copy(update={"cwd": config.cwd})
 
 
 async def _resources(server: Any) -> list[dict[str, Any]]:
@@ -562,6 +629,8 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         ruler_options: dict[str, Any] = (
             {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
         )
+        reward = resolve_reward(config.reward, local_judge=local_judge)
+        console.print(_REWARD_LINES[reward] + ("" if config.reward else " (the default with this judge; --reward)"))
         scenarios, scenarios_file = await _scenarios(
             config,
             tools,
@@ -570,15 +639,18 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             # a small model: short answers within its token limit, kept on plain words
             batch_size=4 if local_judge else 10,
             task_pattern=mcp_tools.PLAIN_TASK_PATTERN if local_judge else None,
+            shipped=shipped_scenarios(config.server) if local_judge else None,
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
         agent = build_agent(
             model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens),
             tools,
-            system_prompt=config.system_prompt,
+            system_prompt=agent_prompt(config),
             max_turns=config.max_turns,
             first_tool_choice=config.first_tool_choice,
+            max_arg_chars=config.max_arg_chars,
+            max_arg_items=config.max_arg_items,
         )
         tally = ToolTally()
         rollout = tally.counting(make_rollout(agent))
@@ -596,9 +668,11 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         eval_agent = build_agent(  # greedy, on whatever step is latest when it runs
             model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
             tools,
-            system_prompt=config.system_prompt,
+            system_prompt=agent_prompt(config),
             max_turns=config.max_turns,
             first_tool_choice=config.first_tool_choice,
+            max_arg_chars=config.max_arg_chars,
+            max_arg_items=config.max_arg_items,
         )
         eval_rollout = make_rollout(eval_agent)
         if config.ray_address:  # the agents are built on the workers
@@ -609,7 +683,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             eval_rollout = _WorkerRollout(**remote, api_key=key, temperature=0.0)
             console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
         loop_result = await _train(
-            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally
+            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally, reward
         )
         result.loop_result = loop_result
         result.target_step, result.stopped = config.loop.steps, loop_result.stopped
@@ -620,74 +694,6 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     finally:
         if owned:
             await backend.close()
-
-
-class ToolTally:
-    """Calls and errors per tool over a run's training rollouts, to flag tools that only ever fail.
-
-    A tool whose every call fails (a missing file, setting or login on the server's side) teaches
-    the agent nothing but to avoid it; :meth:`newly_failing` names each such tool once it has
-    failed *min_calls* times without a success.
-    """
-
-    def __init__(self, min_calls: int = 4) -> None:
-        self.min_calls = min_calls
-        self.calls: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
-        self._flagged: set[str] = set()
-
-    def add(self, trajectory: Trajectory) -> None:
-        """Count the tool calls of one rollout."""
-        for record in trajectory.tool_records:
-            self.calls[record.name] += 1
-            self.errors[record.name] += int(record.is_error)
-
-    def counting(
-        self, rollout: Callable[[Scenario], Awaitable[Trajectory]]
-    ) -> Callable[[Scenario], Awaitable[Trajectory]]:
-        """*rollout*, counting the tool calls of every trajectory it returns."""
-
-        async def counted(scenario: Scenario) -> Trajectory:
-            trajectory = await rollout(scenario)
-            self.add(trajectory)
-            return trajectory
-
-        return counted
-
-    def counting_scores(self, score: Any) -> Any:
-        """*score* (a ``train_loop`` scorer), counting the tool calls of every trajectory it is given.
-
-        For rollouts that ran elsewhere (Ray workers), where :meth:`counting` would count in the
-        worker's copy of this tally.
-        """
-
-        async def counted(groups: Any, scenarios: Any) -> Any:
-            for group in groups:
-                for trajectory in group.trajectories:
-                    self.add(trajectory)
-            return await score(groups, scenarios)
-
-        return counted
-
-    def newly_failing(self) -> list[tuple[str, int]]:
-        """``(tool, calls)`` for tools that failed every one of at least ``min_calls`` calls, each named once."""
-        out = [
-            (name, calls)
-            for name, calls in self.calls.items()
-            if calls >= self.min_calls and self.errors[name] == calls and name not in self._flagged
-        ]
-        self._flagged.update(name for name, _ in out)
-        return out
-
-
-def _tool_rates(metrics: dict[str, Any]) -> str:
-    """``", tools called in 75% of rollouts, 10% of calls failed"`` from a metrics row ("" without)."""
-    out = ""
-    if isinstance(metrics.get("tool_call_rate"), int | float):
-        out += f", tools called in {metrics['tool_call_rate']:.0%} of rollouts"
-    if isinstance(metrics.get("tool_error_rate"), int | float):
-        out += f", {metrics['tool_error_rate']:.0%} of calls failed"
-    return out
 
 
 async def _train(
@@ -701,32 +707,12 @@ async def _train(
     config: TrainMcpConfig,
     console: Any,
     tally: ToolTally | None = None,
+    reward: Reward = "judge",
 ) -> LoopResult:
-    """Hand over to the training loop (``config.loop``): RULER scores, held-out evaluation, metrics;
-    each reward-hacking warning (``config.loop.hacking``) is printed in yellow as it is raised."""
-
-    def on_step(step: StepReport) -> None:
-        reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
-        state = "trained" if step.trained else f"not trained ({step.reason})"
-        rates = _tool_rates(step.metrics)
-        console.print(f"step {step.step}: mean reward {reward}{rates}, {state}")
-        for name, calls in tally.newly_failing() if tally is not None else []:
-            console.print(
-                f"[yellow]tool {name!r} failed in all {calls} of its calls so far: check what it needs (a "
-                f"file, a setting, a login), or leave it out with --exclude-tools {name}[/yellow]"
-            )
-
-    def on_eval(report: EvalReport) -> None:
-        reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
-        console.print(
-            f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
-            + _tool_rates(report.metrics)
-        )
-
-    def on_warning(warning: HackingWarning) -> None:  # config.loop.hacking: as each is raised
-        console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
-
-    score = ruler_scorer(judge, **ruler_options)
+    """Hand over to the training loop (``config.loop``): *reward*'s scores (:func:`make_scorer`),
+    held-out evaluation, metrics; the console lines are :class:`StepConsole`'s."""
+    lines = StepConsole(console, tally, max_tokens=config.max_tokens)
+    score = make_scorer(reward, judge, ruler_options)
     if config.ray_address and tally is not None:  # the rollouts ran on Ray workers: count here
         score = tally.counting_scores(score)
     return await train_loop(
@@ -737,9 +723,9 @@ async def _train(
         config=config.loop,
         val_scenarios=val,
         eval_rollout=eval_rollout,
-        on_step=on_step,
-        on_eval=on_eval,
-        on_warning=on_warning,
+        on_step=lines.on_step,
+        on_eval=lines.on_eval,
+        on_warning=lines.on_warning,
     )
 
 
