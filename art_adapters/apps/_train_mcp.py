@@ -502,6 +502,7 @@ async def _scenarios(
     batch_size: int = 10,
     task_pattern: str | None = None,
     shipped: Path | None = None,
+    topic_check: bool = False,
 ) -> tuple[list[Scenario], Path]:
     """The run's scenarios and their file (``run_dir/scenarios.jsonl``): ``--scenarios``, else the
     *shipped* hand-written file (a bundled server with no writer model), else generated."""
@@ -524,7 +525,10 @@ async def _scenarios(
         console.print(f"reusing {len(have)} scenarios from {target} (delete it to generate new ones)")
         return have, target
     kept = f" ({len(have)} already in {target})" if have else ""
-    console.print(f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}")
+    console.print(
+        f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}"
+        + ("; tasks off the tools' topic are rejected" if topic_check else "")
+    )
     resources = await _resources(_server(config))
     scenarios = await mcp_tools.generate_scenarios(  # appends each accepted one to target
         tools,
@@ -536,6 +540,7 @@ async def _scenarios(
         max_retries=config.max_retries,
         context_tokens=config.context_tokens,
         save_to=target,
+        topic_check=topic_check,
     )
     return scenarios, target
 
@@ -640,6 +645,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             batch_size=4 if local_judge else 10,
             task_pattern=mcp_tools.PLAIN_TASK_PATTERN if local_judge else None,
             shipped=shipped_scenarios(config.server) if local_judge else None,
+            topic_check=local_judge,  # a small writer wanders off the tools' topic
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
