@@ -104,6 +104,7 @@ TRAIN_MCP_OPTIONS = [
     Setting("first_tool_choice", extra={"metavar": "required|auto|NAME"}),
     Setting("max_arg_chars"),
     Setting("max_arg_items"),
+    Setting("pin_arg", decls=("--pin-arg",), extra={"metavar": "NAME=VALUE"}),
     Setting("max_turns"),
     Setting("max_tokens"),
     Setting("model_name"),

@@ -7,15 +7,16 @@ inside an unbounded string or array until the token limit, leaving a call that d
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from art_adapters import ConfigError
 from art_adapters.structured_output import finish_reason
 
-__all__ = ["bound_schema", "bounded_tools", "first_turn_cut"]
+__all__ = ["bound_schema", "bounded_tools", "first_turn_cut", "parse_pins"]
 
 
 def _types(node: dict[str, Any]) -> set[str]:
@@ -50,15 +51,40 @@ def bound_schema(schema: Any, max_chars: int, max_items: int) -> Any:
     return schema
 
 
-def bounded_tools(tools: Sequence[BaseTool], max_chars: int, max_items: int) -> list[dict[str, Any]]:
-    """*tools* as OpenAI tool dicts whose parameter schemas are bounded (:func:`bound_schema`)."""
+def bounded_tools(
+    tools: Sequence[BaseTool], max_chars: int, max_items: int, pins: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """*tools* as OpenAI tool dicts whose parameter schemas are bounded (:func:`bound_schema`), and
+    whose top-level parameters named in *pins* can only take the pinned value (``const``)."""
     out = []
     for tool in tools:
         spec = convert_to_openai_tool(tool)
         function = dict(spec["function"])
         if "parameters" in function:
-            function["parameters"] = bound_schema(function["parameters"], max_chars, max_items)
+            parameters = bound_schema(function["parameters"], max_chars, max_items)
+            properties = parameters.get("properties") or {}
+            for name, value in (pins or {}).items():
+                if name in properties:
+                    properties[name] = {"type": "string", "const": value}
+            function["parameters"] = parameters
         out.append({**spec, "function": function})
+    return out
+
+
+def parse_pins(pins: Sequence[str], tools: Sequence[BaseTool]) -> dict[str, str]:
+    """``NAME=VALUE`` options as ``{NAME: VALUE}``.
+
+    Raises:
+        ConfigError: an option has no ``=``, or no offered tool has a parameter NAME.
+    """
+    out: dict[str, str] = {}
+    for pin in pins:
+        name, sep, value = pin.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--pin-arg {pin!r} is not NAME=VALUE (e.g. repo_path=.)")
+        if not any(name in (t.args or {}) for t in tools):
+            raise ConfigError(f"--pin-arg {pin!r}: no offered tool has a parameter {name!r}")
+        out[name] = value
     return out
 
 

@@ -34,7 +34,7 @@ from art_adapters import (
     TrajectoryCallbackHandler,
     train_loop,
 )
-from art_adapters.apps._forced_call import bounded_tools, first_turn_cut
+from art_adapters.apps._forced_call import bounded_tools, first_turn_cut, parse_pins
 from art_adapters.apps._mcp_console import StepConsole, ToolTally
 from art_adapters.apps._mcp_reward import Reward, make_scorer, resolve_reward
 from art_adapters.observe import get_observer, plot_run
@@ -192,6 +192,11 @@ class TrainMcpConfig(BaseModel):
     max_arg_items: PositiveInt = Field(
         default=3, description="Most items of each array argument of the forced first call (maxItems)."
     )
+    pin_arg: list[str] = Field(
+        default_factory=list,
+        description="NAME=VALUE: the forced first call passes VALUE as its argument NAME (repeat for "
+        "several): repo_path=. with --cwd '{state:./repo}' points git's calls at the rollout's copy.",
+    )
     first_tool_choice: str = Field(
         default="required",
         min_length=1,
@@ -327,6 +332,7 @@ def build_agent(
     first_tool_choice: str = "auto",
     max_arg_chars: int | None = None,
     max_arg_items: int | None = None,
+    pins: Mapping[str, str] | None = None,
 ) -> CompiledStateGraph:
     """A LangGraph ReAct loop: model -> tools -> model ..., at most *max_turns* model turns.
 
@@ -340,7 +346,8 @@ def build_agent(
     samples the call's arguments itself, constrained to the tool's schema. With *max_arg_chars*
     and *max_arg_items*, the forced turn's schemas bound every string and array argument
     (:func:`~art_adapters.apps._forced_call.bound_schema`), so a model looping inside one cannot
-    run past its token limit with an unfinished call.
+    run past its token limit with an unfinished call; *pins* (``{parameter: value}``) fix those
+    parameters of the forced call to one value.
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -349,8 +356,8 @@ def build_agent(
     first_llm = llm
     if first_tool_choice != "auto":
         offered: list[Any] = list(tools)
-        if max_arg_chars is not None or max_arg_items is not None:
-            offered = bounded_tools(tools, max_arg_chars or 1 << 20, max_arg_items or 1 << 20)
+        if max_arg_chars is not None or max_arg_items is not None or pins:
+            offered = bounded_tools(tools, max_arg_chars or 1 << 20, max_arg_items or 1 << 20, pins)
         first_llm = chat_model.bind_tools(offered, tool_choice=first_tool_choice)
 
     async def call_model(state: dict[str, Any]) -> dict[str, Any]:  # plain hints: langgraph evaluates them
@@ -489,6 +496,7 @@ class _WorkerRollout(BaseModel):
                 first_tool_choice=config.first_tool_choice,
                 max_arg_chars=config.max_arg_chars,
                 max_arg_items=config.max_arg_items,
+                pins=parse_pins(config.pin_arg, tools),
             )
             return await make_rollout(agent)(scenario)
 
@@ -608,6 +616,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     served_tools = await mcp_tools.load_tools(_server(config))
     tools = select_tools(served_tools, config.tools, config.exclude_tools)
     check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")  # before the backend
+    parse_pins(config.pin_arg, tools)
     left_out = [t.name for t in served_tools if t not in tools]
     # the name its tool records carry: after what the command runs (module, script, package) or the URL
     name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
@@ -657,6 +666,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             first_tool_choice=config.first_tool_choice,
             max_arg_chars=config.max_arg_chars,
             max_arg_items=config.max_arg_items,
+            pins=parse_pins(config.pin_arg, tools),
         )
         tally = ToolTally()
         rollout = tally.counting(make_rollout(agent))
@@ -679,6 +689,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             first_tool_choice=config.first_tool_choice,
             max_arg_chars=config.max_arg_chars,
             max_arg_items=config.max_arg_items,
+            pins=parse_pins(config.pin_arg, tools),
         )
         eval_rollout = make_rollout(eval_agent)
         if config.ray_address:  # the agents are built on the workers
