@@ -99,3 +99,13 @@ async def test_load_tools_warns_about_tools_needing_tasks_and_open_world_tools(
     assert "--exclude-tools" in tasks
     assert world.startswith("MCP server 'everything': gzip-file-as-resource reach an open world")
     assert "echo" not in tasks + world  # annotated closed-world, no task needed
+
+
+async def test_a_local_http_server_is_named_by_its_port_and_an_unreachable_one_is_not_started() -> None:
+    from art_adapters import ToolServerError
+    from tests.helpers.third_party import free_port
+
+    port = free_port()  # nothing listens there
+    with pytest.raises(ToolServerError) as caught:
+        await mcp_tools.load_tools(f"http://127.0.0.1:{port}/mcp", connect_timeout_s=10)
+    assert str(caught.value).startswith(f"could not reach MCP server 'http_{port}' (http://127.0.0.1:{port}/mcp)")
