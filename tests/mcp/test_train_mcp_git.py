@@ -61,7 +61,7 @@ async def test_the_bundled_models_forced_git_calls_run_in_the_copy(local_backend
     model = aa.TrainableModel(name="git-cwd", project="mcp-tests")
     await model.register(local_backend)
     agent = build_agent(
-        model.chat_model(temperature=1.0, max_tokens=64),
+        model.chat_model(temperature=1.0, max_tokens=48),
         tools,
         system_prompt=agent_prompt(config),
         max_turns=2,
@@ -71,12 +71,11 @@ async def test_the_bundled_models_forced_git_calls_run_in_the_copy(local_backend
         pins=parse_pins(config.pin_arg, tools),
     )
     rollout = make_rollout(agent)
-    for task in ("What is the status of the repository?", "Show me the last commits."):
-        trajectory = await rollout(mcp_tools.Scenario(task=task, difficulty=1))
-        first = trajectory.tool_records[0]
-        assert first.arguments["repo_path"] == ".", first  # type: ignore[index]
-        assert not (first.is_error and "repository" in str(first.result)), first  # never a path failure
-        assert trajectory.metrics["first_turn_cut"] == 0.0
+    trajectory = await rollout(mcp_tools.Scenario(task="What is the status of the repository?", difficulty=1))
+    first = trajectory.tool_records[0]
+    assert first.arguments["repo_path"] == ".", first  # type: ignore[index]
+    assert not (first.is_error and "repository" in str(first.result)), first  # never a path failure
+    assert trajectory.metrics["first_turn_cut"] == 0.0
     assert subprocess.run(["git", "-C", str(repo), "log", "--oneline"], capture_output=True, text=True).stdout.count(
         "\n"
     ) == 1  # the real repository kept its one commit
