@@ -382,8 +382,8 @@ def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str |
     if report.reason and "zero variance" in report.reason and report.reward_mean is not None:
         if report.reward_mean > 0:
             reason += (
-                f"; the last batch's mean reward was {report.reward_mean:.2f}: if that is the best score, the "
-                "policy has mastered these scenarios and needs harder or more varied ones"
+                f"; the last batch's mean reward was {report.reward_mean:.2f}: if that is the best score, "
+                "the policy has mastered these scenarios and needs harder or more varied ones"
             )
         else:  # all alike at nothing: no rollout earned anything, which no policy masters
             reason += (

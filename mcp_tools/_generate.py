@@ -471,7 +471,7 @@ def _keep(
     items: Sequence[Any], run: _Run, tool_names: Sequence[str], prompt: Prompt,
     on_accept: Callable[[Scenario], object] | None, topic: Topic | None = None,
 ) -> None:  # fmt: skip
-    """Check each item (shape, length, pattern, names no tool, on topic, not seen before); keep the valid ones."""
+    """Check each item (shape, length, pattern, names no tool, on topic, new); keep the valid ones."""
     for item in items:
         if run.done:
             break

@@ -47,7 +47,8 @@ def bound_schema(schema: Any, max_chars: int, max_items: int) -> Any:
         if "array" in types:
             limit = max(max_items, int(node.get("minItems", 0)))
             node["maxItems"] = min(int(node.get("maxItems", limit)), limit)
-        stack.extend(value for key, value in node.items() if key not in ("enum", "const", "default", "examples"))
+        skip = ("enum", "const", "default", "examples")  # values, not schemas
+        stack.extend(value for key, value in node.items() if key not in skip)
     return schema
 
 

@@ -76,7 +76,7 @@ class ToolTally:
         return counted
 
     def newly_failing(self) -> list[tuple[str, int]]:
-        """``(tool, calls)`` for tools that failed every one of at least ``min_calls`` calls, each named once."""
+        """``(tool, calls)`` for tools that failed all of at least ``min_calls`` calls, each named once."""
         out = [
             (name, calls)
             for name, calls in self.calls.items()
@@ -120,7 +120,9 @@ class StepConsole:
     warning raised before any step trained says it is the base model's own behaviour.
     """
 
-    def __init__(self, console: Any, tally: ToolTally | None = None, *, max_tokens: int | None = None) -> None:
+    def __init__(
+        self, console: Any, tally: ToolTally | None = None, *, max_tokens: int | None = None
+    ) -> None:
         self.console = console
         self.tally = tally
         self.max_tokens = max_tokens
@@ -134,9 +136,9 @@ class StepConsole:
         self._cut_said = True
         limit = f" ({self.max_tokens})" if self.max_tokens else ""
         self.console.print(
-            f"[yellow]{cut:.0%} of these rollouts' forced first turns reached --max-tokens{limit} before their "
-            "tool call was complete (it did not parse; metrics.jsonl: first_turn_cut_mean); raise --max-tokens "
-            "or lower --max-arg-chars / --max-arg-items[/yellow]"
+            f"[yellow]{cut:.0%} of these rollouts' forced first turns reached --max-tokens{limit} before "
+            "their tool call was complete (it did not parse; metrics.jsonl: first_turn_cut_mean); raise "
+            "--max-tokens or lower --max-arg-chars / --max-arg-items[/yellow]"
         )
 
     def on_step(self, step: StepReport) -> None:
@@ -148,8 +150,8 @@ class StepConsole:
             self.console.print(f"step {step.step}: mean reward {reward}{rates}, trained")
         else:
             self.console.print(
-                f"step {step.step + 1}: mean reward {reward}{rates}, not trained ({escape(str(step.reason))}); "
-                f"the model stays at step {step.step}"
+                f"step {step.step + 1}: mean reward {reward}{rates}, not trained "
+                f"({escape(str(step.reason))}); the model stays at step {step.step}"
             )
         self._cut(step.metrics)
         for name, calls in self.tally.newly_failing() if self.tally is not None else []:
