@@ -366,14 +366,18 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     """Run MCP-RL end to end; returns where everything is.
 
     1. List the server's tools (``mcp_tools.load_tools``; a stdio command or an HTTP URL).
-    2. Load scenarios (``scenarios``) or have the generator write them (``mcp_tools.generate_scenarios``),
+    2. Load scenarios (``scenarios``); with no writer model, a bundled server's shipped ones
+       (``mcp_tools.servers.shipped_scenarios``); else have the generator write them
+       (``mcp_tools.generate_scenarios``; with the local writer, off-topic tasks are rejected),
        saved as ``run_dir/scenarios.jsonl`` so they can be edited and reused; split them into train
        and validation (seeded).
     3. Build a ReAct agent (:func:`build_agent`) on the trainable model with those tools; every
        rollout gets a fresh MCP session (:func:`make_rollout`), and with ``state`` its own server
        process on fresh copies of the server's data, so rollouts never see each other's changes.
-    4. Train with ``train_loop`` (``config.loop``): groups scored by RULER (the judge of
-       :func:`resolve_judge_model`), a greedy evaluation on the validation split every few steps,
+    4. Train with ``train_loop`` (``config.loop``): groups scored by ``config.reward`` (RULER with the
+       judge of :func:`resolve_judge_model`, :func:`~art_adapters.tool_use_reward`, or both mixed;
+       :func:`~art_adapters.apps._mcp_reward.resolve_reward` picks the default), a greedy evaluation
+       on the validation split every few steps,
        ``metrics.jsonl`` and the plots in the run directory.
 
     Args:

@@ -211,7 +211,7 @@ class TrainMcpResult(BaseModel):
         step: the model's latest step at the end.
         train_size: scenarios in the training split.
         val_size: scenarios in the validation split.
-        evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
+        evals: ``(step, mean reward)`` of each held-out evaluation (greedy agent).
         target_step: the step the run was asked to reach (``loop.steps``).
         stopped: why training gave up before ``target_step`` (``None`` when it got there);
             ``train-mcp`` then ends with a non-zero exit code.
