@@ -109,3 +109,18 @@ async def test_a_local_http_server_is_named_by_its_port_and_an_unreachable_one_i
     with pytest.raises(ToolServerError) as caught:
         await mcp_tools.load_tools(f"http://127.0.0.1:{port}/mcp", connect_timeout_s=10)
     assert str(caught.value).startswith(f"could not reach MCP server 'http_{port}' (http://127.0.0.1:{port}/mcp)")
+
+
+def test_the_mcp_sdks_per_request_info_lines_are_quieted_like_httpx() -> None:
+    from art_adapters.apps._options import quiet_http_logs
+
+    root, sdk = logging.getLogger(), logging.getLogger("mcp")
+    saved = root.level, sdk.level
+    try:
+        root.setLevel(logging.INFO)
+        sdk.setLevel(logging.NOTSET)
+        quiet_http_logs()
+        assert not logging.getLogger("mcp.client.streamable_http").isEnabledFor(logging.INFO)
+    finally:
+        root.setLevel(saved[0])
+        sdk.setLevel(saved[1])
