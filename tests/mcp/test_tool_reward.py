@@ -128,3 +128,19 @@ def test_the_forced_calls_schema_bounds_open_strings_and_arrays_only() -> None:
     assert props["pair"]["maxItems"] == 5
     assert bounded["$defs"]["Item"]["properties"]["type"]["maxLength"] == 48  # a property named "type"
     assert "maxLength" not in schema["properties"]["title"]  # the tool's own schema is untouched
+
+
+async def test_judge_and_tools_falls_back_to_the_tools_for_a_group_the_judge_cannot_score() -> None:
+    from langchain_openai import ChatOpenAI
+
+    from art_adapters.apps._mcp_reward import make_scorer
+    from tests.helpers.third_party import free_port
+
+    judge = ChatOpenAI(base_url=f"http://127.0.0.1:{free_port()}/v1", api_key="k", model="gone", max_retries=0)
+    group = aa.TrajectoryGroup(
+        trajectories=[_trajectory(first_call=True, records=[OK], answer="Piranesi (2020)."),
+                      _trajectory(first_call=True, records=[FAILED], answer="No idea.")]
+    )  # fmt: skip
+    (scored,) = await make_scorer("judge+tools", judge, {"cache": False, "max_retries": 0})([group], [None])
+    assert [t.reward for t in scored.trajectories] == pytest.approx([1.0, 0.2])  # the tools' reward alone
+    assert scored.metadata["reward_fallback"].startswith("tools only: the judge did not score it (")
