@@ -46,6 +46,7 @@ if _TYPE_CHECKING:
     from ._loop import EvalReport, LoopConfig, LoopResult, StepReport, train_loop
     from ._runner import RolloutFn, RunConfig, RunProgress, run_groups, run_groups_sync
     from ._scorers import Scorer, combined_scorer, ruler_scorer, verifiable_scorer
+    from ._tool_reward import tool_use_reward
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
     from .ruler import RulerConfig, combine_rewards, ruler_score_group, ruler_score_groups
 
@@ -70,6 +71,7 @@ _LAZY: dict[str, str] = {
     "combined_scorer": "._scorers",
     "ruler_scorer": "._scorers",
     "train_loop": "._loop",
+    "tool_use_reward": "._tool_reward",
     "verifiable_scorer": "._scorers",
     "RolloutFn": "._runner",
     "RunConfig": "._runner",
@@ -141,6 +143,7 @@ __all__ = [
     "run_groups",
     "run_groups_sync",
     "save_groups",
+    "tool_use_reward",
     "train_loop",
     "trajectories_from_langfuse",
     "trajectories_from_otlp_json",

@@ -245,10 +245,17 @@ def stop_reason(untrained: int, report: StepReport, config: LoopConfig) -> str |
         "the rewards' spread (a group whose rollouts all score the same carries no signal)"
     )
     if report.reason and "zero variance" in report.reason and report.reward_mean is not None:
-        reason += (
-            f"; the last batch's mean reward was {report.reward_mean:.2f}: if that is the best score, the "
-            "policy has mastered these scenarios and needs harder or more varied ones"
-        )
+        if report.reward_mean > 0:
+            reason += (
+                f"; the last batch's mean reward was {report.reward_mean:.2f}: if that is the best score, "
+                "the policy has mastered these scenarios and needs harder or more varied ones"
+            )
+        else:  # all alike at nothing: no rollout earned anything, which no policy masters
+            reason += (
+                f"; every rollout scored {report.reward_mean:.2f}: no rollout earned a reward, so the scorer "
+                "does not tell them apart (a small judge scores everything alike; a reward no rollout can "
+                "earn): use a stronger judge, a reward that counts partial success, or easier scenarios"
+            )
     logger.warning("training loop stopped at step %d: %s", report.step, reason)
     return reason
 

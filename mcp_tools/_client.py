@@ -12,6 +12,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from mcp_tools._config import McpClientConfig, client_config, parse_servers
+from mcp_tools._capabilities import warn_capabilities
 from mcp_tools._isolation import warn_unisolated
 from mcp_tools._rollout import current_scope
 from mcp_tools._session import McpSession
@@ -121,6 +122,10 @@ async def load_tools(
 
         For an explicit lifetime, use :class:`mcp_tools.McpSession` and its ``load_tools()``.
 
+    A warning is logged for tools that write data on a server without per-rollout state, tools
+    that can only be called as MCP tasks (``execution.taskSupport: "required"``; this client
+    supports none, so their calls fail) and tools annotated as open-world (``openWorldHint``).
+
     Raises:
         ConfigError: *server* or an option is invalid.
         CassetteMissError: a replaying cassette with ``on_missing="fail"`` lacks a server's tool list.
@@ -140,6 +145,7 @@ async def load_tools(
             for server_name, tools in listing.items():
                 await recording.record_tools(server_name, tools)
     warn_unisolated(toolset.servers, listing)
+    warn_capabilities(listing)
     return list(
         build_tools(
             listing,

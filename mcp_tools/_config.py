@@ -289,8 +289,14 @@ def _name_from_command(command: str, args: list[str]) -> str:
 
 
 def _name_from_url(url: str) -> str:
+    """A host name's words (``api_example_com``); a local or numeric host says nothing, so its port does
+    (``http_8123``), which also keeps two local servers apart."""
     parsed = urlparse(url)
-    return re.sub(r"[^A-Za-z0-9_]", "_", parsed.hostname or "server")
+    host = parsed.hostname or "server"
+    numeric = re.fullmatch(r"[\d.]+|[0-9a-fA-F:]*:[0-9a-fA-F:]*", host) is not None
+    if (numeric or host == "localhost") and parsed.port is not None:
+        return f"http_{parsed.port}"
+    return re.sub(r"[^A-Za-z0-9_]", "_", host)
 
 
 def _spec_from_mapping(data: Mapping[str, Any], where: str) -> StdioServer | HttpServer:

@@ -101,7 +101,8 @@ class ServerConnection:
             tail = connection.stderr_tail()
             await connection.aclose()
             raise ToolServerError(
-                f"could not start MCP server {name!r} ({connection.describe()}): {_explain(failure)}{tail}"
+                f"could not {'start' if isinstance(connection.spec, StdioServer) else 'reach'} MCP server "
+                f"{name!r} ({connection.describe()}): {_explain(failure)}{tail}"
             ) from failure
         return connection
 

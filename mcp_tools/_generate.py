@@ -29,6 +29,7 @@ from art_adapters.structured_output import (
     rejects_json_schema,
 )
 from mcp_tools._answers import check_item, parse_items
+from mcp_tools._topic import Topic, on_topic, topic_words
 from mcp_tools._budget import discover_context_tokens, is_context_overflow
 from mcp_tools._generate_prompt import (
     PLAIN_TASK_PATTERN,
@@ -209,6 +210,7 @@ async def generate_scenarios(
     save_to: str | Path | None = None,
     on_accept: Callable[[Scenario], object] | None = None,
     context_tokens: int | None = None,
+    topic_check: bool = False,
 ) -> list[Scenario]:
     """Have *model* write *n* distinct, realistic tasks that need *tools* (without naming them).
 
@@ -249,6 +251,12 @@ async def generate_scenarios(
             model (LangChain profile, else the endpoint's ``/v1/models`` entry); see
             :mod:`mcp_tools._budget` for the estimate (characters / 3) and what happens
             when it stays unknown.
+        topic_check: reject a task off the tools' topic (rejection reason "off topic"): it
+            must share a content word with the tools (names, descriptions, parameters) or two
+            with the resources' text; function words and generic request words ("show",
+            "task", "easy") do not count (see ``mcp_tools._topic.on_topic``). Off by default:
+            it also rejects on-topic tasks in other words ("what I wrote about the dentist");
+            ``train-mcp`` turns it on for its small local writer.
 
     Returns:
         Exactly *n* :class:`~mcp_tools.Scenario` objects, in the order written.
@@ -275,6 +283,7 @@ async def generate_scenarios(
         await _context_tokens(generator, context_tokens), max_task_chars, task_pattern,
     )  # fmt: skip
     tool_names = [spec["name"] for spec in specs]
+    topic = topic_words(specs, resources or ()) if topic_check else Topic(frozenset())
     while run.going:
         count = run.next_call()
         messages, trimmed = prompt.request(generator, count, [*run.existing, *run.accepted], run.bad_tasks)
@@ -282,7 +291,7 @@ async def generate_scenarios(
         items = await _ask_batch(_reseeded(generator, run.calls - 1), messages, prompt.schema(count), run,
                                  structured=structured, timeout_s=timeout_s)  # fmt: skip
         if items is not None:
-            _keep(items, run, tool_names, prompt, on_accept)
+            _keep(items, run, tool_names, prompt, on_accept, topic)
         run.end_call()
     if not run.done:
         last = f"last error: {run.last_error}. " if run.last_error else ""
@@ -460,13 +469,15 @@ async def _ask_batch(
 
 def _keep(
     items: Sequence[Any], run: _Run, tool_names: Sequence[str], prompt: Prompt,
-    on_accept: Callable[[Scenario], object] | None,
+    on_accept: Callable[[Scenario], object] | None, topic: Topic | None = None,
 ) -> None:  # fmt: skip
-    """Check each item (shape, length, pattern, names no tool, not seen before); keep the valid ones."""
+    """Check each item (shape, length, pattern, names no tool, on topic, new); keep the valid ones."""
     for item in items:
         if run.done:
             break
         reason, scenario = check_item(item, tool_names, run.seen, prompt.max_task_chars, prompt.task_pattern)
+        if scenario is not None and topic is not None and not on_topic(scenario.task, topic):
+            reason, scenario = "off topic", None
         if scenario is None:
             run.reject(item, reason)
             continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TOOL_RECORD_EVENT", "McpTool", "build_tools", "result_text"]
+__all__ = ["TOOL_RECORD_EVENT", "McpTool", "build_tools", "is_error_result", "result_text"]
 
 
 _CALL_ID_KWARG = "__mcp_tool_call_id"
@@ -57,6 +58,28 @@ def result_text(result: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+#: A result text that reports an error without ``isError`` (as mcp-server-sqlite answers): its first
+#: line starts with "Error", "Exception" or "Traceback", with a word ending in "Error:" ("ValueError:"),
+#: or with up to two words and then "error:" ("Database error: no such table").
+_ERROR_TEXT = re.compile(
+    r"\A\s*(?:(?:error|exception)\b|[\w.]*(?:error|exception)\s*:|traceback \(most recent call last\)"
+    r"|(?:[\w.-]+\s+){1,2}(?:error|exception)\s*:)",
+    re.IGNORECASE,
+)
+
+
+def is_error_result(result: dict[str, Any]) -> bool:
+    """Whether an MCP ``CallToolResult`` (wire form) is an error: ``isError``, or a text that says so.
+
+    Some servers return a failure as a plain text result without ``isError`` (mcp-server-sqlite:
+    "Database error: ..."); such a text counts too when its first line starts with "Error",
+    "Exception" or "Traceback (most recent call last)", with a word ending in "Error:" or
+    "Exception:" ("ValueError: ..."), or with at most two words followed by "error:" or
+    "exception:". A result that merely mentions an error later is not one.
+    """
+    return bool(result.get("isError")) or _ERROR_TEXT.match(result_text(result)) is not None
+
+
 class McpTool(StructuredTool):
     """A LangChain tool that calls one tool of one MCP server.
 
@@ -69,7 +92,8 @@ class McpTool(StructuredTool):
        :func:`art_adapters.mcp_tool_record`, as the span processor reads the span), so the trajectory
        callback handler records server, tool, arguments, result, ``isError``, duration
        and session id; the event goes out for failures too, before the error is raised;
-    4. returns the result text; an MCP ``isError`` result becomes a :class:`ToolException`
+    4. returns the result text; an error result (MCP ``isError``, or a plain-text error as
+       :func:`is_error_result` detects it; the record says ``is_error``) becomes a :class:`ToolException`
        handled by the tool (the model sees the error text, the tool message has
        ``status="error"``); a crashed or hung server raises
        :class:`art_adapters.ToolServerError`, which ends the rollout.
@@ -141,7 +165,7 @@ def _make_call(
                 else:
                     attributes["mcp_tools.replayed"] = False
                     result = await _recorded_live_call(active, slot, scope, kwargs, attributes, started_at)
-            text, is_error = result_text(result), bool(result.get("isError"))
+            text, is_error = result_text(result), is_error_result(result)
         except ToolServerError as exc:
             record = mcp_tool_record(
                 attributes,
@@ -170,7 +194,7 @@ def _make_call(
                 attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
                 raise
             attributes.update(
-                record_outcome(span, result=result_text(result), is_error=bool(result.get("isError")))
+                record_outcome(span, result=result_text(result), is_error=is_error_result(result))
             )
         return result
 
@@ -230,7 +254,7 @@ def _make_call(
                 attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
                 raise
             attributes.update(
-                record_outcome(span, result=result_text(result), is_error=bool(result.get("isError")))
+                record_outcome(span, result=result_text(result), is_error=is_error_result(result))
             )
         return result
 

@@ -187,7 +187,8 @@ def build_config(model: type[M], options: dict[str, Any], settings: Sequence[Set
 
 
 def quiet_http_logs() -> None:
-    """One log line per HTTP request drowns the progress lines (unless --verbose)."""
+    """One log line per HTTP request (httpx, the mcp SDK's streamable-HTTP client) drowns the progress
+    lines (unless --verbose)."""
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        for name in ("httpx", "httpx2"):
+        for name in ("httpx", "httpx2", "mcp"):
             logging.getLogger(name).setLevel(logging.WARNING)

@@ -7,7 +7,6 @@ written for them, a ReAct agent on the trainable model, RULER rewards and the tr
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,37 +17,36 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, SecretStr
 from rich.console import Console
-from rich.markup import escape
 
 import mcp_tools
 from art_adapters import (
     Backend,
     ConfigError,
-    EvalReport,
-    HackingWarning,
     LocalBackend,
-    LoopConfig,
     LoopResult,
     RemoteBackend,
-    StepReport,
     TrainableModel,
-    TrainConfig,
     Trajectory,
     TrajectoryCallbackHandler,
-    ruler_scorer,
     train_loop,
 )
+from art_adapters.apps._forced_call import bounded_tools, first_turn_cut, parse_pins
+from art_adapters.apps._mcp_console import StepConsole, ToolTally
+from art_adapters.apps._mcp_reward import Reward, make_scorer, resolve_reward
+from art_adapters.apps._train_mcp_config import DEFAULT_SYSTEM_PROMPT, TrainMcpConfig, TrainMcpResult
 from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 from mcp_tools import Scenario
+from mcp_tools.servers import shipped_scenarios
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "TrainMcpConfig",
     "TrainMcpResult",
     "ToolTally",
+    "agent_prompt",
     "build_agent",
     "check_first_tool_choice",
     "make_rollout",
@@ -61,202 +59,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a helpful assistant with tools. Use them to do what the user asks: call a tool, "
-    "read its result, call more tools if needed, then answer the user briefly."
-)
-
-
 LOCAL_JUDGE_LINE = "judge: the base model on the backend"
 
-
-def default_loop() -> LoopConfig:
-    """train-mcp's training loop: 4 steps of 2 scenarios x 4 rollouts, evaluated every 2, LoRA lr 2e-4."""
-    return LoopConfig(steps=4, groups_per_step=2, eval_every=2, train=TrainConfig(learning_rate=2e-4))
-
-
-#: TrainMcpConfig settings that moved into ``TrainMcpConfig.loop``, and how to pass them now.
-_MOVED = {
-    "steps": "loop=LoopConfig(steps=...)",
-    "groups_per_step": "loop=LoopConfig(groups_per_step=...)",
-    "rollouts_per_group": "loop=LoopConfig(rollouts_per_group=...)",
-    "eval_every": "loop=LoopConfig(eval_every=...)",
-    "learning_rate": "loop=LoopConfig(train=TrainConfig(learning_rate=...))",
-    "rollout_timeout_s": "loop=LoopConfig(run=RunConfig(timeout_s=...))",
+#: The console line saying what scores the rollouts, per ``--reward``.
+_REWARD_LINES = {
+    "judge": "reward: RULER's judge",
+    "tools": "reward: what the tools did (no judge call)",
+    "judge+tools": "reward: half RULER's judge, half what the tools did",
 }
-
-
-class TrainMcpConfig(BaseModel):
-    """Settings of one ``train-mcp`` run; each field is a ``train-mcp`` flag (its help is the description).
-
-    The training loop's own settings are :attr:`loop` (an :class:`~art_adapters.LoopConfig`, default
-    :func:`default_loop`); ``train-mcp`` offers ``--steps``, ``--groups-per-step``,
-    ``--rollouts-per-group``, ``--eval-every`` and ``--learning-rate`` of it. ``loop.run_dir`` and
-    ``loop.seed`` default to :attr:`run_dir` and :attr:`seed`.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    server: str = Field(
-        min_length=1,
-        description="The MCP server: a stdio command ('python -m mcp_tools.servers.notes') or a "
-        "streamable-HTTP URL ('http://127.0.0.1:8123/mcp').",
-    )
-    state: list[str] = Field(
-        default_factory=list,
-        description="A file or folder the stdio server keeps its data in, copied fresh for every rollout "
-        "(and deleted after it) so rollouts never see each other's writes and the original stays unchanged. "
-        "SOURCE=ENV sets the server's environment variable ENV to the copy's path "
-        "(./memory.jsonl=MEMORY_FILE_PATH); SOURCE=--flag appends '--flag COPY' to its arguments "
-        "(./repo=--repository). Repeat for several; or write {state:SOURCE} in the server command. "
-        "Not for HTTP servers.",
-    )
-    run_dir: Path = Field(
-        default=Path(".art/mcp-rl"),
-        description="Run directory: scenarios, backend data (embedded backend), metrics, plots.",
-    )
-    scenarios: Path | None = Field(
-        default=None, description="Load scenarios from this JSONL file instead of generating them."
-    )
-    n_scenarios: PositiveInt = Field(
-        default=24,
-        description="Scenarios to generate when --scenarios is not given; each is saved to "
-        "RUN_DIR/scenarios.jsonl as it is accepted, and a rerun generates only the missing ones.",
-    )
-    max_retries: NonNegativeInt = Field(
-        default=3,
-        description="Further scenario-generator calls allowed after calls that kept no new scenario "
-        "(a call that keeps one uses no retry).",
-    )
-    context_tokens: PositiveInt | None = Field(
-        default=None,
-        description="The scenario generator's context length in tokens (default: asked from its endpoint); "
-        "its prompt is fitted to it.",
-    )
-    val_fraction: float = Field(
-        default=0.25, ge=0.0, lt=1.0, description="Share of scenarios held out for validation, in [0, 1)."
-    )
-    seed: int = Field(default=0, description="Seed of the train/validation split and of the training loop.")
-    model_name: str = Field(default="mcp-agent", description="The trainable model's name.")
-    project: str = Field(default="mcp-rl", description="The project the trainable model belongs to.")
-    base_model: str = Field(
-        default="smollm2-135m-instruct", description="Base weights: bundled name or a model folder."
-    )
-    backend_url: str | None = Field(
-        default=None, description="A running backend (art-adapters serve); default: start the embedded one."
-    )
-    api_key: str | None = Field(default=None, repr=False, description="The backend's API key.")
-    judge_model: str | None = Field(
-        default=None,
-        description="RULER judge and scenario writer, on an OpenAI-compatible endpoint; default: the "
-        "judge environment ($ART_ADAPTERS_JUDGE_MODEL...), else the base model.",
-    )
-    judge_base_url: str | None = Field(
-        default=None, description="The judge's endpoint (default $ART_ADAPTERS_JUDGE_BASE_URL, else OpenAI)."
-    )
-    judge_api_key: str | None = Field(
-        default=None,
-        repr=False,
-        description="The judge endpoint's key (default $ART_ADAPTERS_JUDGE_API_KEY, else $OPENAI_API_KEY).",
-    )
-    tools: list[str] | None = Field(
-        default=None, description="Offer only this tool to the agent (repeat; default: all)."
-    )
-    exclude_tools: list[str] = Field(
-        default_factory=list, description="Never offer this tool (repeat; applied after --tools)."
-    )
-    first_tool_choice: str = Field(
-        default="required",
-        min_length=1,
-        description="tool_choice of each rollout's first model turn: 'required' makes the agent call some "
-        "tool (a small model rarely calls one unprompted, and RL cannot reward what it never tries), 'auto' "
-        "lets it decide, a tool's name forces that tool. Later turns are 'auto'.",
-    )
-    max_turns: PositiveInt = Field(
-        default=4, description="Most model turns per rollout; a turn's tool calls run before the next."
-    )
-    max_tokens: PositiveInt = Field(default=128, description="Most tokens per model turn.")
-    temperature: float = Field(
-        default=1.0,
-        ge=0.0,
-        le=2.0,
-        description="Sampling temperature of training rollouts (evaluation is greedy).",
-    )
-    system_prompt: str = Field(
-        default=DEFAULT_SYSTEM_PROMPT,
-        description="The agent's system prompt (a worked example helps a small model).",
-    )
-    loop: LoopConfig = Field(default_factory=default_loop, description="The training loop's settings.")
-    ray_address: str | None = Field(
-        default=None,
-        min_length=1,
-        description="Run every rollout as a Ray task on the Ray cluster at this address ('auto', "
-        "'HOST:6379'); the MCP server is started on the workers, which call the backend at its URL, so "
-        "give a --backend-url they can reach. Needs pip install 'art-adapters[ray]' (docs/scaling.md).",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_to_loop(cls, data: Any) -> Any:
-        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
-        if moved:
-            hints = (f"{name} moved into TrainMcpConfig.loop: pass {_MOVED[name]}" for name in moved)
-            raise ValueError("; ".join(hints))
-        return data
-
-    @model_validator(mode="after")
-    def _check(self) -> TrainMcpConfig:
-        if self.judge_base_url and not self.judge_model:
-            raise ValueError("judge_base_url needs judge_model too (the model name on that endpoint)")
-        if self.scenarios is None and self.n_scenarios < 2 and self.val_fraction > 0:
-            raise ValueError("n_scenarios must be >= 2 to hold out a validation split; or set val_fraction=0")
-        unset = {"run_dir": self.run_dir, "seed": self.seed}
-        self.loop = self.loop.model_copy(
-            update={name: value for name, value in unset.items() if name not in self.loop.model_fields_set}
-        )
-        if self.ray_address is not None and self.loop.run.ray_address != self.ray_address:
-            run = self.loop.run.model_copy(update={"ray_address": self.ray_address})
-            self.loop = self.loop.model_copy(update={"run": run})
-        return self
-
-
-class TrainMcpResult(BaseModel):
-    """What a ``train-mcp`` run produced.
-
-    Attributes:
-        run_dir: the run directory.
-        scenarios_file: the scenarios used (``run_dir/scenarios.jsonl``).
-        model_name: the trained model's name.
-        project: its project.
-        backend_url: the backend it was served from during the run.
-        owned_backend: whether the run started the embedded backend (under ``run_dir/backend``).
-        step: the model's latest step at the end.
-        train_size: scenarios in the training split.
-        val_size: scenarios in the validation split.
-        evals: ``(step, mean RULER reward)`` of each held-out evaluation (greedy agent).
-        target_step: the step the run was asked to reach (``loop.steps``).
-        stopped: why training gave up before ``target_step`` (``None`` when it got there);
-            ``train-mcp`` then ends with a non-zero exit code.
-        plots: the charts written under ``run_dir/plots``.
-        loop_result: what the training loop returned (:class:`~art_adapters.LoopResult`).
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    run_dir: Path
-    scenarios_file: Path
-    model_name: str
-    project: str
-    backend_url: str
-    owned_backend: bool = False
-    step: int
-    train_size: int
-    val_size: int
-    evals: list[tuple[int, float | None]] = Field(default_factory=list)
-    plots: list[Path] = Field(default_factory=list)
-    target_step: int = 0
-    stopped: str | None = None
-    loop_result: Any = None
 
 
 #: Sampling temperature of the scenario writer (variety), when its model has a ``temperature`` field.
@@ -296,6 +106,9 @@ def build_agent(
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
     max_turns: int = 4,
     first_tool_choice: str = "auto",
+    max_arg_chars: int | None = None,
+    max_arg_items: int | None = None,
+    pins: Mapping[str, str] | None = None,
 ) -> CompiledStateGraph:
     """A LangGraph ReAct loop: model -> tools -> model ..., at most *max_turns* model turns.
 
@@ -306,7 +119,11 @@ def build_agent(
     model decides), ``"required"`` (it must call one of the tools) or a tool's name (it must
     call that one). Later turns are always ``"auto"``. A small model rarely calls a tool
     unprompted, so a forced first call is what lets RL see tool use at all; the served model
-    samples the call's arguments itself, constrained to the tool's schema.
+    samples the call's arguments itself, constrained to the tool's schema. With *max_arg_chars*
+    and *max_arg_items*, the forced turn's schemas bound every string and array argument
+    (:func:`~art_adapters.apps._forced_call.bound_schema`), so a model looping inside one cannot
+    run past its token limit with an unfinished call; *pins* (``{parameter: value}``) fix those
+    parameters of the forced call to one value.
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -314,7 +131,10 @@ def build_agent(
     llm = chat_model.bind_tools(list(tools))
     first_llm = llm
     if first_tool_choice != "auto":
-        first_llm = chat_model.bind_tools(list(tools), tool_choice=first_tool_choice)
+        offered: list[Any] = list(tools)
+        if max_arg_chars is not None or max_arg_items is not None or pins:
+            offered = bounded_tools(tools, max_arg_chars or 1 << 20, max_arg_items or 1 << 20, pins)
+        first_llm = chat_model.bind_tools(offered, tool_choice=first_tool_choice)
 
     async def call_model(state: dict[str, Any]) -> dict[str, Any]:  # plain hints: langgraph evaluates them
         first = not any(m.type == "ai" for m in state["messages"])
@@ -379,7 +199,8 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
     The agent runs inside ``mcp_tools.rollout()``, so its MCP tools open their own session
     on first use and close it at the end; the trajectory is captured by a
     :class:`~art_adapters.TrajectoryCallbackHandler` and carries the scenario's ``task``,
-    ``difficulty`` and the rollout's MCP session ids in its metadata. A scenario may also be
+    ``difficulty`` and the rollout's MCP session ids in its metadata, and ``first_turn_cut``
+    (1.0 when the first model turn stopped at its token limit) in its metrics. A scenario may also be
     a dict with ``task`` and ``difficulty`` (validated as a :class:`mcp_tools.Scenario`).
     """
     async def rollout(scenario: Scenario | dict[str, Any]) -> Trajectory:
@@ -387,7 +208,8 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
             scenario = mcp_tools.Scenario.model_validate(scenario)
         handler = TrajectoryCallbackHandler()
         async with mcp_tools.rollout() as scope:
-            await agent.ainvoke({"messages": [("user", scenario.task)]}, config={"callbacks": [handler]})
+            inputs = {"messages": [("user", scenario.task)]}
+            state = await agent.ainvoke(inputs, config={"callbacks": [handler]})
             sessions = [sid for s in scope.sessions for sid in s.session_ids.values()]
         trajectory = handler.trajectory
         if trajectory is None:
@@ -395,6 +217,7 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[Scenario], Awaitable[Tr
         trajectory.metadata.update(
             {"task": scenario.task, "difficulty": scenario.difficulty, "mcp_sessions": sessions}
         )
+        trajectory.metrics["first_turn_cut"] = float(first_turn_cut(state.get("messages", [])))
         return trajectory
 
     return rollout
@@ -445,9 +268,12 @@ class _WorkerRollout(BaseModel):
             agent = build_agent(
                 chat,
                 tools,
-                system_prompt=config.system_prompt,
+                system_prompt=agent_prompt(config),
                 max_turns=config.max_turns,
                 first_tool_choice=config.first_tool_choice,
+                max_arg_chars=config.max_arg_chars,
+                max_arg_items=config.max_arg_items,
+                pins=parse_pins(config.pin_arg, tools),
             )
             return await make_rollout(agent)(scenario)
 
@@ -460,11 +286,23 @@ async def _scenarios(
     *,
     batch_size: int = 10,
     task_pattern: str | None = None,
+    shipped: Path | None = None,
+    topic_check: bool = False,
 ) -> tuple[list[Scenario], Path]:
+    """The run's scenarios and their file (``run_dir/scenarios.jsonl``): ``--scenarios``, else the
+    *shipped* hand-written file (a bundled server with no writer model), else generated."""
     target = config.run_dir / "scenarios.jsonl"
     if config.scenarios is not None:
         scenarios = mcp_tools.load_scenarios(config.scenarios)
         console.print(f"loaded {len(scenarios)} scenarios from {config.scenarios}")
+        mcp_tools.save_scenarios(scenarios, target)
+        return scenarios, target
+    if shipped is not None:
+        scenarios = mcp_tools.load_scenarios(shipped)
+        console.print(
+            f"no scenario writer configured: training on the {len(scenarios)} hand-written scenarios shipped "
+            f"with this server ({shipped}); --scenarios FILE for your own, --judge-model to generate them"
+        )
         mcp_tools.save_scenarios(scenarios, target)
         return scenarios, target
     have = mcp_tools.load_scenarios(target) if target.exists() and target.read_text("utf-8").strip() else []
@@ -472,7 +310,10 @@ async def _scenarios(
         console.print(f"reusing {len(have)} scenarios from {target} (delete it to generate new ones)")
         return have, target
     kept = f" ({len(have)} already in {target})" if have else ""
-    console.print(f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}")
+    console.print(
+        f"generating {config.n_scenarios - len(have)} scenarios from the server's tools{kept}"
+        + ("; tasks off the tools' topic are rejected" if topic_check else "")
+    )
     resources = await _resources(_server(config))
     scenarios = await mcp_tools.generate_scenarios(  # appends each accepted one to target
         tools,
@@ -484,13 +325,29 @@ async def _scenarios(
         max_retries=config.max_retries,
         context_tokens=config.context_tokens,
         save_to=target,
+        topic_check=topic_check,
     )
     return scenarios, target
 
 
+#: Added to the default system prompt when the server runs in a folder of its own (``--cwd``).
+CWD_HINT = " The tools work in one folder: when a tool asks for its path, pass '.'."
+
+
+def agent_prompt(config: TrainMcpConfig) -> str:
+    """The agent's system prompt: ``system_prompt``, plus :data:`CWD_HINT` when ``cwd`` is set and the
+    prompt is the default (a model cannot know the folder's real path; '.' is the server's folder)."""
+    if config.cwd is not None and "system_prompt" not in config.model_fields_set:
+        return config.system_prompt + CWD_HINT
+    return config.system_prompt
+
+
 def _server(config: TrainMcpConfig) -> Any:
-    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout when given."""
-    return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+    """The server as ``mcp_tools`` takes it: with ``state`` copies per rollout and ``cwd`` when given."""
+    if config.cwd is None:
+        return mcp_tools.with_state(config.server, config.state) if config.state else config.server
+    server = mcp_tools.with_state(config.server, config.state)  # raises for an HTTP server
+    return server.model_copy(update={"cwd": config.cwd})
 
 
 async def _resources(server: Any) -> list[dict[str, Any]]:
@@ -509,14 +366,18 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     """Run MCP-RL end to end; returns where everything is.
 
     1. List the server's tools (``mcp_tools.load_tools``; a stdio command or an HTTP URL).
-    2. Load scenarios (``scenarios``) or have the generator write them (``mcp_tools.generate_scenarios``),
+    2. Load scenarios (``scenarios``); with no writer model, a bundled server's shipped ones
+       (``mcp_tools.servers.shipped_scenarios``); else have the generator write them
+       (``mcp_tools.generate_scenarios``; with the local writer, off-topic tasks are rejected),
        saved as ``run_dir/scenarios.jsonl`` so they can be edited and reused; split them into train
        and validation (seeded).
     3. Build a ReAct agent (:func:`build_agent`) on the trainable model with those tools; every
        rollout gets a fresh MCP session (:func:`make_rollout`), and with ``state`` its own server
        process on fresh copies of the server's data, so rollouts never see each other's changes.
-    4. Train with ``train_loop`` (``config.loop``): groups scored by RULER (the judge of
-       :func:`resolve_judge_model`), a greedy evaluation on the validation split every few steps,
+    4. Train with ``train_loop`` (``config.loop``): groups scored by ``config.reward`` (RULER with the
+       judge of :func:`resolve_judge_model`, :func:`~art_adapters.tool_use_reward`, or both mixed;
+       :func:`~art_adapters.apps._mcp_reward.resolve_reward` picks the default), a greedy evaluation
+       on the validation split every few steps,
        ``metrics.jsonl`` and the plots in the run directory.
 
     Args:
@@ -536,6 +397,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     served_tools = await mcp_tools.load_tools(_server(config))
     tools = select_tools(served_tools, config.tools, config.exclude_tools)
     check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")  # before the backend
+    parse_pins(config.pin_arg, tools)
     left_out = [t.name for t in served_tools if t not in tools]
     # the name its tool records carry: after what the command runs (module, script, package) or the URL
     name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
@@ -562,6 +424,9 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         ruler_options: dict[str, Any] = (
             {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
         )
+        reward = resolve_reward(config.reward, local_judge=local_judge)
+        default = "" if config.reward else " (the default with this judge; --reward)"
+        console.print(_REWARD_LINES[reward] + default)
         scenarios, scenarios_file = await _scenarios(
             config,
             tools,
@@ -570,15 +435,20 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             # a small model: short answers within its token limit, kept on plain words
             batch_size=4 if local_judge else 10,
             task_pattern=mcp_tools.PLAIN_TASK_PATTERN if local_judge else None,
+            shipped=shipped_scenarios(config.server) if local_judge else None,
+            topic_check=local_judge,  # a small writer wanders off the tools' topic
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
         agent = build_agent(
             model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens),
             tools,
-            system_prompt=config.system_prompt,
+            system_prompt=agent_prompt(config),
             max_turns=config.max_turns,
             first_tool_choice=config.first_tool_choice,
+            max_arg_chars=config.max_arg_chars,
+            max_arg_items=config.max_arg_items,
+            pins=parse_pins(config.pin_arg, tools),
         )
         tally = ToolTally()
         rollout = tally.counting(make_rollout(agent))
@@ -596,9 +466,12 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         eval_agent = build_agent(  # greedy, on whatever step is latest when it runs
             model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
             tools,
-            system_prompt=config.system_prompt,
+            system_prompt=agent_prompt(config),
             max_turns=config.max_turns,
             first_tool_choice=config.first_tool_choice,
+            max_arg_chars=config.max_arg_chars,
+            max_arg_items=config.max_arg_items,
+            pins=parse_pins(config.pin_arg, tools),
         )
         eval_rollout = make_rollout(eval_agent)
         if config.ray_address:  # the agents are built on the workers
@@ -609,7 +482,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             eval_rollout = _WorkerRollout(**remote, api_key=key, temperature=0.0)
             console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
         loop_result = await _train(
-            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally
+            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally, reward
         )
         result.loop_result = loop_result
         result.target_step, result.stopped = config.loop.steps, loop_result.stopped
@@ -620,74 +493,6 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     finally:
         if owned:
             await backend.close()
-
-
-class ToolTally:
-    """Calls and errors per tool over a run's training rollouts, to flag tools that only ever fail.
-
-    A tool whose every call fails (a missing file, setting or login on the server's side) teaches
-    the agent nothing but to avoid it; :meth:`newly_failing` names each such tool once it has
-    failed *min_calls* times without a success.
-    """
-
-    def __init__(self, min_calls: int = 4) -> None:
-        self.min_calls = min_calls
-        self.calls: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
-        self._flagged: set[str] = set()
-
-    def add(self, trajectory: Trajectory) -> None:
-        """Count the tool calls of one rollout."""
-        for record in trajectory.tool_records:
-            self.calls[record.name] += 1
-            self.errors[record.name] += int(record.is_error)
-
-    def counting(
-        self, rollout: Callable[[Scenario], Awaitable[Trajectory]]
-    ) -> Callable[[Scenario], Awaitable[Trajectory]]:
-        """*rollout*, counting the tool calls of every trajectory it returns."""
-
-        async def counted(scenario: Scenario) -> Trajectory:
-            trajectory = await rollout(scenario)
-            self.add(trajectory)
-            return trajectory
-
-        return counted
-
-    def counting_scores(self, score: Any) -> Any:
-        """*score* (a ``train_loop`` scorer), counting the tool calls of every trajectory it is given.
-
-        For rollouts that ran elsewhere (Ray workers), where :meth:`counting` would count in the
-        worker's copy of this tally.
-        """
-
-        async def counted(groups: Any, scenarios: Any) -> Any:
-            for group in groups:
-                for trajectory in group.trajectories:
-                    self.add(trajectory)
-            return await score(groups, scenarios)
-
-        return counted
-
-    def newly_failing(self) -> list[tuple[str, int]]:
-        """``(tool, calls)`` for tools that failed every one of at least ``min_calls`` calls, each named once."""
-        out = [
-            (name, calls)
-            for name, calls in self.calls.items()
-            if calls >= self.min_calls and self.errors[name] == calls and name not in self._flagged
-        ]
-        self._flagged.update(name for name, _ in out)
-        return out
-
-
-def _tool_rates(metrics: dict[str, Any]) -> str:
-    """``", tools called in 75% of rollouts, 10% of calls failed"`` from a metrics row ("" without)."""
-    out = ""
-    if isinstance(metrics.get("tool_call_rate"), int | float):
-        out += f", tools called in {metrics['tool_call_rate']:.0%} of rollouts"
-    if isinstance(metrics.get("tool_error_rate"), int | float):
-        out += f", {metrics['tool_error_rate']:.0%} of calls failed"
-    return out
 
 
 async def _train(
@@ -701,32 +506,12 @@ async def _train(
     config: TrainMcpConfig,
     console: Any,
     tally: ToolTally | None = None,
+    reward: Reward = "judge",
 ) -> LoopResult:
-    """Hand over to the training loop (``config.loop``): RULER scores, held-out evaluation, metrics;
-    each reward-hacking warning (``config.loop.hacking``) is printed in yellow as it is raised."""
-
-    def on_step(step: StepReport) -> None:
-        reward = "-" if step.reward_mean is None else f"{step.reward_mean:.3f}"
-        state = "trained" if step.trained else f"not trained ({step.reason})"
-        rates = _tool_rates(step.metrics)
-        console.print(f"step {step.step}: mean reward {reward}{rates}, {state}")
-        for name, calls in tally.newly_failing() if tally is not None else []:
-            console.print(
-                f"[yellow]tool {name!r} failed in all {calls} of its calls so far: check what it needs (a "
-                f"file, a setting, a login), or leave it out with --exclude-tools {name}[/yellow]"
-            )
-
-    def on_eval(report: EvalReport) -> None:
-        reward = "-" if report.reward_mean is None else f"{report.reward_mean:.3f}"
-        console.print(
-            f"eval at step {report.step}: mean reward {reward} on {report.scored} validation rollouts"
-            + _tool_rates(report.metrics)
-        )
-
-    def on_warning(warning: HackingWarning) -> None:  # config.loop.hacking: as each is raised
-        console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
-
-    score = ruler_scorer(judge, **ruler_options)
+    """Hand over to the training loop (``config.loop``): *reward*'s scores (:func:`make_scorer`),
+    held-out evaluation, metrics; the console lines are :class:`StepConsole`'s."""
+    lines = StepConsole(console, tally, max_tokens=config.max_tokens)
+    score = make_scorer(reward, judge, ruler_options)
     if config.ray_address and tally is not None:  # the rollouts ran on Ray workers: count here
         score = tally.counting_scores(score)
     return await train_loop(
@@ -737,9 +522,9 @@ async def _train(
         config=config.loop,
         val_scenarios=val,
         eval_rollout=eval_rollout,
-        on_step=on_step,
-        on_eval=on_eval,
-        on_warning=on_warning,
+        on_step=lines.on_step,
+        on_eval=lines.on_eval,
+        on_warning=lines.on_warning,
     )
 
 

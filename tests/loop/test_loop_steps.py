@@ -214,6 +214,12 @@ def test_stop_reason_after_max_untrained_iterations() -> None:
     reason = stop_reason(2, mastered, settings)
     assert reason is not None and "mean reward was 1.00" in reason and "harder or more varied" in reason
 
+    # every group alike at nothing is no mastery: say that the scorer tells no rollout apart (issue 25)
+    flat = mastered.model_copy(update={"reward_mean": 0.0})
+    reason = stop_reason(2, flat, settings)
+    assert reason is not None and "mastered" not in reason
+    assert "every rollout scored 0.00: no rollout earned a reward" in reason and "stronger judge" in reason
+
 
 def test_eval_due_every_k_steps_but_not_at_the_end() -> None:
     every_two = config(eval_every=2).model_copy(update={"steps": 6})

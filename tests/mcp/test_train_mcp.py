@@ -71,6 +71,7 @@ async def test_train_mcp_trains_one_step_evaluates_plots_and_says_how_to_use_it(
         "first turn tool_choice 'required'"
     ) in output
     assert f"judge: scripted-judge at {judge_url} (--judge-model)" in output
+    assert "reward: RULER's judge (the default with this judge; --reward)" in output  # RULER drives it
     assert "1 train, 1 validation" in output
     assert "eval at step 0: mean reward" in output and "eval at step 1: mean reward" in output
     assert "step 1: mean reward" in output and ", trained" in output

@@ -1,0 +1,65 @@
+"""train-mcp's rewards: RULER's judge, what the tools did, or both (``--reward judge|tools|judge+tools``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from art_adapters import (
+    Scorer,
+    TrajectoryGroup,
+    combined_scorer,
+    ruler_scorer,
+    tool_use_reward,
+    verifiable_scorer,
+)
+
+__all__ = ["REWARDS", "Reward", "make_scorer", "resolve_reward"]
+
+Reward = Literal["judge", "tools", "judge+tools"]
+#: The ``--reward`` choices.
+REWARDS: tuple[Reward, ...] = ("judge", "tools", "judge+tools")
+
+
+def resolve_reward(reward: Reward | None, *, local_judge: bool) -> Reward:
+    """``reward``, or its default: ``judge+tools`` when the judge is the local base model, else ``judge``.
+
+    A small local judge often scores every rollout of a group the same, so a group carries no
+    signal; what the tools did still tells the rollouts apart.
+    """
+    if reward is not None:
+        return reward
+    return "judge+tools" if local_judge else "judge"
+
+
+def make_scorer(reward: Reward, judge: Any, ruler_options: dict[str, Any], weight: float = 0.5) -> Scorer:
+    """The ``train_loop`` scorer of ``reward``.
+
+    ``judge``: RULER with *judge* (``ruler_options`` are :class:`~art_adapters.RulerConfig`
+    settings). ``tools``: :func:`~art_adapters.tool_use_reward` alone, no judge call.
+    ``judge+tools``: ``weight * RULER + (1 - weight) * tool_use_reward``
+    (:func:`~art_adapters.combined_scorer`); a group the judge could not score gets the tools'
+    reward alone (``metadata["reward_fallback"]`` says why) instead of being left out.
+    """
+    if reward == "judge":
+        return ruler_scorer(judge, **ruler_options)
+    if reward == "tools":
+        return verifiable_scorer(tool_use_reward)
+    combined = combined_scorer(judge, reward=tool_use_reward, weight=weight, **ruler_options)
+    tools = verifiable_scorer(tool_use_reward)
+
+    async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
+        """``judge+tools``; a group the judge could not score (its answer did not parse, its endpoint
+        failed) keeps the tools' reward alone, and says so in ``metadata["reward_fallback"]``."""
+        scored = await combined(groups, scenarios)
+        out = []
+        for original, group, scenario in zip(groups, scored, scenarios, strict=True):
+            ruler = group.metadata.get("ruler")
+            if isinstance(ruler, Mapping) and ruler.get("status") == "unscored":
+                (group,) = await tools([original], [scenario])
+                why = f"tools only: the judge did not score it ({ruler.get('reason')})"
+                group.metadata["reward_fallback"] = why
+            out.append(group)
+        return out
+
+    return score
