@@ -74,12 +74,14 @@ def forward_logprobs(model: torch.nn.Module, prompt: list[int], completion: list
     return lp.gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
 
 
+@pytest.mark.slow
 async def test_engine_implements_the_protocol(engine: TorchEngine) -> None:
     assert isinstance(engine, InferenceEngine)
     assert engine.context_length == 8192
     assert engine.eos_token_ids == {engine.tokenizer.convert_tokens_to_ids("<|im_end|>")}
 
 
+@pytest.mark.slow
 async def test_greedy_is_deterministic_and_stops_at_eos(engine: TorchEngine) -> None:
     prompt = chat(engine, "What is the capital of France?")
     [first] = await engine.generate(GenerationRequest(prompt, greedy(24)))
@@ -96,6 +98,7 @@ async def test_greedy_is_deterministic_and_stops_at_eos(engine: TorchEngine) -> 
     assert abs(first.logprobs[-1] - expected[-1]) < 1e-3
 
 
+@pytest.mark.slow
 async def test_seed_reproduces_and_choices_differ(engine: TorchEngine) -> None:
     prompt = chat(engine, "Write a short poem about the sea.")
     params = SamplingParams(temperature=1.0, max_tokens=8, seed=1234)
@@ -108,6 +111,7 @@ async def test_seed_reproduces_and_choices_differ(engine: TorchEngine) -> None:
     assert [s.token_ids for s in c] != [s.token_ids for s in a]
 
 
+@pytest.mark.slow
 async def test_stop_string_cuts_text_and_length_finish(engine: TorchEngine) -> None:
     prompt = chat(engine, "What is the capital of France?")
     [full] = await engine.generate(GenerationRequest(prompt, greedy(24)))
@@ -121,6 +125,7 @@ async def test_stop_string_cuts_text_and_length_finish(engine: TorchEngine) -> N
     assert short.finish_reason == "length" and short.token_ids == full.token_ids[:3]
 
 
+@pytest.mark.slow
 async def test_logprobs_match_a_fresh_forward_pass(engine: TorchEngine) -> None:
     """Sampled at temperature 1 in a batch with prompts of other lengths (so with left padding)."""
     prompts = [
@@ -144,6 +149,7 @@ async def test_logprobs_match_a_fresh_forward_pass(engine: TorchEngine) -> None:
     assert max(abs(x - y) for x, y in zip(hot.logprobs, expected, strict=True)) < 1e-4
 
 
+@pytest.mark.slow
 async def test_top_logprobs(engine: TorchEngine) -> None:
     prompt = chat(engine, "Count from one to five.")
     [choice] = await engine.generate(GenerationRequest(prompt, greedy(6, top_logprobs=3)))
@@ -154,6 +160,7 @@ async def test_top_logprobs(engine: TorchEngine) -> None:
         assert top[0] == (token, pytest.approx(logprob))  # greedy picks the most likely token
 
 
+@pytest.mark.slow
 async def test_constrained_tool_call_is_valid_json(engine: TorchEngine) -> None:
     prompt = chat(engine, "Add 2 and 3 with the add tool.")
     constraint = Constraint(ADD_CALL_SCHEMA, prefix="<tool_call>\n", suffix="\n</tool_call>")
@@ -174,6 +181,7 @@ async def test_constrained_tool_call_is_valid_json(engine: TorchEngine) -> None:
         await engine.generate(GenerationRequest(prompt, greedy(4), constraint=Constraint({"type": "objectx"})))
 
 
+@pytest.mark.slow
 async def test_concurrent_requests_are_batched_and_a_bad_one_fails_alone(engine: TorchEngine) -> None:
     before = engine.stats
     prompts = [chat(engine, f"Say a word that starts with the letter {c}.") for c in "ABCDEFGH"]
@@ -191,6 +199,7 @@ async def test_concurrent_requests_are_batched_and_a_bad_one_fails_alone(engine:
     assert after.steps - before.steps < (after.tokens_generated - before.tokens_generated) / 2
 
 
+@pytest.mark.slow
 async def test_invalid_requests_are_clear_errors(engine: TorchEngine) -> None:
     prompt = chat(engine, "Hi")
     cases = [
@@ -206,6 +215,7 @@ async def test_invalid_requests_are_clear_errors(engine: TorchEngine) -> None:
             await engine.generate(request)
 
 
+@pytest.mark.slow
 async def test_lora_adapter_changes_output_and_unload_restores(
     engine: TorchEngine, model_path: Path, tmp_path: Path
 ) -> None:
@@ -246,6 +256,7 @@ async def test_lora_adapter_changes_output_and_unload_restores(
     assert engine.adapters == set()
 
 
+@pytest.mark.slow
 async def test_stream_deltas_concatenate_to_generate(engine: TorchEngine) -> None:
     prompt = chat(engine, "Tell me a fun fact.")
     params = SamplingParams(temperature=1.0, max_tokens=16, seed=42, stop=("\n\n",))
@@ -265,6 +276,7 @@ async def test_stream_deltas_concatenate_to_generate(engine: TorchEngine) -> Non
         assert finishes[choice.index] == choice.finish_reason
 
 
+@pytest.mark.slow
 async def test_paused_holds_decoding_then_releases(engine: TorchEngine) -> None:
     prompt = chat(engine, "Hi")
     async with engine.paused():
@@ -277,6 +289,7 @@ async def test_paused_holds_decoding_then_releases(engine: TorchEngine) -> None:
     assert len(choice.token_ids) > 0
 
 
+@pytest.mark.slow
 async def test_abandoned_stream_is_cancelled(engine: TorchEngine) -> None:
     prompt = chat(engine, "Write a long story.")
     stream = engine.stream(GenerationRequest(prompt, SamplingParams(temperature=1.0, max_tokens=200, seed=1)))
@@ -304,6 +317,7 @@ def test_text_tracker_holds_back_stop_prefixes(model_path: Path) -> None:
     assert "".join(out) == tracker.text
 
 
+@pytest.mark.slow
 async def test_arrivals_merge_into_a_running_batch_exactly(engine: TorchEngine) -> None:
     """A request arriving mid-decode joins the running batch; both keep exact logprobs."""
     long_prompt = chat(engine, "Describe a walk in the forest, step by step, in detail.", system="Be vivid.")
@@ -332,6 +346,7 @@ async def test_arrivals_merge_into_a_running_batch_exactly(engine: TorchEngine) 
         assert max(abs(x - y) for x, y in zip(choice.logprobs, expected, strict=True)) < 1e-4
 
 
+@pytest.mark.slow
 async def test_small_batch_limit_queues_choices_and_close_fails_waiters(model_path: Path) -> None:
     """n above max_batch_size is decoded in turns; closing fails what is left, clearly."""
     from art_adapters_backend.engine.torch_engine import EngineClosedError
@@ -382,6 +397,7 @@ def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
     assert [t for t, _ in forced.top_logprobs or []] == [0, 1]
 
 
+@pytest.mark.slow
 async def test_a_short_request_is_admitted_before_longer_ones_that_wait(model_path: Path) -> None:
     """With the only batch slot busy, a one-token request queued after a long one runs first;
     a request that has waited MAX_WAIT_S goes before shorter ones (no starvation)."""

@@ -44,6 +44,7 @@ def prompt(engine: TorchEngine, text: str) -> list[int]:
     return engine.tokenizer(rendered, add_special_tokens=False).input_ids
 
 
+@pytest.mark.slow
 async def test_one_request_cannot_hold_every_row(small: TorchEngine) -> None:
     """Issue 24, finding 4: n = max_batch_size with forced long outputs took every row and a
     one-token request waited for all of it. Now the long request gives up a row (preempted, its
@@ -81,6 +82,7 @@ async def test_one_request_cannot_hold_every_row(small: TorchEngine) -> None:
         assert max(abs(x - y) for x, y in zip(logprobs, reference.logprobs, strict=True)) < 1e-5
 
 
+@pytest.mark.slow
 async def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(small: TorchEngine) -> None:
     running = GenerationRequest(prompt(small, "Count to a hundred."), SamplingParams(max_tokens=120, min_tokens=120))
     long_prompt = prompt(small, " ".join(f"word{i}" for i in range(200)))

@@ -46,6 +46,7 @@ def _chat(words: int) -> dict:
     return {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 2, "temperature": 0}
 
 
+@pytest.mark.slow
 async def test_a_failed_record_append_is_cut_off_and_the_next_record_survives_a_restart(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     records = run_dir / "completions.jsonl"
@@ -78,6 +79,7 @@ async def test_a_failed_record_append_is_cut_off_and_the_next_record_survives_a_
     assert len(lines) == 3 and lines[-1] == b""  # two whole records, nothing glued
 
 
+@pytest.mark.slow
 async def test_a_registration_the_disk_refused_is_not_made_and_a_retry_creates_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     registry = run_dir / "registry.json"

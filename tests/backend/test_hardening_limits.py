@@ -97,6 +97,7 @@ async def _stats(backend: LocalBackend) -> dict[str, Any]:
 # ---- item 1: schemas and prompts cost CPU off the event loop, within bounds ------------------
 
 
+@pytest.mark.slow
 async def test_a_deeply_nested_tool_schema_is_refused_at_once_and_health_stays_fast(
     local_backend: LocalBackend,
 ) -> None:
@@ -130,6 +131,7 @@ async def test_a_slow_schema_compiles_off_the_event_loop(limited_backend: LocalB
     assert worst < max(HEALTH_LATENCY_S, seconds / 4), (seconds, worst)  # on the loop: worst ~ seconds
 
 
+@pytest.mark.slow
 async def test_a_prompt_far_past_the_context_is_refused_before_tokenising(local_backend: LocalBackend) -> None:
     # 1.5 M characters (under the 4 MiB body limit): tokenising it took seconds on the event loop.
     body = {"messages": [{"role": "user", "content": "ab " * 500_000}], "max_tokens": 4}
@@ -141,6 +143,7 @@ async def test_a_prompt_far_past_the_context_is_refused_before_tokenising(local_
     assert worst < max(HEALTH_LATENCY_S, seconds / 4), (seconds, worst)
 
 
+@pytest.mark.slow
 async def test_schema_bounds_and_tool_count_are_a_clear_400(local_backend: LocalBackend) -> None:
     wide = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 80} for i in range(800)}}
     assert len(json.dumps(wide)) > 64 * 1024
@@ -168,6 +171,7 @@ def test_a_schema_is_compiled_once() -> None:
 # ---- item 2: request bodies ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_oversized_body_is_refused_with_413_before_it_is_read(limited_backend: LocalBackend) -> None:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 100_000}]}).encode()
     async with httpx.AsyncClient(base_url=limited_backend.base_url, timeout=60) as http:
@@ -187,6 +191,7 @@ async def test_an_oversized_body_is_refused_with_413_before_it_is_read(limited_b
     assert "chunked" in chunked.request.headers.get("transfer-encoding", "")
 
 
+@pytest.mark.slow
 async def test_train_requests_have_their_own_body_limit(limited_backend: LocalBackend) -> None:
     groups = [{"trajectories": [{"messages": [{"role": "user", "content": "x" * 100_000}], "reward": 1.0}]}]
     async with httpx.AsyncClient(base_url=limited_backend.base_url, timeout=60) as http:
@@ -197,6 +202,7 @@ async def test_train_requests_have_their_own_body_limit(limited_backend: LocalBa
 # ---- item 3: stop strings -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_stop_string_past_the_length_cap_is_a_400(local_backend: LocalBackend) -> None:
     response = await _chat(local_backend, {"messages": HI, "max_tokens": 1, "stop": ["x" * (MAX_STOP_CHARS + 1)]})
     assert response.status_code == 400
@@ -318,6 +324,7 @@ async def test_a_full_server_answers_429_with_retry_after(limited_backend: Local
     assert never.status_code == 400 and never.json()["error"]["param"] == "n"  # could never fit
 
 
+@pytest.mark.slow
 async def test_output_past_max_request_tokens_is_a_400(limited_backend: LocalBackend) -> None:
     body = {"messages": HI, "max_tokens": 300, "logprobs": True, "top_logprobs": 20}  # 300 x 21 > 4096
     response = await _chat(limited_backend, body)
@@ -329,6 +336,7 @@ async def test_output_past_max_request_tokens_is_a_400(limited_backend: LocalBac
 # ---- item 6: training settings --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "param"),
     [

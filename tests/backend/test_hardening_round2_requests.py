@@ -58,6 +58,7 @@ def _tool(name: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]
 # ---- High 1: the tool count is checked before any tool, duplicates found in one pass ----------
 
 
+@pytest.mark.slow
 async def test_thirty_thousand_tools_are_refused_at_once_without_freezing_health(
     local_backend: LocalBackend,
 ) -> None:
@@ -71,6 +72,7 @@ async def test_thirty_thousand_tools_are_refused_at_once_without_freezing_health
     assert worst < HEALTH_LATENCY_S and seconds < 5, (seconds, worst)
 
 
+@pytest.mark.slow
 async def test_duplicate_tool_names_are_named_within_the_cap(local_backend: LocalBackend) -> None:
     tools = [_tool(f"t{i % 60}") for i in range(120)]  # 60 names twice, within --max-tools (128)
     response = await _chat(local_backend, {"messages": HI, "tools": tools, "max_tokens": 1})
@@ -114,6 +116,7 @@ async def test_a_plain_completion_is_answered_while_forced_calls_compile(local_b
     assert still_compiling == len(forced), (plain_s, total_s)  # before: answered only once a compile ended
 
 
+@pytest.mark.slow
 async def test_a_forced_call_joining_too_many_schema_bytes_is_a_400(local_backend: LocalBackend) -> None:
     wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}}  # ~50 KB
     tools = [_tool(f"t{i}", wide) for i in range(3)]
@@ -126,6 +129,7 @@ async def test_a_forced_call_joining_too_many_schema_bytes_is_a_400(local_backen
 # ---- Low: no request gets a 500 ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_five_thousand_digit_step_and_a_huge_model_name_are_short_404s(local_backend: LocalBackend) -> None:
     async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as http:
         registered = await http.post("/art/models", json={"name": "digits", "project": "p", "base_model": MODEL})
@@ -138,6 +142,7 @@ async def test_a_five_thousand_digit_step_and_a_huge_model_name_are_short_404s(l
     assert "3000000 characters" in huge.json()["error"]["message"]
 
 
+@pytest.mark.slow
 async def test_tiny_temperatures_with_logprobs_report_finite_numbers(local_backend: LocalBackend) -> None:
     for stream in (False, True):
         body = {"messages": HI, "max_tokens": 3, "temperature": 1e-30, "logprobs": True, "top_logprobs": 2,
@@ -153,6 +158,7 @@ async def test_tiny_temperatures_with_logprobs_report_finite_numbers(local_backe
     assert penalty.status_code == 400 and penalty.json()["error"]["param"] == "repetition_penalty", penalty.text
 
 
+@pytest.mark.slow
 async def test_chat_template_kwargs_cannot_replace_the_templates_own_variables(local_backend: LocalBackend) -> None:
     for key in ("bos_token", "eos_token", "messages", "add_generation_prompt", "raise_exception"):
         response = await _chat(local_backend, {"messages": HI, "max_tokens": 1,
@@ -164,6 +170,7 @@ async def test_chat_template_kwargs_cannot_replace_the_templates_own_variables(l
     assert allowed.status_code == 200, allowed.text
 
 
+@pytest.mark.slow
 async def test_logit_bias_is_bounded_and_each_id_given_once(local_backend: LocalBackend) -> None:
     # 98,304 keys with leading zeros were all accepted and stored in every record.
     flood = {"0" * (i % 5) + str(i): 1 for i in range(98_304)}
@@ -173,6 +180,7 @@ async def test_logit_bias_is_bounded_and_each_id_given_once(local_backend: Local
     assert twice.status_code == 400 and "twice" in twice.text, twice.text
 
 
+@pytest.mark.slow
 def test_two_host_headers_are_refused(local_backend: LocalBackend) -> None:
     # The guard checked the last Host header while the app used the first.
     port = int(local_backend.base_url.rsplit(":", 1)[1])

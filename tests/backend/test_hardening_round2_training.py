@@ -83,6 +83,7 @@ def _big_train_body(trajectories: int) -> bytes:
     return ('{"groups": [{"trajectories": [' + ",".join([one] * trajectories) + "]}]}").encode()
 
 
+@pytest.mark.slow
 async def test_a_big_train_body_never_freezes_health(capped_backend: LocalBackend) -> None:
     # The report's request: 60 MB to /art/models/nobody/train froze /health 13.7 s, then a 404.
     body = _big_train_body(300_000)  # 36 MB, within --max-train-request-bytes (64 MiB)
@@ -96,6 +97,7 @@ async def test_a_big_train_body_never_freezes_health(capped_backend: LocalBacken
     assert worst_unknown < HEALTH_LATENCY_S and worst_known < HEALTH_LATENCY_S, (worst_unknown, worst_known)
 
 
+@pytest.mark.slow
 async def test_group_metadata_nested_past_the_parser_limit_is_a_400(capped_backend: LocalBackend) -> None:
     metadata: dict[str, Any] = {"a": 1}
     for _ in range(300):
@@ -109,6 +111,7 @@ async def test_group_metadata_nested_past_the_parser_limit_is_a_400(capped_backe
 # ---- High 3: how long a step may pause inference is bounded ------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("route", "change", "param", "what"),
     [
@@ -153,6 +156,7 @@ async def test_a_retry_of_a_body_without_ids_is_replayed_not_refused(capped_back
 # ---- High 5: exports are confined, and force never deletes a folder an export did not write ----
 
 
+@pytest.mark.slow
 async def test_export_out_is_confined_and_force_replaces_only_an_export(
     capped_backend: LocalBackend, export_root: Path, tmp_path: Path
 ) -> None:

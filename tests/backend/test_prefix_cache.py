@@ -146,10 +146,12 @@ async def assert_cached_equals_uncached(cached: TorchEngine, plain: TorchEngine)
     assert plain.stats.prefix_cache_hits == 0 and plain.stats.prefix_cache_max_bytes == 0
 
 
+@pytest.mark.slow
 async def test_reused_prefixes_give_the_uncached_logprobs(engines: tuple[TorchEngine, TorchEngine]) -> None:
     await assert_cached_equals_uncached(*engines)
 
 
+@pytest.mark.slow
 async def test_a_group_shares_one_prefill_and_sampling_matches(engines: tuple[TorchEngine, TorchEngine]) -> None:
     cached, plain = engines
     prompt = render(cached, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Add 40 and 2."}])
@@ -164,6 +166,7 @@ async def test_a_group_shares_one_prefill_and_sampling_matches(engines: tuple[To
         assert max(abs(x - y) for x, y in zip(choice.logprobs, reference.logprobs, strict=True)) < 1e-5
 
 
+@pytest.mark.slow
 async def test_keys_are_per_adapter_step_and_a_reload_invalidates(
     engines: tuple[TorchEngine, TorchEngine], model_path: Path, tmp_path: Path
 ) -> None:
@@ -199,6 +202,7 @@ async def test_keys_are_per_adapter_step_and_a_reload_invalidates(
         await plain.unload_adapter("name@4")
 
 
+@pytest.mark.slow
 async def test_tiny_qwen3_reuses_prefixes_with_the_uncached_logprobs() -> None:
     from tests.helpers.families_support import tiny_qwen3_path
 

@@ -168,6 +168,7 @@ async def _chat(http: httpx.AsyncClient, messages: list[dict[str, Any]], **body:
     return {"response": response.json(), "record": record.json()}
 
 
+@pytest.mark.slow
 async def test_logit_bias_makes_the_greedy_completion_that_token(
     http: httpx.AsyncClient, model_path_tokenizer: Any
 ) -> None:
@@ -182,6 +183,7 @@ async def test_logit_bias_makes_the_greedy_completion_that_token(
     assert out["record"]["logit_bias"] == {str(first[0]): -100.0}
 
 
+@pytest.mark.slow
 async def test_min_tokens_prevents_an_early_stop(http: httpx.AsyncClient, model_path_tokenizer: Any) -> None:
     eos = model_path_tokenizer.convert_tokens_to_ids("<|im_end|>")
     plain = (await _chat(http, SHORT, temperature=0, max_tokens=16))["record"]["choices"][0]
@@ -192,6 +194,7 @@ async def test_min_tokens_prevents_an_early_stop(http: httpx.AsyncClient, model_
     assert out["response"]["usage"]["completion_tokens"] >= 8 and out["record"]["min_tokens"] == 8
 
 
+@pytest.mark.slow
 async def test_frequency_penalty_breaks_a_greedy_repetition_loop(http: httpx.AsyncClient) -> None:
     loop = await _chat(http, LOOP, temperature=0, max_tokens=40)
     assert loop["response"]["choices"][0]["finish_reason"] == "length"
@@ -201,6 +204,7 @@ async def test_frequency_penalty_breaks_a_greedy_repetition_loop(http: httpx.Asy
     assert out["response"]["usage"]["completion_tokens"] < 20
 
 
+@pytest.mark.slow
 async def test_recorded_logprobs_are_of_the_adjusted_distribution(
     http: httpx.AsyncClient, model_path_tokenizer: Any
 ) -> None:
@@ -232,6 +236,7 @@ async def test_recorded_logprobs_are_of_the_adjusted_distribution(
     assert max(abs(a - b) for a, b in zip(choice["logprobs"], plain, strict=True)) > 0.1  # not the raw model's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "param", "fragment"),
     [
@@ -259,6 +264,7 @@ async def test_bad_sampling_fields_are_400_naming_the_field(
     assert error["param"] == param and fragment in error["message"] and param in error["message"]
 
 
+@pytest.mark.slow
 async def test_harmless_fields_are_accepted_and_top_k_minus_one_is_off(http: httpx.AsyncClient) -> None:
     out = await _chat(
         http, SHORT, temperature=0, max_tokens=2, user="u1", metadata={"k": "v"}, store=False,
@@ -267,6 +273,7 @@ async def test_harmless_fields_are_accepted_and_top_k_minus_one_is_off(http: htt
     assert out["record"]["top_k"] == 0
 
 
+@pytest.mark.slow
 async def test_chat_openai_with_sampling_settings(local_backend: LocalBackend) -> None:
     from langchain_openai import ChatOpenAI
 

@@ -34,6 +34,7 @@ def _async_client(backend: LocalBackend) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=backend.openai_base_url, api_key="unused", max_retries=0)
 
 
+@pytest.mark.slow
 def test_sync_sdk_plain_chat(local_backend: LocalBackend) -> None:
     with _sync_client(local_backend) as client:
         response = client.chat.completions.create(model=MODEL, messages=HELLO, temperature=0, max_tokens=6)
@@ -144,6 +145,7 @@ async def test_n_seed_stop_and_json_response_format(local_backend: LocalBackend)
     assert set(data) == {"city"} and isinstance(data["city"], str)
 
 
+@pytest.mark.slow
 async def test_models_list_and_health(local_backend: LocalBackend) -> None:
     async with httpx.AsyncClient(base_url=local_backend.base_url) as http:
         assert (await http.get("/health")).json() == {"status": "ok"}

@@ -20,6 +20,7 @@ MODEL = "smollm2-135m-instruct"
 KEY = "test-key-123"
 
 
+@pytest.mark.slow
 async def test_api_key_is_enforced_and_restart_keeps_registry_and_records(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     async with FakeLocalBackend(run_dir=run_dir, api_key=KEY) as backend:

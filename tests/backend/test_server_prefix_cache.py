@@ -35,6 +35,7 @@ async def engine_stats(http: httpx.AsyncClient) -> dict[str, Any]:
     return dict((await http.get("/art/stats")).json()["engine"])
 
 
+@pytest.mark.slow
 async def test_shared_prefixes_and_later_turns_are_served_from_the_cache(local_backend: LocalBackend) -> None:
     async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=300) as http:
         before = await engine_stats(http)

@@ -33,6 +33,7 @@ async def _record(backend: LocalBackend, completion_id: str) -> dict[str, Any]:
     return response.json()
 
 
+@pytest.mark.slow
 async def test_text_reply_renders_and_decodes_as_the_chat_route(local_backend: LocalBackend) -> None:
     """``instructions`` + string input == system + user messages: same prompt ids, same greedy text."""
     client = _client(local_backend)
@@ -56,6 +57,7 @@ async def test_text_reply_renders_and_decodes_as_the_chat_route(local_backend: L
     assert record["choices"][0]["completion_token_ids"] == chat_record["choices"][0]["completion_token_ids"]
 
 
+@pytest.mark.slow
 async def test_forced_call_and_its_output_round_trip_as_chat_messages(local_backend: LocalBackend) -> None:
     """A named ``tool_choice`` is constrained to the tool's schema; sending the call and its output back
     renders the same prompt as the chat route's assistant ``tool_calls`` + ``tool`` messages."""
@@ -88,6 +90,7 @@ async def test_forced_call_and_its_output_round_trip_as_chat_messages(local_back
     assert followed.output_text == chat.choices[0].message.content
 
 
+@pytest.mark.slow
 async def test_json_schema_text_format_constrains_the_reply(local_backend: LocalBackend) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
               "required": ["city"], "additionalProperties": False}  # fmt: skip
@@ -102,6 +105,7 @@ async def test_json_schema_text_format_constrains_the_reply(local_backend: Local
     assert response.text is not None and response.text.format.type == "json_schema"
 
 
+@pytest.mark.slow
 async def test_streamed_events_reassemble_to_the_plain_reply(local_backend: LocalBackend) -> None:
     """The event sequence OpenAI sends, numbered; the deltas join to the non-streamed text; the
     record (stream: true) is written before ``response.completed`` / ``response.incomplete``."""
@@ -128,6 +132,7 @@ async def test_streamed_events_reassemble_to_the_plain_reply(local_backend: Loca
     assert [round(x, 4) for x in record["choices"][0]["logprobs"]] == [round(lp.logprob, 4) for lp in logprobs]
 
 
+@pytest.mark.slow
 async def test_streamed_forced_call(local_backend: LocalBackend) -> None:
     client = _client(local_backend)
     stream = await client.responses.create(
@@ -145,6 +150,7 @@ async def test_streamed_forced_call(local_backend: LocalBackend) -> None:
     assert record["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "param", "says"),
     [
@@ -177,6 +183,7 @@ async def test_unsupported_is_a_400_naming_it(
     assert error["param"] == param and says in error["message"], error
 
 
+@pytest.mark.slow
 async def test_limits_are_the_chat_routes(local_backend: LocalBackend) -> None:
     """``max_output_tokens`` past the context is refused as chat's ``max_tokens`` is."""
     async with httpx.AsyncClient(base_url=local_backend.openai_base_url) as http:
@@ -186,6 +193,7 @@ async def test_limits_are_the_chat_routes(local_backend: LocalBackend) -> None:
     assert unknown.status_code == 404
 
 
+@pytest.mark.slow
 async def test_a_streamed_langchain_turn_on_the_responses_api_links_to_its_record(local_backend: LocalBackend) -> None:
     """``ChatOpenAI(use_responses_api=True, streaming=True)`` parses our events into a message whose id is
     the response id, which the trajectory handler keeps as the turn's completion id."""

@@ -133,6 +133,7 @@ async def test_tool_call_round_trip_answers_from_the_tool_result(local_backend: 
     )
 
 
+@pytest.mark.slow
 async def test_tool_choice_none_returns_text_only(local_backend: LocalBackend) -> None:
     client = _client(local_backend)
     response = await client.chat.completions.create(

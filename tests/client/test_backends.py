@@ -12,6 +12,7 @@ from art_adapters import BackendRequestError, BackendUnavailableError, LocalBack
 from tests.helpers.fake_backend import FakeBackend
 
 
+@pytest.mark.slow
 async def test_local_backend_serves_and_reports_its_url(local_backend: LocalBackend) -> None:
     assert local_backend.base_url.startswith("http://127.0.0.1:")
     assert await local_backend.health()
@@ -40,6 +41,7 @@ async def test_error_status_becomes_backend_request_error(fake_backend: FakeBack
     assert "never-registered" in str(info.value)
 
 
+@pytest.mark.slow
 async def test_local_backend_that_cannot_start_says_why(tmp_path: Path) -> None:
     backend = LocalBackend(run_dir=tmp_path, base_model="no-such-model-anywhere", startup_timeout=120)
     with pytest.raises(BackendUnavailableError, match="exited with code") as info:
@@ -48,6 +50,7 @@ async def test_local_backend_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert backend.process is None
 
 
+@pytest.mark.slow
 async def test_killed_backend_is_reported_and_close_is_safe(tmp_path: Path) -> None:
     backend = LocalBackend(run_dir=tmp_path)
     await backend.start()
@@ -61,6 +64,7 @@ async def test_killed_backend_is_reported_and_close_is_safe(tmp_path: Path) -> N
     assert backend.process is None
 
 
+@pytest.mark.slow
 async def test_close_stops_the_subprocess(tmp_path: Path) -> None:
     async with LocalBackend(run_dir=tmp_path) as backend:
         process = backend.process

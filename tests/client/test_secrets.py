@@ -15,6 +15,7 @@ from art_adapters.observe._config import ObserveConfig
 KEY = "s3cret-key-123"
 
 
+@pytest.mark.slow
 def test_local_backend_passes_its_key_by_environment(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path, api_key=KEY, extra_args=["--max-n", "4"])
     command = backend._command(tmp_path / "port")
@@ -23,6 +24,7 @@ def test_local_backend_passes_its_key_by_environment(tmp_path: Path) -> None:
     assert backend._environment()["ART_ADAPTERS_API_KEY"] == KEY
 
 
+@pytest.mark.slow
 def test_local_backend_without_a_key_does_not_inherit_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key in the user's environment would make the child demand a key this client never sends."""
     monkeypatch.setenv("ART_ADAPTERS_API_KEY", "from-the-shell")

@@ -126,6 +126,7 @@ def _readme_command(out: Path) -> list[str]:
     return shlex.split(line)
 
 
+@pytest.mark.slow
 async def test_adapter_export_reloads_with_peft_and_gives_the_engines_logits(
     tiny_base: Path, tiny_run: Path, prompt_ids: torch.Tensor, engine_logits: dict[str, torch.Tensor],
     tmp_path: Path,
@@ -155,6 +156,7 @@ async def test_adapter_export_reloads_with_peft_and_gives_the_engines_logits(
     assert AutoTokenizer.from_pretrained(str(out)).chat_template == template
 
 
+@pytest.mark.slow
 async def test_merged_export_reloads_with_transformers_and_gives_the_engines_logits(
     tiny_run: Path, prompt_ids: torch.Tensor, engine_logits: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
@@ -181,6 +183,7 @@ async def test_merged_export_reloads_with_transformers_and_gives_the_engines_log
     assert diff0.abs().max().item() < TOLERANCE
 
 
+@pytest.mark.slow
 def test_readme_has_the_exact_vllm_line_with_files_that_exist(
     tiny_base: Path, tiny_run: Path, tmp_path: Path
 ) -> None:
@@ -217,6 +220,7 @@ def test_vllm_line_without_parsers_and_with_reasoning(tmp_path: Path) -> None:
     assert thinking[thinking.index("--max-lora-rank") + 1] == "64"
 
 
+@pytest.mark.slow
 def test_bad_input_is_a_clear_error_and_leaves_nothing_behind(tiny_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pytest.raises(ExportNotFoundError, match="'nobody' is not registered .*registered: tiny"):
@@ -248,6 +252,7 @@ def test_bad_input_is_a_clear_error_and_leaves_nothing_behind(tiny_run: Path, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or old folder left
 
 
+@pytest.mark.slow
 def test_a_broken_checkpoint_fails_without_a_half_written_folder(tiny_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -263,6 +268,7 @@ def test_a_broken_checkpoint_fails_without_a_half_written_folder(tiny_run: Path,
     assert list(exports.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_run_without_serving_settings_falls_back_and_says_so(tiny_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -273,6 +279,7 @@ def test_a_run_without_serving_settings_falls_back_and_says_so(tiny_run: Path, t
     assert "had no `serving.json`" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_cli_exports_and_reports_errors(tiny_run: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "cli-out"
@@ -293,6 +300,7 @@ def test_cli_exports_and_reports_errors(tiny_run: Path, tmp_path: Path) -> None:
     assert helped.exit_code == 0 and "--merged" in helped.output and "vllm serve" in helped.output
 
 
+@pytest.mark.slow
 def test_a_missing_base_model_folder_is_named(tiny_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from art_adapters.apps._forced_call import bound_schema
 from tests.helpers.families_support import SYSTEM, Family
@@ -18,6 +19,7 @@ PARAMETERS = {
 }
 
 
+@pytest.mark.slow
 async def test_a_bounded_forced_call_finishes_within_its_bounds(family: Family) -> None:
     tool = {"type": "function", "function": {"name": "tag_note", "description": "Tag a note.",
                                              "parameters": bound_schema(PARAMETERS, 8, 2)}}  # fmt: skip

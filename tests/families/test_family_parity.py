@@ -137,6 +137,7 @@ async def recorded_prompt(family: Family, body: dict[str, Any]) -> list[int]:
     return list(record["prompt_token_ids"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(REQUESTS))
 async def test_recorded_prompt_is_the_chat_templates_rendering(
     family: Family, kind: str, request: pytest.FixtureRequest
@@ -149,6 +150,7 @@ async def test_recorded_prompt_is_the_chat_templates_rendering(
     assert got == expected, f"{family.name} / {kind}: " + _diff(family, expected, got)
 
 
+@pytest.mark.slow
 async def test_template_kwargs_and_history_change_the_rendering(family: Family) -> None:
     """The parity cases can fail: their variations render differently where the template says so."""
     plain = family.render({"messages": REQUESTS["plain"]["messages"]})
@@ -166,6 +168,7 @@ async def test_template_kwargs_and_history_change_the_rendering(family: Family) 
     assert '{"mode": "rad", "verbose": false}' in multi
 
 
+@pytest.mark.slow
 async def test_the_server_serves_with_the_familys_template_and_parsers(family: Family) -> None:
     run_dir = Path(family.backend.run_dir)
     settings = json.loads((run_dir / "serving.json").read_text())

@@ -55,6 +55,7 @@ async def check_record(
         assert choice["tool_call_ids"] == ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tool_choice", "names"),
     [
@@ -84,6 +85,7 @@ async def test_forced_calls_parse_into_tool_calls(family: Family, tool_choice: A
     await check_record(family, reply["id"], body, call_ids)
 
 
+@pytest.mark.slow
 async def test_a_streamed_forced_call_parses_into_tool_call_deltas(family: Family) -> None:
     body = {"model": family.base_model, "messages": MESSAGES, "tools": [ADD, SET_MODE],
             "tool_choice": {"type": "function", "function": {"name": "add"}}, "max_tokens": 64,
@@ -117,6 +119,7 @@ async def test_a_streamed_forced_call_parses_into_tool_call_deltas(family: Famil
     await check_record(family, completion_id, body, [[call["id"]]])
 
 
+@pytest.mark.slow
 async def test_a_forced_call_with_thinking_off_follows_the_prompts_empty_block(family: Family) -> None:
     """With ``enable_thinking`` false the prompt ends in Qwen3's empty thinking block: the call comes next."""
     body = {"model": family.base_model, "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory
 from art_adapters._loop import LoopConfig, train_loop
 from art_adapters._runner import RunConfig
@@ -16,6 +18,7 @@ from art_adapters._scorers import verifiable_scorer
 from art_adapters._trajectory import Message, load_groups
 
 
+@pytest.mark.slow
 async def test_rollouts_in_flight_during_a_real_step_resume_after_it(local_backend: LocalBackend, tmp_path: Path) -> None:
     model = TrainableModel(name="pipe-real", project="loop-tests")
     await model.register(local_backend)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import openai
+import pytest
 from art_adapters_backend.training.data import build_sequences
 
 from art_adapters import LocalBackend, Trajectory, TrajectoryGroup
@@ -14,6 +15,7 @@ from art_adapters._trajectory import Message
 IM_END = 2  # <|im_end|> of the bundled SmolLM2 (its EOS)
 
 
+@pytest.mark.slow
 async def test_eos_in_record_not_in_text_and_multi_turn_is_one_sequence(local_backend: LocalBackend) -> None:
     client = openai.AsyncOpenAI(base_url=local_backend.openai_base_url, api_key="unused", max_retries=0)
     model = "smollm2-135m-instruct"

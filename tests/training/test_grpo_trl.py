@@ -168,6 +168,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", CASES, ids=lambda c: repr(c.model_dump(exclude_defaults=True)))
 def test_loss_matches_trl_compute_loss(tiny: tuple[str, object], config: TrainConfig) -> None:
     trainer = _trainer(tiny, config)
@@ -197,6 +198,7 @@ NEW_LOSS_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", NEW_LOSS_CASES, ids=lambda c: repr(c.model_dump(exclude_defaults=True)))
 def test_cispo_and_sapo_match_trl_compute_loss(tiny: tuple[str, object], config: TrainConfig) -> None:
     trainer = _trainer(tiny, config)
@@ -217,6 +219,7 @@ def test_cispo_and_sapo_match_trl_compute_loss(tiny: tuple[str, object], config:
         assert ours.kl_sum / ours.tokens == pytest.approx(trl_metrics["kl"], abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [TrainConfig(), TrainConfig(loss_type="cispo", cispo_epsilon_high=1.1), TrainConfig(loss_type="sapo"),
