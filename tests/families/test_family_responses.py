@@ -60,7 +60,7 @@ async def test_forced_call_in_the_familys_syntax(family: Family) -> None:
     client = openai.AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
     response = await client.responses.create(
         model=family.base_model, instructions=SYSTEM, input="What is 2 + 3?", tools=[ADD],
-        tool_choice={"type": "function", "name": "add"}, max_output_tokens=48, temperature=1.0,
+        tool_choice={"type": "function", "name": "add"}, max_output_tokens=256, temperature=1.0,
     )  # fmt: skip
     await client.close()
     calls = [item for item in response.output if item.type == "function_call"]
@@ -81,7 +81,7 @@ async def test_a_streamed_forced_call_has_no_reasoning_item_and_the_same_record(
     client = openai.AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
     stream = await client.responses.create(
         model=family.base_model, instructions=SYSTEM, input="What is 2 + 3?", tools=[ADD],
-        tool_choice="required", max_output_tokens=48, temperature=1.0, stream=True,
+        tool_choice="required", max_output_tokens=256, temperature=1.0, stream=True,
     )  # fmt: skip
     events = [event async for event in stream]
     await client.close()

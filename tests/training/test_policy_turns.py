@@ -47,7 +47,8 @@ async def test_a_graph_with_a_reviewer_model_trains_only_the_policys_turns(
     for trajectory in trajectories:
         assert trajectory.error is None
         turns = [m for m in trajectory.messages if m.role == "assistant"]
-        assert [m.model for m in turns] == [model.name, "reviewer-x", model.name]
+        # the backend answers a bare name as the exact checkpoint that sampled (name@step)
+        assert [m.model for m in turns] == [f"{model.name}@0", "reviewer-x", f"{model.name}@0"]
         assert all(m.generated for m in turns)
         assert turns[1].content == REVIEW and turns[1].completion_id is None
         sampled[trajectory.id] = []
