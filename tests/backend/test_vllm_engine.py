@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
+import socketserver
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,9 +29,11 @@ from art_adapters_backend.engine.base import Constraint, GenerationRequest, Samp
 from art_adapters_backend.engine.constraint import ConstraintError
 from art_adapters_backend.engine.text import TextTracker
 from art_adapters_backend.engine.vllm_engine import (
+    LOCAL_URL,
     VllmEngine,
     constraint_grammar,
     eos_token_ids,
+    private_socket_dir,
     structured_outputs,
     vllm_serve_command,
 )
@@ -135,14 +140,19 @@ def test_vllm_serve_gets_the_family_flags(
 ) -> None:
     """``vllm serve`` renders with the run's template file and parses with the family's parsers."""
     template = tmp_path / "chat_template.jinja"
+    uds = private_socket_dir() / "vllm.sock"
     command = vllm_serve_command(
-        "/models/m", port=8123, family_flags=families[name].vllm_flags(template), extra_args=["--seed", "1"],
+        "/models/m", uds=uds, family_flags=families[name].vllm_flags(template), extra_args=["--seed", "1"],
         launcher=["vllm"],
     )  # fmt: skip
     assert command[:3] == ["vllm", "serve", "/models/m"]
     assert command[-(len(expected) + 4) :] == ["--chat-template", str(template), *expected, "--seed", "1"]
     assert ("--enable-auto-tool-choice" in command) == bool(expected)
-    for flag, value in [("--port", "8123"), ("--host", "127.0.0.1"), ("--served-model-name", "base"),
+    # A Unix socket in a folder of ours, no TCP port: other local users cannot reach /sleep or /wake_up.
+    assert "--port" not in command and "--host" not in command
+    assert stat.S_IMODE(uds.parent.stat().st_mode) == 0o700
+    uds.parent.rmdir()
+    for flag, value in [("--uds", str(uds)), ("--served-model-name", "base"),
                         ("--logprobs-mode", "processed_logprobs"), ("--max-loras", "8")]:  # fmt: skip
         assert command[command.index(flag) + 1] == value
     assert "--enable-lora" in command and "--enable-sleep-mode" in command
@@ -320,9 +330,10 @@ def test_text_is_cut_like_the_torch_engines(smollm2_tokenizer: Any, stop: tuple[
 
 
 class FakeVllm:
-    """A stand-in for vLLM's OpenAI server on 127.0.0.1: records requests, answers in vLLM's shapes."""
+    """A stand-in for vLLM's OpenAI server on 127.0.0.1, or on the Unix socket ``uds`` as
+    ``vllm serve --uds`` runs: records requests, answers in vLLM's shapes."""
 
-    def __init__(self) -> None:
+    def __init__(self, uds: Path | None = None) -> None:
         self.requests: list[tuple[str, dict[str, Any] | None]] = []
         self.reply: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] = lambda body: (500, {})
         fake = self
@@ -343,8 +354,13 @@ class FakeVllm:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server: socketserver.BaseServer
+        if uds is not None:
+            self.server = socketserver.ThreadingUnixStreamServer(str(uds), Handler)
+            self.url = LOCAL_URL
+        else:
+            self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -353,7 +369,7 @@ class FakeVllm:
 
     def close(self) -> None:
         self.server.shutdown()
-        self.server.server_close()
+        self.server.server_close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -489,3 +505,41 @@ async def test_adapters_and_sleep_use_the_documented_endpoints(
         ("/wake_up", None),
         ("/v1/unload_lora_adapter", {"lora_name": "m@1"}),
     ]
+
+
+def test_the_socket_folder_is_private_whatever_the_umask() -> None:
+    old = os.umask(0)
+    try:
+        folder = private_socket_dir()
+    finally:
+        os.umask(old)
+    try:
+        assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    finally:
+        folder.rmdir()
+
+
+async def test_requests_go_over_the_unix_socket_and_close_removes_its_folder(smollm2_tokenizer: Any) -> None:
+    """As ``VllmEngine.load`` wires it: every call, ``/sleep`` and ``/wake_up`` included, over the socket."""
+    folder = private_socket_dir()
+    uds = folder / "vllm.sock"
+    fake = FakeVllm(uds=uds)
+    fake.reply = lambda body: (200, _completion(_choice(smollm2_tokenizer, "hi")))
+    engine = VllmEngine(Path("."), smollm2_tokenizer, None, LOCAL_URL, context_length=4096,
+                        eos_token_ids={int(smollm2_tokenizer.eos_token_id)}, api_key="k", uds=uds,
+                        socket_dir=folder)  # fmt: skip
+    try:
+        assert stat.S_ISSOCK(uds.stat().st_mode)
+        await engine.load_adapter("m@1", Path("/ckpt/1"))
+        async with engine.paused():
+            pass
+        request = GenerationRequest([1, 2, 3], SamplingParams(max_tokens=4))
+        [seq] = await engine.generate(request)
+        assert seq.text == "hi" and seq.eos
+    finally:
+        await engine.close()
+        fake.close()
+    assert [path for path, _ in fake.requests] == [
+        "/v1/load_lora_adapter", "/sleep?level=1", "/wake_up", "/v1/completions"
+    ]
+    assert not folder.exists()

@@ -7,14 +7,16 @@ allowed-token mask before each step and accepting the token sampled.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import BadRequestError
+from ..errors import BadRequestError, ServerBusyError
 from .base import Constraint
 
 if TYPE_CHECKING:
@@ -37,13 +39,22 @@ class GrammarCache:
     whitespace (``", "`` and ``": "`` separators), so the model cannot pad forever, and with the
     schema's properties only (strict mode).
 
-    Thread-safe: the server validates constraints on its threads, the decode loop uses them.
+    Thread-safe. :meth:`compile_async` compiles on the cache's own ``threads`` (not the event
+    loop's default pool, so slow compiles never delay other work) with at most ``max_waiting``
+    compiles running or queued; :meth:`close` stops those threads.
     """
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, stop_token_ids: list[int], size: int = 64
-    ) -> None:
-        """Build the tokenizer's xgrammar view (vocab_size = the model's logits width)."""
+        self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, stop_token_ids: list[int], size: int = 64,
+        *, threads: int = 1, max_waiting: int = 8,
+    ) -> None:  # fmt: skip
+        """Build the tokenizer's xgrammar view (vocab_size = the model's logits width).
+
+        Raises:
+            ValueError: ``threads`` or ``max_waiting`` is below 1.
+        """
+        if threads < 1 or max_waiting < 1:
+            raise ValueError(f"threads and max_waiting must be at least 1, got {threads} and {max_waiting}")
         import xgrammar as xgr
 
         self.vocab_size = vocab_size
@@ -54,6 +65,43 @@ class GrammarCache:
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grammar-compile")
+        self.max_waiting = max_waiting
+        self._waiting = 0  # compiles submitted and not finished (under _lock)
+
+    async def compile_async(self, constraint: Constraint) -> xgr.CompiledGrammar:
+        """:meth:`compile` on the cache's own threads (a cached grammar is answered at once).
+
+        Raises:
+            ConstraintError: as :meth:`compile`.
+            ServerBusyError: ``max_waiting`` compiles are already running or queued (a 429).
+        """
+        key = _key(constraint)
+        with self._lock:
+            if key is not None and key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            if self._waiting >= self.max_waiting:
+                raise ServerBusyError(
+                    f"{self._waiting} output constraints (tool_choice, response_format) are being compiled; "
+                    "retry shortly", retry_after=1,
+                )  # fmt: skip
+            self._waiting += 1
+        try:
+            future = self._executor.submit(self.compile, constraint)
+        except RuntimeError as exc:  # after close()
+            self._done(None)
+            raise RuntimeError("the grammar cache is closed") from exc
+        future.add_done_callback(self._done)  # counted until it ends, even if the caller gives up
+        return await asyncio.wrap_future(future)
+
+    def _done(self, _future: Future[Any] | None) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+    def close(self) -> None:
+        """Let the compile threads end once the compiles already queued are done; take no new ones."""
+        self._executor.shutdown(wait=False)
 
     def compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
         """The compiled grammar for ``constraint``.
@@ -68,7 +116,7 @@ class GrammarCache:
             schema_text = json.dumps(constraint.json_schema)
         except (TypeError, ValueError) as exc:
             raise ConstraintError(f"the JSON schema is not JSON-serialisable: {exc}") from exc
-        key = json.dumps([schema_text, constraint.prefix, constraint.suffix])
+        key = json.dumps([schema_text, constraint.prefix, constraint.suffix])  # as _key
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -94,6 +142,14 @@ class GrammarCache:
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         return compiled
+
+
+def _key(constraint: Constraint) -> str | None:
+    """The cache key of ``constraint`` (``None``: its schema is not JSON; :meth:`compile` says so)."""
+    try:
+        return json.dumps([json.dumps(constraint.json_schema), constraint.prefix, constraint.suffix])
+    except (TypeError, ValueError):
+        return None
 
 
 def _literal(text: str) -> Any:

@@ -180,6 +180,7 @@ class TorchEngine:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
+        self._grammars.close()
         error = EngineClosedError("the engine was closed")
         for row in list(self._pending) + self._prefill_rows + list(self._batch.rows):
             row.job.fail(error)
@@ -252,8 +253,8 @@ class TorchEngine:
         """
         self._validate(request)
         compiled = None
-        if request.constraint is not None:  # milliseconds, more for big schemas: off the event loop
-            compiled = await asyncio.to_thread(self._grammars.compile, request.constraint)
+        if request.constraint is not None:  # milliseconds to seconds: on the cache's own bounded pool
+            compiled = await self._grammars.compile_async(request.constraint)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[SequenceDelta | BaseException | None] = asyncio.Queue()
 

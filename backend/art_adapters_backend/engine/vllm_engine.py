@@ -16,9 +16,9 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -42,11 +42,13 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = [
+    "LOCAL_URL",
     "VllmEngine",
     "constraint_grammar",
     "sampling_body",
     "structured_outputs",
     "vllm_available",
+    "private_socket_dir",
     "vllm_environment",
     "vllm_serve_command",
 ]
@@ -54,6 +56,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SERVED_BASE = "base"
+#: The base URL of requests over vLLM's Unix socket (the host name is only sent as ``Host``).
+LOCAL_URL = "http://vllm.local"
 
 #: ``SamplingParams`` fields sent under the same name as vLLM's completions parameters, with the
 #: value that means "off" (not sent). ``top_k`` is off at 0 or below, ``logit_bias`` when empty.
@@ -69,7 +73,7 @@ _EXTRA_SAMPLING: tuple[tuple[str, Any], ...] = (
 def vllm_serve_command(
     model_path: str | Path,
     *,
-    port: int,
+    uds: str | Path,
     family_flags: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     max_lora_rank: int = 64,
@@ -78,7 +82,8 @@ def vllm_serve_command(
 ) -> list[str]:
     """The ``vllm serve`` command line (pure: nothing is looked up but ``launcher``'s default).
 
-    On 127.0.0.1 only, with ``--enable-lora``, ``--enable-sleep-mode``, ``--logprobs-mode
+    On the Unix socket ``uds`` only (vLLM's ``--uds``: no TCP port; ``--host`` and ``--port`` would be
+    ignored), with ``--enable-lora``, ``--enable-sleep-mode``, ``--logprobs-mode
     processed_logprobs`` (the sampled token's log-prob after temperature), the model family's own flags
     (``--chat-template`` with the run's ``chat_template.jinja``, ``--enable-auto-tool-choice
     --tool-call-parser P``, ``--reasoning-parser R``: passed so the server is the one a checkpoint is
@@ -91,7 +96,7 @@ def vllm_serve_command(
 
     Args:
         model_path: the base model folder.
-        port: the port on 127.0.0.1.
+        uds: the socket's path, in a folder only this user can enter (:func:`private_socket_dir`).
         family_flags: the model family's flags (:meth:`~..model_family.ModelFamily.vllm_flags`);
             with ``--reasoning-parser`` among them, constraints also apply while reasoning.
         extra_args: more ``vllm serve`` flags, appended last.
@@ -107,7 +112,7 @@ def vllm_serve_command(
     if "--reasoning-parser" in family_flags:
         structured["enable_in_reasoning"] = True
     return [
-        *launcher, "serve", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+        *launcher, "serve", str(model_path), "--uds", str(uds),
         "--served-model-name", SERVED_BASE,
         "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(max_loras),
         "--enable-sleep-mode", "--logprobs-mode", "processed_logprobs",
@@ -235,10 +240,31 @@ def _error_message(response: httpx.Response) -> str:
     return response.text[:500]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def private_socket_dir() -> Path:
+    """A new folder for vLLM's socket, mode ``0o700`` (whatever the umask): only this user can connect."""
+    folder = Path(tempfile.mkdtemp(prefix="art-vllm-"))
+    folder.chmod(0o700)
+    return folder
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], uds: Path, timeout: float, log: str) -> None:
+    """Poll ``GET /health`` over the socket until 200 (blocking).
+
+    Raises:
+        RuntimeError: the process exited, or it was not healthy within ``timeout`` seconds (then killed).
+    """
+    deadline = time.monotonic() + timeout
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(uds)), base_url=LOCAL_URL, timeout=2) as http:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with code {process.returncode}; see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if http.get("/health").status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"vllm serve did not become healthy within {timeout:.0f} s")
+            time.sleep(1.0)
 
 
 class VllmEngine:
@@ -260,10 +286,10 @@ class VllmEngine:
     prompt ids are exactly what vLLM saw, and tools, ``tool_choice``, ``response_format`` and reasoning
     are handled once, in :mod:`..chat`, for both engines.
 
-    Access: runtime LoRA loading and the dev endpoints are on, so the server gets a fresh random API key
-    at every start, sent as ``Authorization: Bearer`` with every request here. vLLM checks it on the
-    ``/v1`` routes (inference, ``load_lora_adapter``); ``/sleep``, ``/wake_up`` and ``/health`` stay open
-    to local users, so it is bound to 127.0.0.1 only.
+    Access: runtime LoRA loading and the dev endpoints are on. vLLM checks its API key (a fresh random
+    one at every start, sent as ``Authorization: Bearer`` here) only on the ``/v1`` routes, so it serves
+    on a Unix socket (``uds``) in a ``0o700`` folder of ours, not on a TCP port: no other local user can
+    reach ``/sleep`` or ``/wake_up``. The folder (``socket_dir``) is removed by :meth:`close`.
 
     Limits of this thin path: streaming yields each choice in one delta; a constrained choice ends with
     the EOS token vLLM samples once the grammar is complete (the torch engine stops without sampling
@@ -273,7 +299,8 @@ class VllmEngine:
     def __init__(self, model_path: Path, tokenizer: PreTrainedTokenizerBase,
                  process: subprocess.Popen[bytes] | None, base_url: str, context_length: int,
                  eos_token_ids: set[int], *, api_key: str | None = None, sleep_timeout_s: float = 300.0,
-                 wake_timeout_s: float = 300.0, wake_attempts: int = 3) -> None:  # fmt: skip
+                 wake_timeout_s: float = 300.0, wake_attempts: int = 3, uds: str | Path | None = None,
+                 socket_dir: Path | None = None) -> None:  # fmt: skip
         self.model_path = model_path
         self.tokenizer = tokenizer
         self.process = process
@@ -284,7 +311,9 @@ class VllmEngine:
         self.wake_timeout_s = wake_timeout_s
         self.wake_attempts = max(1, wake_attempts)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=600, headers=headers)
+        self.socket_dir = socket_dir
+        transport = httpx.AsyncHTTPTransport(uds=str(uds)) if uds is not None else None
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=600, headers=headers, transport=transport)
         self._awake = asyncio.Event()
         self._awake.set()
         self._asleep_error: str | None = None  # why the last wake-up failed; requests get a 503
@@ -297,10 +326,11 @@ class VllmEngine:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def load(cls, path: Path, *, port: int | None = None, family_flags: Sequence[str] = (),
+    def load(cls, path: Path, *, family_flags: Sequence[str] = (),
              extra_args: Sequence[str] = (), startup_timeout: float = 900.0, max_lora_rank: int = 64,
              max_loras: int = 8, log_path: Path | None = None) -> VllmEngine:  # fmt: skip
-        """Start ``vllm serve`` on ``path`` and wait for ``/health`` (blocking; call it in a thread).
+        """Start ``vllm serve`` on ``path`` on a private Unix socket and wait for ``/health`` (blocking;
+        call it in a thread).
 
         ``family_flags`` are the model family's ``vllm serve`` flags (its chat template file and
         parsers, :meth:`~..model_family.ModelFamily.vllm_flags`); ``max_loras`` (vLLM's
@@ -315,42 +345,35 @@ class VllmEngine:
         reason = vllm_available()
         if reason is not None:
             raise RuntimeError(f"the vLLM engine cannot start: {reason}; use --engine torch")
-        port = port or _free_port()
+        socket_dir = private_socket_dir()
+        uds = socket_dir / "vllm.sock"
         command = vllm_serve_command(
-            path, port=port, family_flags=family_flags, extra_args=extra_args,
+            path, uds=uds, family_flags=family_flags, extra_args=extra_args,
             max_lora_rank=max_lora_rank, max_loras=max_loras,
         )  # fmt: skip
         api_key = secrets.token_urlsafe(32)  # a new one at every start; only this process knows it
         env = vllm_environment(api_key)
         log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - the child keeps it
         logger.info("starting vLLM: %s", " ".join(command))
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        base_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited with code {process.returncode}; see {log_path or 'its log'}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"vllm serve did not become healthy within {startup_timeout:.0f} s")
-            time.sleep(1.0)
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            _wait_healthy(process, uds, startup_timeout, str(log_path or "its log"))
+        except BaseException:
+            shutil.rmtree(socket_dir, ignore_errors=True)
+            raise
         tokenizer = load_tokenizer(path)
         auth = {"Authorization": f"Bearer {api_key}"}
-        info = httpx.get(f"{base_url}/v1/models", timeout=10, headers=auth).json()["data"][0]
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(uds)), base_url=LOCAL_URL, timeout=10) as http:
+            info = http.get("/v1/models", headers=auth).json()["data"][0]
         context_length = int(info.get("max_model_len") or tokenizer.model_max_length)
-        return cls(path, tokenizer, process, base_url, context_length, eos_token_ids(path, tokenizer),
-                   api_key=api_key)  # fmt: skip
+        return cls(path, tokenizer, process, LOCAL_URL, context_length, eos_token_ids(path, tokenizer),
+                   api_key=api_key, uds=uds, socket_dir=socket_dir)  # fmt: skip
 
     async def start(self) -> None:
         """Nothing to start: the vLLM process is already serving."""
 
     async def close(self) -> None:
-        """Stop the vLLM process and close the client."""
+        """Stop the vLLM process, close the client and remove the socket's folder."""
         await self._http.aclose()
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
@@ -359,6 +382,8 @@ class VllmEngine:
                 await asyncio.to_thread(process.wait, 30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def stats(self) -> EngineStats:
         """Counters of the requests this engine sent."""
