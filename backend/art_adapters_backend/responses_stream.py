@@ -25,6 +25,7 @@ from .responses import (
     usage,
 )
 from .responses_types import ResponsesRequest
+from .streaming import start_deltas
 
 if TYPE_CHECKING:
     from .state import ServerState
@@ -213,16 +214,7 @@ async def open_response_stream(
     so a request the engine refuses gets a JSON error, not a broken stream). ``on_close`` runs once
     the iterator is finished or closed."""
     events = _Events(body, prepared, state)
-    deltas = state.engine.stream(prepared.generation).__aiter__()
-    try:
-        first: SequenceDelta | None = await deltas.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        aclose = getattr(deltas, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        raise
+    deltas, first = await start_deltas(prepared, state)
 
     async def stream() -> AsyncIterator[str]:
         try:

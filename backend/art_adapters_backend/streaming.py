@@ -180,6 +180,26 @@ class _Stream:
         return out
 
 
+async def start_deltas(
+    prepared: PreparedChat, state: ServerState
+) -> tuple[AsyncIterator[SequenceDelta], SequenceDelta | None]:
+    """Start the engine's delta stream and await its first delta (``None`` if it ends at once).
+
+    Awaited before a route answers, so a request the engine refuses still gets a JSON error
+    instead of a broken stream; on such a failure the engine's iterator is closed.
+    """
+    deltas = state.engine.stream(prepared.generation).__aiter__()
+    try:
+        return deltas, await deltas.__anext__()
+    except StopAsyncIteration:
+        return deltas, None
+    except BaseException:
+        aclose = getattr(deltas, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+
+
 async def open_stream(
     prepared: PreparedChat, state: ServerState, on_close: Callable[[], None] | None = None
 ) -> AsyncIterator[str]:
@@ -196,16 +216,7 @@ async def open_stream(
     returned iterator is finished or closed (not when this function raises).
     """
     stream = _Stream(prepared, state)
-    deltas = state.engine.stream(prepared.generation).__aiter__()
-    try:
-        first: SequenceDelta | None = await deltas.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        aclose = getattr(deltas, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        raise
+    deltas, first = await start_deltas(prepared, state)
 
     async def events() -> AsyncIterator[str]:
         try:
