@@ -67,7 +67,14 @@ async def test_async_sdk_streaming_reassembles_to_the_greedy_answer(local_backen
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == [plain.choices[0].finish_reason]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
-    assert chunks[-1].usage.model_dump() == plain.usage.model_dump() if plain.usage else False
+    assert plain.usage is not None
+    streamed_usage = chunks[-1].usage
+    # The same counts; the streamed request repeats the prompt, so the prefix cache holds all of it.
+    assert (streamed_usage.prompt_tokens, streamed_usage.completion_tokens, streamed_usage.total_tokens) == (
+        plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens
+    )
+    assert streamed_usage.prompt_tokens_details is not None
+    assert streamed_usage.prompt_tokens_details.cached_tokens == streamed_usage.prompt_tokens
     assert all(c.usage is None for c in chunks[:-1])
     streamed_logprobs = [
         e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content or []
