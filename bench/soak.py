@@ -33,11 +33,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import random
 import statistics
 import tempfile
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -163,32 +165,44 @@ class Soak:
     async def probe(self, deadline: float | None, samples: int | None = None) -> dict[str, list[float]]:
         """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*).
 
-        The prober runs in a thread of its own with a blocking client, so the clients' event loop
-        in this process cannot delay it: the latencies are the server's.
+        The prober runs in a process of its own (:func:`probe_loop`): a thread here would share this
+        process's GIL with the clients (building and sending their big bodies), and the latencies
+        must be the server's.
         """
-        return await asyncio.to_thread(self._probe, deadline, samples)
-
-    def _probe(self, deadline: float | None, samples: int | None) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {"health": [], "small": []}
-        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=120) as http:
-            while (deadline is None or time.monotonic() < deadline) and (
-                samples is None or len(out["small"]) < samples
-            ):
-                # every probe counts, whatever its answer: a refused probe is part of the percentiles
-                for name, send in (("health", lambda: http.get("/health")),
-                                   ("small", lambda: http.post("/v1/chat/completions", json=self.chat("soak@1", 1)))):
-                    started = time.perf_counter()
-                    try:
-                        response = send()
-                        code: int | str = response.status_code
-                    except httpx.HTTPError as exc:
-                        response, code = None, type(exc).__name__
-                    out[name].append(time.perf_counter() - started)
-                    self.codes[f"probe_{name}"][code] += 1
-                    if name == "small" and response is not None and code == 200:
-                        self.completion_ids.append(response.json()["id"])
-                time.sleep(0.5)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            out, codes, ids = await asyncio.get_running_loop().run_in_executor(
+                pool, probe_loop, self.base_url, self.headers, self.chat("soak@1", 1), deadline, samples
+            )
+        for name, counted in codes.items():
+            self.codes[name].update(counted)
+        self.completion_ids += ids
         return out
+
+
+def probe_loop(
+    base_url: str, headers: dict[str, str], small: dict[str, Any], deadline: float | None, samples: int | None
+) -> tuple[dict[str, list[float]], dict[str, Counter[int | str]], list[str]]:
+    """The prober's process: latencies per probe, status counts per probe, completion ids."""
+    out: dict[str, list[float]] = {"health": [], "small": []}
+    codes: dict[str, Counter[int | str]] = defaultdict(Counter)
+    ids: list[str] = []
+    with httpx.Client(base_url=base_url, headers=headers, timeout=120) as http:
+        while (deadline is None or time.monotonic() < deadline) and (samples is None or len(out["small"]) < samples):
+            # every probe counts, whatever its answer: a refused probe is part of the percentiles
+            for name, send in (("health", lambda: http.get("/health")),
+                               ("small", lambda: http.post("/v1/chat/completions", json=small))):  # fmt: skip
+                started = time.perf_counter()
+                try:
+                    response = send()
+                    code: int | str = response.status_code
+                except httpx.HTTPError as exc:
+                    response, code = None, type(exc).__name__
+                out[name].append(time.perf_counter() - started)
+                codes[f"probe_{name}"][code] += 1
+                if name == "small" and response is not None and code == 200:
+                    ids.append(response.json()["id"])
+            time.sleep(0.5)
+    return out, dict(codes), ids
 
 
 async def prepare(backend: aa.Backend) -> None:
@@ -233,6 +247,7 @@ async def run(args: argparse.Namespace) -> None:
             pid = local.process.pid if local is not None and local.process is not None else None
             memory_before = rss_mb(pid)
             deadline = time.monotonic() + args.seconds
+            print(f"idle measured; attacking for {args.seconds:.0f} s", flush=True)
             clients = [soak.client(deadline, seed) for seed in range(args.clients)]
             results = await asyncio.gather(soak.probe(deadline), *clients)
             attack = results[0]
