@@ -286,6 +286,10 @@ async def run(args: argparse.Namespace) -> None:
     if memory_before and memory_after:
         growth = (memory_after - memory_before) / memory_before
         print(f"server memory {memory_before:.0f} -> {memory_after:.0f} MiB: {growth:+.1%} (goal < 10%)")
+    if stats.get("gc"):
+        pauses = stats["gc"]
+        print(f"server garbage collections by generation {pauses['collections']}, longest pause "
+              f"{pauses['longest_pause_ms']} ms, {pauses['frozen_objects']} objects frozen at startup")  # fmt: skip
     print(f"open adapter leases after the run (goal 0): {sum(leases.values()) if leases else 0}")
     print(f"acknowledged records not readable (goal 0): {lost} of {len(soak.completion_ids)}")
     print(f"samples: idle {len(idle['small'])}, under attack {len(attack['small'])} one-token completions; "

@@ -17,6 +17,7 @@ from .adapters import AdapterCache
 from .admission import AdmissionGate
 from .chat_template import ChatTemplate
 from .checkpoint_leases import CheckpointLeases
+from .gc_pauses import PAUSES
 from .model_family import ModelFamily, resolve_model_family
 from .records import RecordStore
 from .registry import Registry
@@ -181,6 +182,7 @@ class ServerState:
             "records": len(self.records),
             "models": len(self.registry.list()),
             "uptime_s": round(time.time() - self.started, 3),
+            "gc": PAUSES.stats(),
         }
 
     async def close(self) -> None:
