@@ -20,7 +20,7 @@ from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
 
 from .app import create_app
 from .config import ServeConfig
-from .gc_pauses import freeze_startup_heap
+from .gc_pauses import tune_pauses
 from .state import EngineFactory, ServerState, TrainerFactory
 
 __all__ = ["run_server", "serve"]
@@ -95,7 +95,7 @@ async def serve(
         raise
     try:
         app = create_app(state)
-        freeze_startup_heap()  # full collections no longer walk the model and libraries (/health stalls)
+        tune_pauses()  # collections no longer walk the model and libraries; 1 ms GIL hand-overs (/health)
         uv_config = uvicorn.Config(
             app,
             log_level=config.log_level,
