@@ -399,8 +399,10 @@ def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
 
 @pytest.mark.slow
 async def test_a_short_request_is_admitted_before_longer_ones_that_wait(model_path: Path) -> None:
-    """With the only batch slot busy, a one-token request queued after a long one runs first;
-    a request that has waited MAX_WAIT_S goes before shorter ones (no starvation)."""
+    """With the only batch slot busy, a shorter request queued after a long one runs first;
+    a request that has waited MAX_WAIT_S goes before shorter ones (no starvation). A one-token
+    request takes no slot at all (its prefill gives its token): it finishes first, preempting
+    nobody."""
     from art_adapters_backend.engine import torch_engine
 
     threads = torch.get_num_threads()
@@ -414,27 +416,31 @@ async def test_a_short_request_is_admitted_before_longer_ones_that_wait(model_pa
         await one.generate(GenerationRequest(ids, params))
         finished.append(name)
 
-    try:
+    async def race(short_tokens: int) -> None:
         busy = asyncio.create_task(run("busy", 24))
         await asyncio.sleep(0.2)  # the slot is taken
         long_wait = asyncio.create_task(run("long", 24))
         await asyncio.sleep(0.05)
-        short = asyncio.create_task(run("short", 1))
+        # 12 tokens: not far shorter than what the busy row has left (24 at most), so no preemption
+        short = asyncio.create_task(run("short", short_tokens))
         await asyncio.gather(busy, long_wait, short)
+
+    try:
+        await race(12)
         assert finished == ["busy", "short", "long"]
 
         finished.clear()
         saved, torch_engine.MAX_WAIT_S = torch_engine.MAX_WAIT_S, 0.0  # every waiting row counts as aged
         try:
-            busy = asyncio.create_task(run("busy", 24))
-            await asyncio.sleep(0.2)
-            long_wait = asyncio.create_task(run("long", 24))
-            await asyncio.sleep(0.05)
-            short = asyncio.create_task(run("short", 1))
-            await asyncio.gather(busy, long_wait, short)
+            await race(12)
         finally:
             torch_engine.MAX_WAIT_S = saved
         assert finished == ["busy", "long", "short"]  # aged rows keep their arrival order
+
+        finished.clear()
+        await race(1)
+        assert finished == ["short", "busy", "long"]
+        assert one.stats.preemptions == 0
     finally:
         await one.close()
         torch.set_num_threads(threads)

@@ -70,7 +70,8 @@ async def test_one_request_cannot_hold_every_row(small: TorchEngine) -> None:
 
     async def run_short() -> None:
         await started.wait()
-        await small.generate(GenerationRequest(prompt(small, "Hi"), SamplingParams(max_tokens=1)))
+        # two tokens: a one-token request needs no decode row (its prefill gives its token)
+        await small.generate(GenerationRequest(prompt(small, "Hi"), SamplingParams(max_tokens=2)))
         order.append("short")
 
     [interrupted, _] = await asyncio.wait_for(asyncio.gather(run_long(), run_short()), timeout=600)

@@ -16,7 +16,7 @@ import torch
 
 from .base import FinishReason, GenerationRequest, SequenceDelta
 from .constraint import ConstrainedDecoder
-from .kv_cache import growing_cache, pad_left, stack_left_padded
+from .kv_cache import growing_cache, stack_left_padded
 from .prefix_cache import KVLayers, PrefixCache
 from .sampling import LogitAdjuster, SampledToken, sample_next, sample_plain
 from .text import TextTracker
@@ -85,6 +85,7 @@ class Row:
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache
     looked_up: bool = False
     ready_logits: torch.Tensor | None = None  # [V]: the whole prompt was cached, with its logits
+    ran: int = 0  # decode steps since the row was last admitted (the scheduler's quantum)
 
     @property
     def adapter(self) -> str:
@@ -228,15 +229,29 @@ class Batch:
         return joined, self._join(joined, joined_logits)
 
     def _join(self, joined: list[Row], logits: list[torch.Tensor]) -> list[Row]:
-        """Merge prefilled rows into the batch and sample their first token; returns those that finished."""
-        width = max(row.computed for row in joined)
-        stacked = stack_left_padded([row.past for row in joined if row.past is not None], width)
-        new_mask = torch.zeros((len(joined), width), dtype=torch.long, device=self.device)
-        for i, row in enumerate(joined):
+        """Sample prefilled rows' first token and merge those still going into the batch.
+
+        Returns the rows that finished at once (a one-token request): they never enter the
+        batch, so serving them copies none of its keys and values.
+        """
+        finished = self._sample(joined, torch.stack(logits))
+        gone = {id(row) for row in finished}
+        for row in finished:
+            if self.prefix_cache.enabled and row.past is not None and row.generated[:-1] and not row.job.cancelled:
+                # a resumed row that ended: its conversation so far, for a later turn (as drop() does)
+                self.prefix_cache.store(row.scope, row.context()[: row.position], row.past)
+            row.past = None
+        going = [row for row in joined if id(row) not in gone]
+        if not going:
+            return finished
+        width = max(row.computed for row in going)
+        stacked = stack_left_padded([row.past for row in going if row.past is not None], width)
+        new_mask = torch.zeros((len(going), width), dtype=torch.long, device=self.device)
+        for i, row in enumerate(going):
             new_mask[i, width - row.computed :] = 1
             row.past = None
-        self._merge(joined, stacked, new_mask)
-        return self._sample(joined, torch.stack(logits))
+        self._merge(going, stacked, new_mask)
+        return finished
 
     def decode(self) -> list[Row]:
         """One decode step for every active row. Returns the rows that finished."""
@@ -245,6 +260,7 @@ class Batch:
         positions = torch.tensor([[row.position] for row in self.rows], dtype=torch.long, device=self.device)
         for row in self.rows:
             row.position += 1
+            row.ran += 1
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
         logits = self._forward(
             self.rows,
@@ -375,10 +391,7 @@ class Batch:
         assert self.mask is not None
         width = max(self.mask.shape[1], mask.shape[1])
         for old, (keys, values) in zip(self.cache.layers, layers, strict=True):
-            old.assign(
-                torch.cat([pad_left(old.keys, width), pad_left(keys, width)], dim=0),
-                torch.cat([pad_left(old.values, width), pad_left(values, width)], dim=0),
-            )
+            old.append_rows(keys, values)
         self.mask = torch.cat([_pad_left_mask(self.mask, width), _pad_left_mask(mask, width)], dim=0)
         self.rows.extend(new_rows)
 

@@ -72,9 +72,33 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self._kbuf[:, :, : length - start], self._vbuf[:, :, : length - start]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only the rows ``indices``."""
-        if self.keys is not None and self.keys.numel():
-            self.assign(self.keys.index_select(0, indices), self.values.index_select(0, indices))
+        """Keep only the rows ``indices`` (one copy of their buffers, room to append kept)."""
+        if self._kbuf is None or self._vbuf is None or self.keys is None or not self.keys.numel():
+            return
+        length = self.keys.shape[2]
+        self._kbuf, self._vbuf = self._kbuf.index_select(0, indices), self._vbuf.index_select(0, indices)
+        self.keys, self.values = self._kbuf[:, :, :length], self._vbuf[:, :, :length]
+
+    def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Add rows ``[b, H, l, D]`` after the held ones, left-padding whichever side is shorter with zeros.
+
+        Each side is copied once, into a new buffer with room to append.
+        """
+        if self._kbuf is None or self.keys is None or self.values is None or not self.keys.numel():
+            self.assign(keys, values)
+            return
+        old_rows, heads, old_length, dim = self.keys.shape
+        width = max(old_length, keys.shape[2])
+        capacity = width + max(HEADROOM, width // 2)
+        kbuf = self.keys.new_empty((old_rows + keys.shape[0], heads, capacity, dim))
+        vbuf = torch.empty_like(kbuf)
+        for buf, old, new in ((kbuf, self.keys, keys), (vbuf, self.values, values)):
+            for part, states in ((buf[:old_rows], old), (buf[old_rows:], new)):
+                start = width - states.shape[2]
+                part[:, :, :start] = 0  # padding: masked, but must be finite (0 x NaN is NaN)
+                part[:, :, start:width] = states
+        self._kbuf, self._vbuf = kbuf, vbuf
+        self.keys, self.values = kbuf[:, :, :width], vbuf[:, :, :width]
 
 
 def growing_cache(layers: KVLayers | None, num_layers: int) -> Cache:

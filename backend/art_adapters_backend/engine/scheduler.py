@@ -12,7 +12,10 @@ from collections.abc import Sequence
 
 from .batch import Row
 
-__all__ = ["admit"]
+__all__ = ["QUANTUM_STEPS", "admit"]
+
+#: Decode steps a (re)admitted row runs before a shorter request may preempt it (no thrashing).
+QUANTUM_STEPS = 4
 
 
 def admit(
@@ -22,18 +25,26 @@ def admit(
     max_batch_size: int,
     *,
     max_wait_s: float,
+    quantum: int = QUANTUM_STEPS,
     now: float | None = None,
 ) -> tuple[list[Row], list[Row]]:
     """Choose waiting rows to admit and decoding rows to preempt for them.
 
     Order: rows whose request waited ``max_wait_s`` or more first, oldest first, so nothing
-    starves; the others by their request's ``max_tokens`` (then arrival), so a short request
-    (a one-token probe, a tool call) is not stuck behind long generations. Each request with
+    starves; the others by their request's ``max_tokens``, so a short request (a tool call) is
+    not stuck behind long generations; then preempted rows (holding keys and values) before
+    fresh ones, then arrival. Each request with
     rows running or waiting has a fair share of ``max_batch_size`` (divided equally, at least one
-    row): rows within their request's share are admitted first, then any others while room is
-    left. A request below its share with no room left takes a row from the request most over its
-    share (that request's newest row), which is preempted: it keeps its keys and values and waits
-    to resume. So one request with ``n = max_batch_size`` and long outputs cannot hold every row.
+    row; a request's ``n`` choices count as one request): rows within their request's share are
+    admitted first, then any others while room is left. A request below its share with no room
+    left takes a row from the request most over its share (that request's newest row). With more
+    requests than rows (every share one row), it takes the row with the most tokens left to
+    decode among those that decoded ``quantum`` steps since they were admitted, of a request
+    holding more rows than its own, when that row has more than twice its ``max_tokens`` left:
+    short requests are served between the steps of long ones (which resume when room frees). A
+    preempted row keeps its keys and values and waits to resume. A row with one token left (a
+    one-token request) is always admitted and counts against no share: the prefill that computes
+    its prompt gives its last token, so it never takes a decode row.
 
     Args:
         waiting: rows not admitted yet, in arrival order (none done or cancelled).
@@ -41,6 +52,7 @@ def admit(
         decoding: the rows of the decode batch.
         max_batch_size: the most rows admitted at once.
         max_wait_s: seconds after which a waiting request goes before shorter ones.
+        quantum: decode steps a row runs after its admission before a shorter request may preempt it.
         now: ``time.monotonic()`` (for tests).
 
     Returns:
@@ -48,14 +60,22 @@ def admit(
     """
     if not waiting:
         return [], []
+    arrival = list(waiting)
     now = time.monotonic() if now is None else now
-    running = [*prefilling, *decoding]
+    last = [row for row in waiting if _left(row) <= 1]  # a prefill gives their last token: no decode row
+    waiting = [row for row in waiting if _left(row) > 1]
+    if not waiting:
+        return last, []
+    running = [*(row for row in prefilling if _left(row) > 1), *decoding]  # a last token prefilled: no row
     room = max_batch_size - len(running)
 
-    def order(position: int) -> tuple[int, float, int]:
-        job = waiting[position].job
+    def order(position: int) -> tuple[int, float, int, int]:
+        row = waiting[position]
+        job = row.job
         aged = now - job.queued_at >= max_wait_s
-        return (0 if aged else 1, job.queued_at if aged else job.request.params.max_tokens, position)
+        # then rows that hold keys and values (preempted) before fresh ones: fewer rows hold memory
+        fresh = 1 if row.past is None else 0
+        return (0 if aged else 1, job.queued_at if aged else job.request.params.max_tokens, fresh, position)
 
     jobs = {id(row.job) for row in running} | {id(row.job) for row in waiting}
     share = max(1, max_batch_size // len(jobs))
@@ -71,17 +91,33 @@ def admit(
             chosen.add(i)
             held[id(waiting[i].job)] += 1
     victims: list[Row] = []
-    for i in ordered:  # below their share with no room: take rows from the most over theirs
-        job = id(waiting[i].job)
+    for i in ordered:  # below their share with no room: take rows from others
+        row = waiting[i]
+        job = id(row.job)
         if i in chosen or held[job] >= share:
             continue
-        candidates = [row for row in decoding if row not in victims and held[id(row.job)] > share]
-        if not candidates:
-            break
-        most = max(held[id(row.job)] for row in candidates)
-        victim = [row for row in candidates if held[id(row.job)] == most][-1]
+        candidates = [other for other in decoding if other not in victims and held[id(other.job)] > share]
+        if candidates:  # the request most over its share gives up its newest row
+            most = max(held[id(other.job)] for other in candidates)
+            victim = [other for other in candidates if held[id(other.job)] == most][-1]
+        else:  # every share taken: a row that had its quantum and has far more left to decode
+            limit = 2 * row.job.request.params.max_tokens
+            candidates = [
+                other for other in decoding
+                if other not in victims and other.ran >= quantum and held[id(other.job)] > held[job]
+                and _left(other) > limit
+            ]  # fmt: skip
+            if not candidates:
+                continue
+            victim = max(candidates, key=lambda other: (_left(other), held[id(other.job)]))
         victims.append(victim)
         held[id(victim.job)] -= 1
         chosen.add(i)
         held[job] += 1
-    return [waiting[i] for i in sorted(chosen)], victims
+    admitted = {id(row) for row in last} | {id(waiting[i]) for i in chosen}
+    return [row for row in arrival if id(row) in admitted], victims
+
+
+def _left(row: Row) -> int:
+    """Tokens ``row`` may still decode."""
+    return row.job.request.params.max_tokens - row.n_tokens

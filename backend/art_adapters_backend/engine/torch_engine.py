@@ -473,7 +473,11 @@ class TorchEngine:
                 try:
                     self._batch.drop([row for row in self._batch.rows if row.job.done or row.job.cancelled])
                     with self._cond:
-                        new_rows, victims = self._admit()
+                        try:
+                            new_rows, victims = self._admit()
+                        except Exception:  # the waiting requests fail below: no retrying them forever
+                            new_rows = [row for row in self._pending if not row.job.done]
+                            raise
                         self._prefilling = len(new_rows)
                     if victims:
                         self._preempt(victims)
@@ -505,6 +509,7 @@ class TorchEngine:
         self._pending = deque([row for row in waiting if id(row) not in taken] + victims)
         self._stats.preemptions += len(victims)
         for row in chosen:
+            row.ran = 0
             row.scope = f"{row.adapter}#{self._generations.get(row.adapter, 0)}"
         return chosen, victims
 
