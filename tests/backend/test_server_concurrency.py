@@ -122,4 +122,5 @@ async def test_full_collections_do_not_walk_the_model_and_libraries(local_backen
         pauses = (await http.get("/art/stats")).json()["gc"]
     assert pauses["frozen_objects"] >= 100_000, pauses
     assert pauses["switch_interval_ms"] == 1.0  # the event loop gets the GIL back from the engine's thread
+    assert pauses["full_collection_every"] == 100
     assert sum(pauses["collections"]) > 0, pauses
