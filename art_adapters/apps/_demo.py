@@ -116,6 +116,11 @@ class DemoConfig(BaseModel):
     loss: Literal["ppo", "cispo", "sapo"] = Field(
         default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
     )
+    loss_normalization: Literal["token", "sequence"] = Field(
+        default="token",
+        description="How per-token losses are averaged (TrainConfig.loss_normalization): token (DAPO: each "
+        "token weighs the same) or sequence (each rollout weighs the same).",
+    )
     dynamic_sampling: NonNegativeInt = Field(
         default=2,
         description="Dynamic sampling (DAPO, LoopConfig.dynamic_sampling): a step whose groups scored alike "
@@ -344,6 +349,7 @@ def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -
             num_iterations=config.passes,
             mini_batches=config.mini_batches,
             loss_type=config.loss,
+            **_normalization(config),
             seed=config.seed,
             retention=RetentionPolicy(keep_latest=1),
         ),
@@ -358,6 +364,13 @@ def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -
             retention=RetentionPolicy(keep_latest=1),
         ),
     )
+
+
+def _normalization(config: DemoConfig) -> dict[str, str]:
+    """``loss_normalization`` for TrainConfig: the flag's, except SAPO keeps its own unless it was set."""
+    if config.loss == "sapo" and "loss_normalization" not in config.model_fields_set:
+        return {}
+    return {"loss_normalization": config.loss_normalization}
 
 
 #: The SFT warm-up's learning rate: imitation of a few dozen demonstrations needs a larger step than GRPO.

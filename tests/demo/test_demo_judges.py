@@ -140,6 +140,27 @@ def test_the_table_shows_the_held_out_numbers_then_the_judge_rows(tmp_path: Path
     assert lines.index("rollouts 8 8") < lines.index("judge agreement (step 5 training) - 0.81")
 
 
+def test_the_table_shows_greedy_and_sampled_held_out_and_how_many_steps_trained() -> None:
+    sampled = {"correct_mean": 0.125, "add_call_ok_mean": 0.875, "answer_ok_mean": 0.125}
+    before = EvalReport(step=0, reward_mean=0.5, scored=48, trajectories=48, exceptions=0, metrics=sampled)
+    after = EvalReport(
+        step=8, reward_mean=0.9, scored=48, trajectories=48, exceptions=0,
+        metrics={"correct_mean": 0.875, "add_call_ok_mean": 1.0, "answer_ok_mean": 0.875},
+    )  # fmt: skip
+    greedy = (
+        {"correct_mean": 1 / 12, "add_call_ok_mean": 11 / 12, "answer_ok_mean": 1 / 12},
+        {"correct_mean": 1.0, "add_call_ok_mean": 1.0, "answer_ok_mean": 1.0},
+    )
+    console = Console(record=True, width=120)
+    console.print(results_table(before, after, greedy=greedy, sampled_label="T=1", steps="7 of 8"))
+    lines = [" ".join(line.translate(str.maketrans("│┃", "  ")).split()) for line in console.export_text().splitlines()]
+    assert "greedy: correct (add call and answer) 8% 100%" in lines
+    assert "greedy: correct add(a, b) call 92% 100%" in lines
+    assert "T=1: correct final answer 12% 88%" in lines
+    assert "T=1 rollouts 48 48" in lines and "GRPO steps trained - 7 of 8" in lines
+    assert lines.index("greedy: correct final answer 8% 100%") < lines.index("T=1: correct (add call and answer) 12% 88%")
+
+
 def test_a_hacking_warning_is_printed_as_one_yellow_line() -> None:
     warning = HackingWarning(
         signal="answer_length", step=3, values={"ratio": 3.0},
