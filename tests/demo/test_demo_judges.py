@@ -31,6 +31,7 @@ from art_adapters.apps._demo import (
 from art_adapters.apps._demo_agent import AddScenario, check
 from art_adapters.observe import MetricsHistory, group_metrics
 from tests.helpers.judge_server import JudgeServer
+from tests.helpers.oracle_judge import demo_oracle
 from tests.helpers.scripted_judges import judge_by
 
 VARIABLES = (
@@ -239,3 +240,31 @@ async def test_the_demo_scorer_keeps_the_check_beside_two_judges_and_the_table_s
         assert trajectory.metrics["independent_reward"] == check(trajectory, scenario)
     (checked,) = await demo_scorer([])([group], [scenario])
     assert [t.reward for t in checked.trajectories] == [1.0, 0.5, 0.5, 0.0]
+
+
+async def test_the_oracle_judge_scores_the_demo_rollouts_as_the_check_does_and_the_swapped_one_shuffles() -> None:
+    """The stand-in for a strong judge (tests/helpers/oracle_judge.py) through RULER over HTTP: its scores
+    are the demo's check on every trajectory, the worked example's question ignored; with ``swap=1`` every
+    group's scores are shuffled among its trajectories."""
+    scenario = AddScenario(id="q", a=57, b=38)
+    answers = [("57 + 38 = 95", True), ("12 + 30 = 42", True), ("95", False), ("The answer is 96.", True)]
+    group = TrajectoryGroup(trajectories=[rollout(scenario, text, call=call) for text, call in answers])
+    for trajectory in group.trajectories:  # the demo's prompt: the worked example before the question
+        trajectory.messages[:0] = [
+            Message(role="system", content="Use the add tool."),
+            Message(role="user", content="What is 12 + 30?"),
+            Message(role="assistant", content="12 + 30 = 42"),
+        ]
+    with JudgeServer() as server:
+        server.reset(default=demo_oracle())  # type: ignore[arg-type]
+        judge = ChatOpenAI(base_url=server.url, api_key="t", model="oracle", max_retries=0, temperature=0)
+        (scored,) = await demo_scorer([judge])([group], [scenario])
+        (request,) = server.requests
+    assert [t.reward for t in scored.trajectories] == [check(t, scenario) for t in group.trajectories]
+    assert [t.reward for t in scored.trajectories] == [1.0, 0.5, 0.5, 0.5]
+    swapped = demo_oracle(swap=1.0, seed=3)
+    orders = [[e["score"] for e in json.loads(swapped(request)["content"])["scores"]] for _ in range(6)]
+    assert all(sorted(o) == [0.5, 0.5, 0.5, 1.0] for o in orders) and any(o[0] != 1.0 for o in orders)
+    assert json.loads(demo_oracle(swap=0.0)(request)["content"]) == json.loads(
+        demo_oracle(swap=0.0, seed=9)(request)["content"]
+    )
