@@ -9,7 +9,10 @@ demo's defaults and one recipe part switched (``--configs``):
 - ``passes``: ``--passes`` passes over each step's rollouts, ``--mini-batches`` updates per pass;
 - ``seq-norm``: ``loss_normalization="sequence"`` (each rollout weighs the same) instead of per token;
 - ``lr-half``: half the learning rate;
-- ``imitation``: one SFT step on a scripted policy's runs first (``--scripted-imitation``; not RL).
+- ``imitation``: one SFT step on a scripted policy's runs first (``--scripted-imitation``; not RL);
+- ``oracle-judge``: RULER scores the groups, its judge an oracle served over HTTP on 127.0.0.1 that
+  scores by the task's own check (tests/helpers/oracle_judge.py), set only through the judge variables;
+- ``swapped-judge``: the same judge with 30% of its groups' scores shuffled.
 
 Printed: one row per run (greedy and T=1.0 held-out correct before and after, steps trained, seconds),
 then each configuration's mean and spread (min..max) over the seeds; ``--out``/learning.png plots them.
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -35,6 +40,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
 from art_adapters.apps._demo import DemoConfig, run_demo  # noqa: E402
+from tests.helpers.judge_server import JudgeServer  # noqa: E402
+from tests.helpers.oracle_judge import demo_oracle  # noqa: E402
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "recipe": {},
@@ -43,7 +50,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "seq-norm": {"loss_normalization": "sequence"},
     "lr-half": {},  # learning_rate = half the demo's
     "imitation": {},  # scripted_imitation=--scripted-imitation
+    "oracle-judge": {},  # a judge from the environment: the oracle
+    "swapped-judge": {},  # the oracle, 30% of its answers shuffled
 }
+
+#: The judge configurations' share of shuffled answers.
+JUDGE_SWAP = {"oracle-judge": 0.0, "swapped-judge": 0.3}
 
 #: The numbers kept per run: the greedy and sampled held-out correctness, before and after.
 COLUMNS = ("greedy_before", "greedy_after", "sampled_before", "sampled_after")
@@ -52,7 +64,8 @@ COLUMNS = ("greedy_before", "greedy_after", "sampled_before", "sampled_after")
 async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Train one configuration from the base model with ``seed``; its held-out numbers."""
     run_dir = out / f"{name}-s{seed}"
-    settings: dict[str, Any] = {"seed": seed, "no_judge": True, "threads": args.threads, **CONFIGS[name]}
+    judged = name in JUDGE_SWAP
+    settings: dict[str, Any] = {"seed": seed, "no_judge": not judged, "threads": args.threads, **CONFIGS[name]}
     if args.steps is not None:
         settings["steps"] = args.steps
     if name == "passes":
@@ -63,7 +76,12 @@ async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> 
         settings["scripted_imitation"] = args.scripted_imitation
     config = DemoConfig(run_dir=run_dir, **settings)
     started = time.monotonic()
-    with (out / f"{name}-s{seed}.log").open("w") as log:
+    with contextlib.ExitStack() as stack, (out / f"{name}-s{seed}.log").open("w") as log:
+        if judged:
+            server = stack.enter_context(JudgeServer())
+            server.reset(default=demo_oracle(swap=JUDGE_SWAP[name], seed=seed))  # type: ignore[arg-type]
+            os.environ.update(ART_ADAPTERS_JUDGE_MODEL="oracle", ART_ADAPTERS_JUDGE_BASE_URL=server.url)
+            stack.callback(os.environ.update, ART_ADAPTERS_JUDGE_MODEL="", ART_ADAPTERS_JUDGE_BASE_URL="")
         result = await run_demo(config, console=Console(file=log, width=140))
     return {
         "config": name,
