@@ -35,7 +35,6 @@ from art_adapters import (
     TrainableModel,
     TrainConfig,
     combined_scorer,
-    run_groups,
     train_loop,
     verifiable_scorer,
 )
@@ -52,6 +51,7 @@ from ._demo_agent import (
     make_scenarios,
     scripted_trajectories,
 )
+from ._demo_eval import GreedyEvals
 
 __all__ = [
     "DemoConfig",
@@ -301,17 +301,6 @@ def results_table(
     return table
 
 
-async def greedy_eval(agent: Any, held_out: Sequence[AddScenario]) -> dict[str, float]:
-    """The greedy agent's held-out means: ``correct_mean``, ``add_call_ok_mean``, ``answer_ok_mean``."""
-    groups = await run_groups(
-        make_rollout(agent), list(held_out), n=1, config=RunConfig(timeout_s=600.0, max_concurrency=16),
-        progress=False,
-    )  # fmt: skip
-    rows = [t.metrics for g in groups for t in g.trajectories]
-    keys = ("correct", "add_call_ok", "answer_ok")
-    return {f"{k}_mean": sum(r[k] for r in rows) / len(rows) for k in keys} if rows else {}
-
-
 def _print_warning(warning: HackingWarning, console: Console) -> None:
     """A reward-hacking warning as it is raised: one yellow line with its message and what to check."""
     console.print(f"[yellow]{escape(warning.line())}[/yellow]", highlight=False)
@@ -447,30 +436,35 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                 )
             loop_config = _loop_config(config, start, sft_file)
             greedy_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
-            sampled = config.eval_temperature > 0
-            greedy_before: dict[str, float] = {}
-            if sampled:
-                with console.status(f"evaluating step {start} greedily on held-out questions"):
-                    greedy_before = await greedy_eval(greedy_agent, held_out)
-                console.print(f"step {start}: greedy held-out correct {greedy_before['correct_mean']:.0%}")
-            with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
-                result = await train_loop(
-                    model, make_rollout(sampler), train,
-                    score=demo_scorer(judges), config=loop_config,
-                    val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
-                    on_step=lambda step: (_print_step(step, console), bar.next_step(step, loop_config.steps)),
-                    on_eval=lambda report: bar.evaluated(report, start),
-                    progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
-                )  # fmt: skip
-            if result.stopped:
-                console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
-            for line in result.where:
-                console.print(f"this run: {line}", highlight=False)
-            before, after = result.evals[0], result.evals[-1]
-            greedy_after: dict[str, float] = {}
-            if sampled:
-                with console.status(f"evaluating step {after.step} greedily on held-out questions"):
-                    greedy_after = await greedy_eval(greedy_agent, held_out)
+            greedy = GreedyEvals(model, tools, held_out, config.max_tokens) if config.eval_temperature > 0 else None
+            if greedy is not None:
+                await greedy.begin(start)
+
+            def stepped(report: StepReport) -> None:
+                _print_step(report, console)
+                bar.next_step(report, loop_config.steps)
+                if greedy is not None and report.trained and report.step >= loop_config.steps:
+                    greedy.last_step(report.step)  # beside the final sampled evaluation
+
+            try:
+                with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
+                    result = await train_loop(
+                        model, make_rollout(sampler), train,
+                        score=demo_scorer(judges), config=loop_config,
+                        val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
+                        on_step=stepped, on_eval=lambda report: bar.evaluated(report, start),
+                        progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
+                    )  # fmt: skip
+                if result.stopped:
+                    console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
+                for line in result.where:
+                    console.print(f"this run: {line}", highlight=False)
+                before, after = result.evals[0], result.evals[-1]
+                greedy_before, greedy_after = await greedy.results(after.step) if greedy is not None else ({}, {})
+            finally:
+                if greedy is not None:
+                    greedy.cancel()
+            sampled = greedy is not None
             grpo = [s for s in result.steps if not s.metrics.get("sft_warmup")]
             trained = sum(s.trained for s in grpo)
             label = f"T={config.eval_temperature:g}" if sampled else "greedy"
