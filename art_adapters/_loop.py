@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._batch_store import BatchStore
 from ._calibration import calibrate
+from ._dynamic_sampling import fill_batch
 from ._errors import ConfigError
 from ._hacking import HackingMonitor, HackingWarning, warnings_row
 from ._loop_config import EvalReport, LoopConfig, LoopResult, StepReport
@@ -466,13 +467,17 @@ async def train_loop(
                 run_eval=run_eval if val_scenarios else None, on_step=on_step, on_warning=on_warning,
             )  # fmt: skip
         while step < config.steps and result.stopped is None:
-            scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
-            groups = await scored_groups(
-                rollout, score, scenarios, batch=batch, step=step, config=config, telemetry=telemetry,
-                progress=progress,
+            draw = functools.partial(_draw, rollout, score, train_scenarios, step, config, telemetry, progress)
+            groups, scenarios = await draw(batch)
+            filled = await fill_batch(
+                groups, scenarios, draw=draw, batch=batch, groups_per_step=config.groups_per_step,
+                max_extra=config.dynamic_sampling,
             )  # fmt: skip
-            report = await train_step(model, groups, scenarios, batch=batch, step=step, config=config)
-            result.steps.append(record_step(config, report, groups, telemetry, monitor))
+            batch = filled.batch
+            report = await train_step(model, filled.groups, filled.scenarios, batch=batch, step=step, config=config)
+            if config.dynamic_sampling:
+                report.metrics.update(filled.metrics)
+            result.steps.append(record_step(config, report, filled.seen, telemetry, monitor))
             if on_step is not None:
                 on_step(report)
             for warning in report.warnings if on_warning is not None else ():
@@ -540,6 +545,24 @@ async def pipelined_steps(
     finally:
         await pipeline.close()
     return step
+
+
+async def _draw(
+    rollout: RolloutFn,
+    score: Scorer,
+    train_scenarios: Sequence[Any],
+    step: int,
+    config: LoopConfig,
+    telemetry: LoopTelemetry,
+    progress: Callable[[Any], None] | None,
+    batch: int,
+) -> tuple[list[TrajectoryGroup], list[Any]]:
+    """Batch ``batch`` of the training scenarios, rolled out and scored (:func:`scored_groups`)."""
+    scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
+    groups = await scored_groups(
+        rollout, score, scenarios, batch=batch, step=step, config=config, telemetry=telemetry, progress=progress
+    )
+    return groups, scenarios
 
 
 def _metrics_file(config: LoopConfig) -> Path | None:

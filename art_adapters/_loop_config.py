@@ -61,6 +61,13 @@ class LoopConfig(BaseModel):
             scored groups with a reward spread are ready. A group sampled from checkpoint ``s``
             trains at step ``t`` only if ``t - s <= k``, else it is dropped and counted
             (``dropped_stale`` in the step's row). See docs/training.md.
+        dynamic_sampling: dynamic sampling as in DAPO, for the sequential loop: when fewer than
+            ``groups_per_step`` of a step's groups have a reward spread (a group whose rollouts
+            all score alike carries no GRPO signal), the next batches of scenarios are rolled out
+            and scored, at most this many per step, until enough have one; the step trains on
+            ``groups_per_step`` of those. ``0`` (default): off. The step's row counts
+            ``dynamic_batches``, ``zero_variance_groups`` and ``signal_groups``; its reward
+            statistics cover every group drawn. The pipelined loop always skips such groups.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -81,6 +88,7 @@ class LoopConfig(BaseModel):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     hacking: HackingMonitorConfig = Field(default_factory=HackingMonitorConfig)
     max_staleness: Count = 0
+    dynamic_sampling: NonNegativeInt = 0
 
     @model_validator(mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from ._batch_store import GroupStore
 from ._loop_config import LoopConfig
 from ._loop_telemetry import LoopTelemetry
 from ._runner import RolloutFn, RunProgress, run_groups
-from ._scorers import unscored_reason
+from ._scorers import has_spread, unscored_reason
 from ._trajectory import TrajectoryGroup
 
 __all__ = ["Pipeline", "ScoreFn", "StepGroups", "sampled_step"]
@@ -77,11 +77,6 @@ def sampled_step(group: TrajectoryGroup, policy: str, started_at: int) -> int:
             if at and name == policy and number.isdigit():
                 steps.append(int(number))
     return min(steps) if steps else started_at
-
-
-def _has_spread(group: TrajectoryGroup) -> bool:
-    rewards = [t.reward for t in group.trajectories if t.reward is not None]
-    return len(rewards) >= 2 and max(rewards) - min(rewards) > 1e-9
 
 
 class Pipeline:
@@ -212,7 +207,7 @@ class Pipeline:
 
     def _arrived(self, item: _Sampled) -> None:
         reason = unscored_reason(item.group)
-        if reason is None and _has_spread(item.group):
+        if reason is None and has_spread(item.group):
             self._ready.append(item)
             self._barren = 0
             return

@@ -16,7 +16,7 @@ from ._errors import ConfigError
 from ._trajectory import Trajectory, TrajectoryGroup
 from .ruler import JudgeChangeMonitor, RulerConfig, combine_rewards, judge_identity, ruler_score_groups
 
-__all__ = ["Scorer", "combined_scorer", "ruler_scorer", "unscored_reason", "verifiable_scorer"]
+__all__ = ["Scorer", "combined_scorer", "has_spread", "ruler_scorer", "unscored_reason", "verifiable_scorer"]
 
 
 class Scorer(Protocol):
@@ -47,6 +47,12 @@ def unscored_reason(group: TrajectoryGroup) -> str | None:
     if missing:
         return f"{missing} of {len(group.trajectories)} trajectories have no reward"
     return None
+
+
+def has_spread(group: TrajectoryGroup) -> bool:
+    """Whether ``group``'s rewards differ (at least two rewards, not all alike): a GRPO signal."""
+    rewards = [t.reward for t in group.trajectories if t.reward is not None]
+    return len(rewards) >= 2 and max(rewards) - min(rewards) > 1e-9
 
 
 def verifiable_scorer(reward: Callable[[Trajectory, Any], float]) -> Scorer:

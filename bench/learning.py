@@ -1,34 +1,37 @@
-"""Held-out reward against wall-clock on the demo's task, for several ways of training on the same rollouts.
+"""The demo's learning recipe, part by part: GRPO alone from the base model, each configuration over several seeds.
 
-Each configuration runs the demo's real path from the base model (the embedded backend, the
-LangGraph ReAct agent on the bundled calculator MCP server, exact tokens, GRPO via
-``train_loop``), with the same seeds, questions and step budget, evaluating on the held-out
-questions every ``--eval-every`` steps. Configurations (``--configs``):
+Each run is the demo's real path from the base model (the embedded backend, the LangGraph ReAct agent
+on the bundled calculator MCP server, exact tokens, GRPO via ``train_loop``, no demonstrations) with the
+demo's defaults and one recipe part switched (``--configs``):
 
-- ``single``: GRPO from the base model, one optimizer update per step (``num_iterations=1``);
+- ``recipe``: the demo's defaults (dynamic sampling, see ``DemoConfig``);
+- ``no-dynamic``: dynamic sampling off (a step whose groups all scored alike trains nothing);
 - ``passes``: ``--passes`` passes over each step's rollouts, ``--mini-batches`` updates per pass;
-- ``cispo``: ``loss_type="cispo"`` (ART's default), one pass;
-- ``sft``: an SFT warm-up on a scripted teacher's trajectories of training questions
-  (``--sft-examples``), then GRPO as ``single``: the demo's default.
+- ``seq-norm``: ``loss_normalization="sequence"`` (each rollout weighs the same) instead of per token;
+- ``lr-half``: half the learning rate;
+- ``imitation``: one SFT step on a scripted policy's runs first (``--scripted-imitation``; not RL);
+- ``oracle-judge``: RULER scores the groups, its judge an oracle served over HTTP on 127.0.0.1 that
+  scores by the task's own check (tests/helpers/oracle_judge.py), set only through the judge variables;
+- ``swapped-judge``: the same judge with 30% of its groups' scores shuffled.
 
-Printed: one table row per evaluation (configuration, step, seconds since the start, held-out
-correct and mean reward), then each configuration's time to reach ``single``'s final held-out score
-(the baseline measured in the same run) and the ratio to ``single``'s time; a PNG
-(``--out``/learning.png) plots held-out correctness against seconds. Heavy: run it alone (two model
-processes on 2 cores slow each other far more than 2x). Not part of the test suite's pass/fail.
+Printed: one row per run (greedy and T=1.0 held-out correct before and after, steps trained, seconds),
+then each configuration's mean and spread (min..max) over the seeds; ``--out``/learning.png plots them.
+Heavy: run it alone through the slot script. Not part of the test suite's pass/fail.
 
-Usage: ``./dev bench learning [--steps 8] [--configs single,passes,cispo,sft]``.
+Usage: ``./dev bench learning [--seeds 0,1,2] [--configs recipe,no-dynamic]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import statistics
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,94 +40,114 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
 from art_adapters.apps._demo import DemoConfig, run_demo  # noqa: E402
+from tests.helpers.judge_server import JudgeServer  # noqa: E402
+from tests.helpers.oracle_judge import demo_oracle  # noqa: E402
 
 CONFIGS: dict[str, dict[str, Any]] = {
-    "single": {},
-    "passes": {"passes": 2, "mini_batches": 2},
-    "cispo": {"loss": "cispo"},
-    "sft": {},  # sft_warmup=--sft-examples
+    "recipe": {},
+    "no-dynamic": {"dynamic_sampling": 0},
+    "passes": {},  # passes=--passes, mini_batches=--mini-batches
+    "seq-norm": {"loss_normalization": "sequence"},
+    "lr-half": {},  # learning_rate = half the demo's
+    "imitation": {},  # scripted_imitation=--scripted-imitation
+    "oracle-judge": {},  # a judge from the environment: the oracle
+    "swapped-judge": {},  # the oracle, 30% of its answers shuffled
 }
 
+#: The judge configurations' share of shuffled answers.
+JUDGE_SWAP = {"oracle-judge": 0.0, "swapped-judge": 0.3}
 
-def _evals(run_dir: Path, started: float) -> list[dict[str, Any]]:
-    """The run's held-out rows, with seconds since the configuration started."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    out = []
-    for row in rows:
-        if row.get("split") != "val":
-            continue
-        at = datetime.fromisoformat(row["time"]).timestamp()
-        out.append(
-            {
-                "step": row["step"],
-                "seconds": round(at - started, 1),
-                "correct": row.get("correct_mean"),
-                "reward": row.get("reward_mean"),
-            }
-        )
+#: The numbers kept per run: the greedy and sampled held-out correctness, before and after.
+COLUMNS = ("greedy_before", "greedy_after", "sampled_before", "sampled_after")
+
+
+async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Train one configuration from the base model with ``seed``; its held-out numbers."""
+    run_dir = out / f"{name}-s{seed}"
+    judged = name in JUDGE_SWAP
+    settings: dict[str, Any] = {"seed": seed, "no_judge": not judged, "threads": args.threads, **CONFIGS[name]}
+    if args.steps is not None:
+        settings["steps"] = args.steps
+    if name == "passes":
+        settings.update(passes=args.passes, mini_batches=args.mini_batches)
+    if name == "lr-half":
+        settings["learning_rate"] = DemoConfig.model_fields["learning_rate"].default / 2
+    if name == "imitation":
+        settings["scripted_imitation"] = args.scripted_imitation
+    config = DemoConfig(run_dir=run_dir, **settings)
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack, (out / f"{name}-s{seed}.log").open("w") as log:
+        if judged:
+            server = stack.enter_context(JudgeServer())
+            server.reset(default=demo_oracle(swap=JUDGE_SWAP[name], seed=seed))  # type: ignore[arg-type]
+            os.environ.update(ART_ADAPTERS_JUDGE_MODEL="oracle", ART_ADAPTERS_JUDGE_BASE_URL=server.url)
+            stack.callback(os.environ.update, ART_ADAPTERS_JUDGE_MODEL="", ART_ADAPTERS_JUDGE_BASE_URL="")
+        result = await run_demo(config, console=Console(file=log, width=140))
+    return {
+        "config": name,
+        "seed": seed,
+        "greedy_before": result.greedy_before.get("correct_mean"),
+        "greedy_after": result.greedy_after.get("correct_mean"),
+        "sampled_before": result.before.metrics.get("correct_mean"),
+        "sampled_after": result.after.metrics.get("correct_mean"),
+        "trained": result.trained_steps,
+        "untrained": result.untrained_steps,
+        "seconds": round(time.monotonic() - started),
+    }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Per configuration and column: (mean, min, max) over its seeds."""
+    out: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for name in dict.fromkeys(r["config"] for r in runs):
+        mine = [r for r in runs if r["config"] == name]
+        out[name] = {}
+        for column in (*COLUMNS, "seconds"):
+            values = [float(r[column]) for r in mine if r[column] is not None]
+            if values:
+                out[name][column] = (statistics.fmean(values), min(values), max(values))
     return out
 
 
-async def run_config(name: str, overrides: dict[str, Any], args: argparse.Namespace, out: Path) -> list[dict]:
-    """Train one configuration from the base model; its held-out evaluations."""
-    run_dir = out / name
-    settings = {
-        "steps": args.steps, "groups": args.groups, "rollouts": args.rollouts, "eval_size": args.eval_size,
-        "eval_samples": args.eval_samples, "eval_every": args.eval_every, "seed": args.seed, "no_judge": True,
-        "threads": args.threads, "sft_warmup": 0, **overrides,
-    }  # fmt: skip
-    if name == "passes":
-        settings.update(passes=args.passes, mini_batches=args.mini_batches)
-    if name == "sft":
-        settings.update(sft_warmup=args.sft_examples)
-    config = DemoConfig(run_dir=run_dir, **settings)
-    started = time.time()
-    with (out / f"{name}.log").open("w") as log:
-        await run_demo(config, console=Console(file=log, width=120))
-    return _evals(run_dir, started)
-
-
-def time_to(evals: list[dict], target: float) -> float | None:
-    """Seconds until a held-out correctness of at least ``target`` (``None``: never reached)."""
-    for row in evals:
-        if row["correct"] is not None and row["correct"] >= target - 1e-9:
-            return row["seconds"]
-    return None
-
-
-def plot(results: dict[str, list[dict]], path: Path) -> None:
-    """Held-out correctness against wall-clock seconds, one line per configuration."""
+def plot(stats: dict[str, dict[str, tuple[float, float, float]]], path: Path) -> None:
+    """Held-out correct after training (greedy and T=1.0), mean with the seeds' range, per configuration."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, evals in results.items():
-        ax.plot([r["seconds"] for r in evals], [r["correct"] for r in evals], marker="o", label=name)
-    ax.set_xlabel("seconds since the start (2-core CPU)")
+    names = list(stats)
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 3, 4.5))
+    width = 0.2
+    for i, column in enumerate(COLUMNS):
+        means = [stats[n].get(column, (0, 0, 0))[0] for n in names]
+        low = [m - stats[n].get(column, (0, 0, 0))[1] for m, n in zip(means, names, strict=True)]
+        high = [stats[n].get(column, (0, 0, 0))[2] - m for m, n in zip(means, names, strict=True)]
+        xs = [j + (i - 1.5) * width for j in range(len(names))]
+        ax.bar(xs, means, width, yerr=[low, high], capsize=3, label=column.replace("_", " "))
+    ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("held-out correct (add call and answer)")
-    ax.set_title("Demo task: held-out correctness against wall-clock")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    ax.set_ylim(0, 1.05)
+    ax.set_title("GRPO on the demo's task: mean over seeds, bars = min..max")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, from: " + ", ".join(CONFIGS))
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--groups", type=int, default=3)
-    parser.add_argument("--rollouts", type=int, default=4)
-    parser.add_argument("--eval-size", type=int, default=12)
-    parser.add_argument("--eval-samples", type=int, default=4)
-    parser.add_argument("--eval-every", type=int, default=2)
+    parser.add_argument("--configs", default="recipe,no-dynamic", help="comma-separated, from: " + ", ".join(CONFIGS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=None, help="default: the demo's")
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--mini-batches", type=int, default=2)
-    parser.add_argument("--sft-examples", type=int, default=24)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scripted-imitation", type=int, default=24)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(".art/bench-learning"))
     args = parser.parse_args()
@@ -133,34 +156,25 @@ async def main() -> None:
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         parser.error(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict]] = {}
+    runs: list[dict[str, Any]] = []
+    print(f"{'config':<11} {'seed':>4} {'greedy':>13} {'T=1.0':>13} {'trained':>8} {'seconds':>8}", flush=True)
     for name in names:
-        results[name] = await run_config(name, CONFIGS[name], args, args.out)
-        print(f"{name}: done", flush=True)
-    print(f"\n{'config':<8} {'step':>4} {'seconds':>8} {'correct':>8} {'reward':>7}")
-    for name, evals in results.items():
-        for row in evals:
-            correct = "-" if row["correct"] is None else f"{row['correct']:.0%}"
-            reward = "-" if row["reward"] is None else f"{row['reward']:.3f}"
-            print(f"{name:<8} {row['step']:>4} {row['seconds'] or 0:>8.0f} {correct:>8} {reward:>7}")
-    if "single" in results and results["single"]:
-        single = results["single"]
-        target = single[-1]["correct"] or 0.0
-        start = single[0]["correct"] or 0.0
-        if target <= start:
-            print(
-                f"\nsingle did not improve in this run ({start:.0%} at step 0, {target:.0%} at the end): "
-                "the ratios below compare against its step 0, not against learning"
-            )
-        base = time_to(single, target)
-        print(f"\ntime to reach single's final held-out correct ({target:.0%}):")
-        for name, evals in results.items():
-            took = time_to(evals, target)
-            ratio = f"{took / base:.2f}x single" if took is not None and base else "-"
-            print(f"  {name:<8} {'never' if took is None else f'{took:.0f} s'}  {ratio}")
-    plot(results, args.out / "learning.png")
-    (args.out / "learning.json").write_text(json.dumps(results, indent=2))
+        for seed in seeds:
+            run = await run_one(name, seed, args, args.out)
+            runs.append(run)
+            greedy = f"{_pct(run['greedy_before'])} -> {_pct(run['greedy_after'])}"
+            sampled = f"{_pct(run['sampled_before'])} -> {_pct(run['sampled_after'])}"
+            trained = f"{run['trained']}/{run['trained'] + run['untrained']}"
+            print(f"{name:<11} {seed:>4} {greedy:>13} {sampled:>13} {trained:>8} {run['seconds']:>8}", flush=True)
+    stats = summary(runs)
+    print(f"\nmean (min..max) over seeds {seeds}:")
+    for name, columns in stats.items():
+        cells = [f"{c} {m:.0%} ({lo:.0%}..{hi:.0%})" for c, (m, lo, hi) in columns.items() if c != "seconds"]
+        print(f"  {name:<11} " + ", ".join(cells) + f", {columns['seconds'][0]:.0f} s")
+    plot(stats, args.out / "learning.png")
+    (args.out / "learning.json").write_text(json.dumps({"runs": runs}, indent=2))
     print(f"\nplot: {args.out / 'learning.png'}")
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -48,8 +49,9 @@ from ._demo_agent import (
     check,
     make_rollout,
     make_scenarios,
-    teacher_trajectories,
+    scripted_trajectories,
 )
+from ._demo_eval import GreedyEvals
 
 __all__ = [
     "DemoConfig",
@@ -80,8 +82,8 @@ class DemoConfig(BaseModel):
     )
     steps: NonNegativeInt = Field(
         default=8,
-        description="Training steps: the SFT warm-up (if any) first, then GRPO (0: evaluate only). About "
-        "1 min each on 2 cores.",
+        description="Training steps: GRPO from the base model (after the --scripted-imitation SFT step, if "
+        "any, which counts as one). 0: evaluate only.",
     )
     groups: PositiveInt = Field(default=3, description="Training questions per step.")
     rollouts: int = Field(default=4, ge=2, description="Rollouts per question (the GRPO group size, >= 2).")
@@ -97,8 +99,9 @@ class DemoConfig(BaseModel):
         default=1.0,
         ge=0.0,
         le=2.0,
-        description="Sampling temperature of the evaluation (0: greedy; the greedy base model is already "
-        "right ~90% of the time, so the default evaluates the policy being trained).",
+        description="Sampling temperature of the held-out evaluation; the greedy agent is evaluated too "
+        "(0: greedy only). The greedy base model makes the right add call on ~90% of the questions but "
+        "states the right answer on ~8%.",
     )
     learning_rate: float = Field(default=5e-4, gt=0.0, description="LoRA learning rate.")
     lora_rank: PositiveInt = Field(default=8, description="LoRA rank (alpha is twice the rank).")
@@ -114,11 +117,23 @@ class DemoConfig(BaseModel):
     loss: Literal["ppo", "cispo", "sapo"] = Field(
         default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
     )
-    sft_warmup: NonNegativeInt = Field(
-        default=24,
-        description="Before GRPO, one SFT step on this many demonstrations by a scripted teacher of "
-        "training questions (distillation, written to run_dir/sft-warmup.jsonl; the fastest configuration "
-        "in bench/learning.py); it counts as one of --steps. 0: GRPO from the base model alone.",
+    loss_normalization: Literal["token", "sequence"] = Field(
+        default="token",
+        description="How per-token losses are averaged (TrainConfig.loss_normalization): token (DAPO: each "
+        "token weighs the same) or sequence (each rollout weighs the same).",
+    )
+    dynamic_sampling: NonNegativeInt = Field(
+        default=2,
+        description="Dynamic sampling (DAPO, LoopConfig.dynamic_sampling): a step whose groups scored alike "
+        "(no GRPO signal) rolls out up to this many further batches of questions until --groups of them have "
+        "a reward spread. 0: off.",
+    )
+    scripted_imitation: NonNegativeInt = Field(
+        default=0,
+        description="Not RL, off by default: before GRPO, one SFT step on this many runs of a hand-written "
+        "scripted policy (a regex reads the numbers, calls add, states the result) on training questions "
+        "(imitation of a script, written to run_dir/scripted-imitation.jsonl); it counts as one of --steps. "
+        "0: GRPO from the base model alone.",
     )
     eval_every: NonNegativeInt = Field(
         default=0, description="Also evaluate on the held-out questions every this many steps (0: only "
@@ -142,12 +157,37 @@ class DemoConfig(BaseModel):
         default="What is 345 + 278?", description="Asked at the end through the trained model."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """``sft_warmup`` (deprecated) is ``scripted_imitation``: it never was distillation."""
+        if isinstance(data, dict) and "sft_warmup" in data:
+            warnings.warn(
+                "DemoConfig.sft_warmup is deprecated: use scripted_imitation (SFT on a scripted policy's runs)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            data = {**data}
+            data.setdefault("scripted_imitation", data.pop("sft_warmup"))
+            data.pop("sft_warmup", None)
+        return data
+
 
 class DemoResult(BaseModel):
-    """Where the demo ended: the evaluations before and after, the plot, the final answer."""
+    """Where the demo ended: the evaluations before and after, the plot, the final answer.
+
+    ``before``/``after`` sample at ``eval_temperature``; ``greedy_before``/``greedy_after`` hold the
+    greedy agent's ``correct_mean``, ``add_call_ok_mean`` and ``answer_ok_mean`` on the same held-out
+    questions (empty when ``eval_temperature`` is 0: then ``before``/``after`` are greedy).
+    ``trained_steps``/``untrained_steps``: the GRPO iterations that made a checkpoint or trained nothing.
+    """
 
     before: EvalReport
     after: EvalReport
+    greedy_before: dict[str, float] = Field(default_factory=dict)
+    greedy_after: dict[str, float] = Field(default_factory=dict)
+    trained_steps: int = 0
+    untrained_steps: int = 0
     start_step: int
     final_step: int
     scorer: str
@@ -226,9 +266,16 @@ def judge_rows(run_dir: Path, start: int) -> list[tuple[str, str, str]]:
 
 
 def results_table(
-    before: EvalReport, after: EvalReport, extra: Sequence[tuple[str, str, str]] = ()
+    before: EvalReport,
+    after: EvalReport,
+    extra: Sequence[tuple[str, str, str]] = (),
+    *,
+    greedy: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+    sampled_label: str = "sampled",
+    steps: str | None = None,
 ) -> Table:
-    """The before/after table of the held-out evaluation, then the ``extra`` rows (:func:`judge_rows`)."""
+    """The before/after table of the held-out evaluation (``greedy``: the greedy agent's rows too),
+    the ``steps`` row (how many steps trained) and the ``extra`` rows (:func:`judge_rows`)."""
     table = Table(title="held-out questions (never trained on)")
     table.add_column("")
     table.add_column(f"step {before.step}", justify="right")
@@ -238,10 +285,17 @@ def results_table(
         ("correct add(a, b) call", "add_call_ok_mean"),
         ("correct final answer", "answer_ok_mean"),
     ]
-    for label, key in rows:
-        b, a = before.metrics.get(key), after.metrics.get(key)
-        table.add_row(label, f"{b:.0%}" if b is not None else "-", f"{a:.0%}" if a is not None else "-")
-    table.add_row("rollouts", str(before.trajectories), str(after.trajectories))
+    sets = [(sampled_label, before.metrics, after.metrics)]
+    if greedy is not None:
+        sets.insert(0, ("greedy", greedy[0], greedy[1]))
+    for name, b_metrics, a_metrics in sets:
+        for label, key in rows:
+            b, a = b_metrics.get(key), a_metrics.get(key)
+            shown = f"{name}: {label}" if greedy is not None else label
+            table.add_row(shown, f"{b:.0%}" if b is not None else "-", f"{a:.0%}" if a is not None else "-")
+    table.add_row("rollouts" if greedy is None else f"{sampled_label} rollouts", str(before.trajectories), str(after.trajectories))
+    if steps is not None:
+        table.add_row("GRPO steps trained", "-", steps)
     for label, b, a in extra:
         table.add_row(label, b, a)
     return table
@@ -285,10 +339,12 @@ def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -
             num_iterations=config.passes,
             mini_batches=config.mini_batches,
             loss_type=config.loss,
+            **_normalization(config),
             seed=config.seed,
             retention=RetentionPolicy(keep_latest=1),
         ),
         sft_warmup=sft_file,
+        dynamic_sampling=config.dynamic_sampling,
         sft=SFTConfig(
             learning_rate=SFT_LEARNING_RATE,
             epochs=2,
@@ -300,21 +356,28 @@ def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -
     )
 
 
+def _normalization(config: DemoConfig) -> dict[str, str]:
+    """``loss_normalization`` for TrainConfig: the flag's, except SAPO keeps its own unless it was set."""
+    if config.loss == "sapo" and "loss_normalization" not in config.model_fields_set:
+        return {}
+    return {"loss_normalization": config.loss_normalization}
+
+
 #: The SFT warm-up's learning rate: imitation of a few dozen demonstrations needs a larger step than GRPO.
 SFT_LEARNING_RATE = 5e-4
 
 
-async def write_teacher_file(
+async def write_imitation_file(
     config: DemoConfig, train: list[AddScenario], tools: list[Any], start: int
 ) -> Path | None:
-    """``run_dir/sft-warmup.jsonl``: the scripted teacher's runs of the first ``sft_warmup`` training
-    questions (cycled) through the demo's own graph, when an SFT warm-up is asked for and the model is
-    at step 0; else ``None``."""
-    if config.sft_warmup == 0 or start != 0 or config.steps == 0:
+    """``run_dir/scripted-imitation.jsonl``: the scripted policy's runs of the first ``scripted_imitation``
+    training questions (cycled) through the demo's own graph, when that SFT step is asked for and the
+    model is at step 0; else ``None``."""
+    if config.scripted_imitation == 0 or start != 0 or config.steps == 0:
         return None
-    scenarios = [train[i % len(train)] for i in range(config.sft_warmup)]
-    trajectories = await teacher_trajectories(scenarios, tools)
-    path = config.run_dir / "sft-warmup.jsonl"
+    scenarios = [train[i % len(train)] for i in range(config.scripted_imitation)]
+    trajectories = await scripted_trajectories(scenarios, tools)
+    path = config.run_dir / "scripted-imitation.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "".join(t.model_dump_json() + "\n" for t in trajectories).encode())
     return path
@@ -365,31 +428,58 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
             evaluator = build_agent(
                 model.chat_model(temperature=config.eval_temperature, max_tokens=config.max_tokens), tools
             )
-            sft_file = await write_teacher_file(config, train, tools, start)
+            sft_file = await write_imitation_file(config, train, tools, start)
             if sft_file is not None:
-                console.print(f"SFT warm-up: {config.sft_warmup} teacher demonstrations in {sft_file}")
+                console.print(
+                    f"imitation of a scripted policy (not RL): an SFT step on {config.scripted_imitation} "
+                    f"of its runs in {sft_file}"
+                )
             loop_config = _loop_config(config, start, sft_file)
-            with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
-                result = await train_loop(
-                    model, make_rollout(sampler), train,
-                    score=demo_scorer(judges), config=loop_config,
-                    val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
-                    on_step=lambda step: (_print_step(step, console), bar.next_step(step, loop_config.steps)),
-                    on_eval=lambda report: bar.evaluated(report, start),
-                    progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
-                )  # fmt: skip
-            if result.stopped:
-                console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
-            for line in result.where:
-                console.print(f"this run: {line}", highlight=False)
-            before, after = result.evals[0], result.evals[-1]
-            console.print(results_table(before, after, judge_rows(config.run_dir, start)))
+            greedy_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
+            greedy = GreedyEvals(model, tools, held_out, config.max_tokens) if config.eval_temperature > 0 else None
+            if greedy is not None:
+                await greedy.begin(start)
+
+            def stepped(report: StepReport) -> None:
+                _print_step(report, console)
+                bar.next_step(report, loop_config.steps)
+                if greedy is not None and report.trained and report.step >= loop_config.steps:
+                    greedy.last_step(report.step)  # beside the final sampled evaluation
+
+            try:
+                with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
+                    result = await train_loop(
+                        model, make_rollout(sampler), train,
+                        score=demo_scorer(judges), config=loop_config,
+                        val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
+                        on_step=stepped, on_eval=lambda report: bar.evaluated(report, start),
+                        progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
+                    )  # fmt: skip
+                if result.stopped:
+                    console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
+                for line in result.where:
+                    console.print(f"this run: {line}", highlight=False)
+                before, after = result.evals[0], result.evals[-1]
+                greedy_before, greedy_after = await greedy.results(after.step) if greedy is not None else ({}, {})
+            finally:
+                if greedy is not None:
+                    greedy.cancel()
+            sampled = greedy is not None
+            grpo = [s for s in result.steps if not s.metrics.get("sft_warmup")]
+            trained = sum(s.trained for s in grpo)
+            label = f"T={config.eval_temperature:g}" if sampled else "greedy"
+            console.print(results_table(
+                before, after, judge_rows(config.run_dir, start),
+                greedy=(greedy_before, greedy_after) if sampled else None, sampled_label=label,
+                steps=f"{trained} of {len(grpo)}",
+            ))  # fmt: skip
             plot = _plot(config.run_dir, console)
-            final_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
-            answer = await _answer(final_agent, config.question, console)
+            answer = await _answer(greedy_agent, config.question, console)
         return DemoResult(
-            before=before, after=after, start_step=start, final_step=result.final_step, scorer=scorer_line,
-            plot=plot, answer=answer, unscored=result.unscored, seconds=time.monotonic() - started,
+            before=before, after=after, greedy_before=greedy_before, greedy_after=greedy_after,
+            trained_steps=trained, untrained_steps=len(grpo) - trained, start_step=start,
+            final_step=result.final_step, scorer=scorer_line, plot=plot, answer=answer, unscored=result.unscored,
+            seconds=time.monotonic() - started,
         )  # fmt: skip
     finally:
         await backend.close()
@@ -400,7 +490,7 @@ def _print_step(report: StepReport, console: Console) -> None:
     loss = report.metrics.get("loss")
     state = "trained" if report.trained else f"not trained, still at this step ({report.reason})"
     if report.metrics.get("sft_warmup"):
-        state, reward = "SFT warm-up on the teacher's demonstrations", "-"
+        state, reward = "SFT on the scripted policy's runs (imitation, not RL)", "-"
     console.print(
         f"step {report.step}: {state}; train reward {reward}"
         + (f", loss {loss:.4f}" if isinstance(loss, float) else "")

@@ -28,12 +28,14 @@ __all__ = [
     "CALCULATOR_SERVER",
     "SYSTEM_PROMPT",
     "AddScenario",
+    "ScriptedPolicy",
     "TeacherModel",
     "build_agent",
     "check",
     "check_parts",
     "make_rollout",
     "make_scenarios",
+    "scripted_trajectories",
     "teacher_trajectories",
 ]
 
@@ -196,20 +198,21 @@ def make_rollout(agent: CompiledStateGraph) -> Callable[[AddScenario], Awaitable
     return rollout
 
 
-class TeacherModel(BaseChatModel):
-    """A scripted teacher for the demo's task: it answers like the worked example, always right.
+class ScriptedPolicy(BaseChatModel):
+    """A hand-written policy for the demo's task, not a model: it answers like the worked example, always right.
 
-    It stands in for the stronger model whose rollouts a team distils from (``art-adapters sft``):
-    asked ``What is a + b?`` it calls ``add(a, b)``; given the tool's result it answers
-    ``a + b = result``. It reads only the conversation, like any chat model.
+    Asked ``What is a + b?`` it reads the two numbers with a regex and calls ``add(a, b)``; given the
+    tool's result it answers ``a + b = result``. SFT on its runs (``DemoConfig.scripted_imitation``)
+    is imitation of a script, not distillation: no model's knowledge is transferred. Real
+    distillation trains on another model's rollouts (``art-adapters sft``).
     """
 
     @property
     def _llm_type(self) -> str:
-        return "art-adapters-demo-teacher"
+        return "art-adapters-demo-scripted-policy"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> TeacherModel:
-        """The teacher knows its one tool already; binding changes nothing."""
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedPolicy:
+        """The script knows its one tool already; binding changes nothing."""
         return self
 
     def _generate(
@@ -227,12 +230,18 @@ class TeacherModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-async def teacher_trajectories(scenarios: Sequence[AddScenario], tools: Sequence[BaseTool]) -> list[Trajectory]:
-    """The teacher's runs of ``scenarios`` through the demo's own agent graph, captured: SFT data.
+async def scripted_trajectories(scenarios: Sequence[AddScenario], tools: Sequence[BaseTool]) -> list[Trajectory]:
+    """The scripted policy's runs of ``scenarios`` through the demo's own agent graph, captured: SFT data
+    for imitating the script.
 
     Same graph, prompt, tools and MCP server as the trained agent, so the trajectories hold the
     exact conversation the policy will see; their turns carry no sampled tokens, so the backend
     renders them with the model's chat template when it trains on them.
     """
-    rollout = make_rollout(build_agent(TeacherModel(), tools))
+    rollout = make_rollout(build_agent(ScriptedPolicy(), tools))
     return [await rollout(scenario) for scenario in scenarios]
+
+
+#: Deprecated names of :class:`ScriptedPolicy` and :func:`scripted_trajectories` (it was never a teacher model).
+TeacherModel = ScriptedPolicy
+teacher_trajectories = scripted_trajectories

@@ -18,13 +18,16 @@ def test_short_demo_prints_the_table_writes_the_plot_and_answers(tmp_path: Path)
     command = [
         sys.executable, "-m", "art_adapters.apps", "demo", "--run-dir", str(run_dir), "--steps", "1",
         "--groups", "1", "--rollouts", "3", "--eval-size", "1", "--eval-samples", "1", "--train-size", "2",
-        "--question", "What is 20 + 22?", "--sft-warmup", "0",
+        "--question", "What is 20 + 22?", "--dynamic-sampling", "0",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400, check=False)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     assert "rewards: the verifiable check" in out
     assert "held-out questions (never trained on)" in out and "correct add(a, b) call" in out
+    # greedy and sampled (T=1) rows before and after, and how many GRPO steps trained
+    assert "greedy: correct final answer" in out and "T=1: correct final answer" in out, out[-3000:]
+    assert "GRPO steps trained" in out and "imitation" not in out
     assert (run_dir / "plots" / "reward.png").stat().st_size > 1000
     assert (run_dir / "metrics.jsonl").read_text().count('"split": "val"') >= 1
     assert "human: What is 20 + 22?" in out and "ai:" in out

@@ -31,6 +31,7 @@ from art_adapters.apps._demo import (
 from art_adapters.apps._demo_agent import AddScenario, check
 from art_adapters.observe import MetricsHistory, group_metrics
 from tests.helpers.judge_server import JudgeServer
+from tests.helpers.oracle_judge import demo_oracle
 from tests.helpers.scripted_judges import judge_by
 
 VARIABLES = (
@@ -140,6 +141,27 @@ def test_the_table_shows_the_held_out_numbers_then_the_judge_rows(tmp_path: Path
     assert lines.index("rollouts 8 8") < lines.index("judge agreement (step 5 training) - 0.81")
 
 
+def test_the_table_shows_greedy_and_sampled_held_out_and_how_many_steps_trained() -> None:
+    sampled = {"correct_mean": 0.125, "add_call_ok_mean": 0.875, "answer_ok_mean": 0.125}
+    before = EvalReport(step=0, reward_mean=0.5, scored=48, trajectories=48, exceptions=0, metrics=sampled)
+    after = EvalReport(
+        step=8, reward_mean=0.9, scored=48, trajectories=48, exceptions=0,
+        metrics={"correct_mean": 0.875, "add_call_ok_mean": 1.0, "answer_ok_mean": 0.875},
+    )  # fmt: skip
+    greedy = (
+        {"correct_mean": 1 / 12, "add_call_ok_mean": 11 / 12, "answer_ok_mean": 1 / 12},
+        {"correct_mean": 1.0, "add_call_ok_mean": 1.0, "answer_ok_mean": 1.0},
+    )
+    console = Console(record=True, width=120)
+    console.print(results_table(before, after, greedy=greedy, sampled_label="T=1", steps="7 of 8"))
+    lines = [" ".join(line.translate(str.maketrans("│┃", "  ")).split()) for line in console.export_text().splitlines()]
+    assert "greedy: correct (add call and answer) 8% 100%" in lines
+    assert "greedy: correct add(a, b) call 92% 100%" in lines
+    assert "T=1: correct final answer 12% 88%" in lines
+    assert "T=1 rollouts 48 48" in lines and "GRPO steps trained - 7 of 8" in lines
+    assert lines.index("greedy: correct final answer 8% 100%") < lines.index("T=1: correct (add call and answer) 12% 88%")
+
+
 def test_a_hacking_warning_is_printed_as_one_yellow_line() -> None:
     warning = HackingWarning(
         signal="answer_length", step=3, values={"ratio": 3.0},
@@ -218,3 +240,31 @@ async def test_the_demo_scorer_keeps_the_check_beside_two_judges_and_the_table_s
         assert trajectory.metrics["independent_reward"] == check(trajectory, scenario)
     (checked,) = await demo_scorer([])([group], [scenario])
     assert [t.reward for t in checked.trajectories] == [1.0, 0.5, 0.5, 0.0]
+
+
+async def test_the_oracle_judge_scores_the_demo_rollouts_as_the_check_does_and_the_swapped_one_shuffles() -> None:
+    """The stand-in for a strong judge (tests/helpers/oracle_judge.py) through RULER over HTTP: its scores
+    are the demo's check on every trajectory, the worked example's question ignored; with ``swap=1`` every
+    group's scores are shuffled among its trajectories."""
+    scenario = AddScenario(id="q", a=57, b=38)
+    answers = [("57 + 38 = 95", True), ("12 + 30 = 42", True), ("95", False), ("The answer is 96.", True)]
+    group = TrajectoryGroup(trajectories=[rollout(scenario, text, call=call) for text, call in answers])
+    for trajectory in group.trajectories:  # the demo's prompt: the worked example before the question
+        trajectory.messages[:0] = [
+            Message(role="system", content="Use the add tool."),
+            Message(role="user", content="What is 12 + 30?"),
+            Message(role="assistant", content="12 + 30 = 42"),
+        ]
+    with JudgeServer() as server:
+        server.reset(default=demo_oracle())  # type: ignore[arg-type]
+        judge = ChatOpenAI(base_url=server.url, api_key="t", model="oracle", max_retries=0, temperature=0)
+        (scored,) = await demo_scorer([judge])([group], [scenario])
+        (request,) = server.requests
+    assert [t.reward for t in scored.trajectories] == [check(t, scenario) for t in group.trajectories]
+    assert [t.reward for t in scored.trajectories] == [1.0, 0.5, 0.5, 0.5]
+    swapped = demo_oracle(swap=1.0, seed=3)
+    orders = [[e["score"] for e in json.loads(swapped(request)["content"])["scores"]] for _ in range(6)]
+    assert all(sorted(o) == [0.5, 0.5, 0.5, 1.0] for o in orders) and any(o[0] != 1.0 for o in orders)
+    assert json.loads(demo_oracle(swap=0.0)(request)["content"]) == json.loads(
+        demo_oracle(swap=0.0, seed=9)(request)["content"]
+    )

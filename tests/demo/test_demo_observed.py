@@ -56,7 +56,8 @@ def _demo(run_dir: Path, env: dict[str, str]) -> str:
     command = [
         sys.executable, "-m", "art_adapters.apps", "demo", "--run-dir", str(run_dir), "--steps", "1",
         "--groups", "1", "--rollouts", str(ROLLOUTS), "--eval-size", "1", "--eval-samples", "1",
-        "--train-size", "2", "--question", "What is 20 + 22?", "--sft-warmup", "0",
+        "--train-size", "2", "--question", "What is 20 + 22?",
+        "--dynamic-sampling", "0", "--eval-temperature", "0",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

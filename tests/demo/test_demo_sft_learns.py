@@ -1,11 +1,11 @@
-"""Learning asserted on the demo's default path: the SFT warm-up on a teacher's demonstrations, then a
-GRPO step, raise held-out correctness from step 0.
+"""The demo's optional scripted imitation (``--scripted-imitation``, off by default; not RL, not
+distillation): one SFT step on a hand-written policy's runs, then a GRPO step, raise held-out correctness.
 
 Like ``test_demo_learns.py`` (a file of its own, so the two run on different test workers), it runs
-:func:`run_demo` itself with ``sft_warmup``: the scripted teacher answers training questions through the
-demo's own graph and MCP server, the loop trains one SFT step on those runs, then one GRPO step on the
-policy's own captured rollouts (exact tokens, served as ``name@step``), and the held-out evaluation
-(questions never trained on, scored by the verifiable check) is compared before and after.
+:func:`run_demo` itself with ``scripted_imitation``: the scripted policy (a regex reads the numbers) answers
+training questions through the demo's own graph and MCP server, the loop trains one SFT step on those
+runs, then one GRPO step on the policy's own captured rollouts (exact tokens, served as ``name@step``),
+and the held-out evaluation (questions never trained on, scored by the verifiable check) is compared.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from tests.helpers.run_metrics import trained_rows
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-async def test_sft_warm_up_then_grpo_on_the_demo_raises_held_out_correctness_from_step_0(
+async def test_scripted_imitation_then_grpo_on_the_demo_raises_held_out_correctness_from_step_0(
     tmp_path: Path,
 ) -> None:
-    """The demo's default shape: one SFT step on a teacher's runs of training questions, then GRPO."""
+    """One SFT step on the scripted policy's runs of training questions, then GRPO."""
     config = DemoConfig(
-        run_dir=tmp_path / "sft", steps=2, sft_warmup=16, eval_size=8, eval_samples=4, seed=0, no_judge=True,
+        run_dir=tmp_path / "sft", steps=2, scripted_imitation=16, eval_size=8, eval_samples=4, seed=0, no_judge=True,
         threads=1, question="What is 20 + 22?",
     )  # fmt: skip
     out = io.StringIO()
@@ -36,12 +36,12 @@ async def test_sft_warm_up_then_grpo_on_the_demo_raises_held_out_correctness_fro
     before, after = result.before.metrics["correct_mean"], result.after.metrics["correct_mean"]
     print(f"held-out correct: step 0 {before:.3f}, after SFT and a GRPO step {after:.3f}")
     assert result.before.step == 0 and result.after.step == 2 == result.final_step, out.getvalue()[-3000:]
-    demonstrations = load_trajectories(config.run_dir / "sft-warmup.jsonl")
+    demonstrations = load_trajectories(config.run_dir / "scripted-imitation.jsonl")
     assert len(demonstrations) == 16 and all(t.metrics["correct"] == 1.0 for t in demonstrations)
     sft, grpo = trained_rows(config.run_dir)
     assert sft["step"] == 1 and sft["sft_warmup"] == 1, sft
-    assert sft["sequences"] == 16 and sft["fallback_turns"] == 32, sft  # the teacher's turns, rendered
-    assert "SFT warm-up on the teacher's demonstrations" in out.getvalue()
+    assert sft["sequences"] == 16 and sft["fallback_turns"] == 32, sft  # the script's turns, rendered
+    assert "SFT on the scripted policy's runs (imitation, not RL)" in out.getvalue()
     # the GRPO step trained on the warmed-up policy's own rollouts, from the engine's token records
     assert grpo["step"] == 2 and not grpo.get("sft_warmup"), grpo
     assert grpo["record_turns"] > 0 and grpo["fallback_turns"] == 0, grpo
