@@ -126,6 +126,7 @@ class Pipeline:
         self._run = config.run.model_copy(update={"max_concurrency": min(size, config.run.max_concurrency)})
         self._slots = max(1, config.run.max_concurrency // size)
         self._ahead = config.groups_per_step * (config.max_staleness + 1)
+        self._budget = config.rollout_budget  # rollouts this pipeline may still start (None: no cap)
         self._store = GroupStore(config.run_dir) if config.run_dir is not None else None
         self._next = (batch, 0)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -177,7 +178,10 @@ class Pipeline:
             and self._error is None
             and len(self._tasks) < self._slots
             and len(self._tasks) + len(self._ready) < self._ahead
+            and (self._budget is None or self._budget >= self._config.rollouts_per_group)
         ):
+            if self._budget is not None:
+                self._budget -= self._config.rollouts_per_group
             batch, (index, scenario) = self._position()
             key = GroupStore.key(batch, index)
             self._launch(_Sampled(key, batch, scenario, self._step, TrajectoryGroup()), rolled_out=False)
@@ -271,6 +275,13 @@ class Pipeline:
             self._drop_stale()
             if len(self._ready) >= size:
                 return self._take(size)
+            if self._spent():
+                if self._ready:
+                    return self._take(len(self._ready))
+                return (
+                    f"the rollout budget ({self._config.rollout_budget} rollouts, LoopConfig.rollout_budget) "
+                    "is spent and no scored group with a reward spread is left to train on"
+                )
             if self._barren >= self._config.max_untrained * size:
                 return (
                     f"{self._barren} groups in a row could not be trained on (no reward spread, or unscored); "
@@ -280,6 +291,12 @@ class Pipeline:
             self._fill()
             self._wake.clear()
             await self._wake.wait()
+
+    def _spent(self) -> bool:
+        """Whether no more groups can arrive: the budget is spent and none is running."""
+        return (
+            self._budget is not None and self._budget < self._config.rollouts_per_group and not self._tasks
+        )
 
     def _take(self, size: int) -> StepGroups:
         self._ready.sort(key=lambda item: (item.step, item.key))

@@ -273,3 +273,36 @@ async def test_live_traces_show_each_rollouts_policy_version_and_staleness(
     staleness = sorted(a["art_adapters.staleness"] for a in trained)
     means = [r.metrics["staleness_mean"] for r in result.steps]
     assert sum(staleness) / len(staleness) == pytest.approx(sum(means) / len(means))
+
+
+def test_rollout_budget_is_checked() -> None:
+    assert LoopConfig(steps=1).rollout_budget is None
+    assert LoopConfig(steps=1, max_staleness=1, rollout_budget=8).rollout_budget == 8
+    with pytest.raises(ValueError, match="set max_staleness >= 1 with it"):
+        LoopConfig(steps=1, rollout_budget=8)
+    with pytest.raises(ValueError, match="less than one group"):
+        LoopConfig(steps=1, max_staleness=1, rollouts_per_group=4, rollout_budget=3)
+    for bad in (0, -4, 1.5):
+        with pytest.raises(ValueError, match="rollout_budget"):
+            LoopConfig(steps=1, max_staleness=1, rollout_budget=bad)
+
+
+async def test_the_rollout_budget_caps_sampling_and_a_short_last_step_trains_what_is_left(
+    fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    model = TrainableModel(name="pipe-budget", project="loop-tests")
+    await model.register(fake_backend)
+    sample, rolled = make_rollout(model), []
+
+    async def rollout(scenario: dict[str, Any]) -> Trajectory:
+        rolled.append(scenario["id"])
+        return await sample(scenario)
+
+    # 5 groups of 4: two full steps of 2 groups, then one group; k=2 keeps all 5 fresh enough
+    config = pipelined(tmp_path, 5, max_staleness=2, rollout_budget=20)
+    result = await train_loop(model, rollout, scenarios("b", 12), score=verifiable_scorer(brevity), config=config)
+    assert len(rolled) == 20
+    assert [len(r.scenario_ids) for r in result.steps] == [2, 2, 1] and all(r.trained for r in result.steps)
+    assert result.final_step == 3 == await model.get_step()
+    assert result.stopped is not None and "rollout budget (20 rollouts" in result.stopped
+    assert sum(r.metrics["dropped_stale"] for r in result.steps) == 0
