@@ -68,6 +68,12 @@ class LoopConfig(BaseModel):
             ``groups_per_step`` of those. ``0`` (default): off. The step's row counts
             ``dynamic_batches``, ``zero_variance_groups`` and ``signal_groups``; its reward
             statistics cover every group drawn. The pipelined loop always skips such groups.
+        rollout_budget: the pipelined loop (``max_staleness >= 1``) starts at most this many
+            training rollouts (groups x ``rollouts_per_group``) in one call, e.g. ``steps x
+            groups_per_step x rollouts_per_group`` to sample what the sequential loop does. Once it
+            is spent and no group is left running, a last step trains on the groups that are ready
+            (fewer than ``groups_per_step``) and the loop stops, ``stopped`` saying so.
+            ``None`` (default): no cap.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -89,6 +95,7 @@ class LoopConfig(BaseModel):
     hacking: HackingMonitorConfig = Field(default_factory=HackingMonitorConfig)
     max_staleness: Count = 0
     dynamic_sampling: NonNegativeInt = 0
+    rollout_budget: PositiveInt | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -98,6 +105,20 @@ class LoopConfig(BaseModel):
             hints = (f"{name} moved into LoopConfig.run (a RunConfig): pass {_MOVED[name]}" for name in moved)
             raise ValueError("; ".join(hints))
         return data
+
+    @model_validator(mode="after")
+    def _budget_needs_pipeline(self) -> LoopConfig:
+        if self.rollout_budget is not None and self.max_staleness == 0:
+            raise ValueError(
+                "rollout_budget caps the pipelined loop's sampling: set max_staleness >= 1 with it "
+                "(the sequential loop samples exactly steps x groups_per_step x rollouts_per_group)"
+            )
+        if self.rollout_budget is not None and self.rollout_budget < self.rollouts_per_group:
+            raise ValueError(
+                f"rollout_budget={self.rollout_budget} is less than one group "
+                f"(rollouts_per_group={self.rollouts_per_group}): no group could be sampled"
+            )
+        return self
 
 
 #: LoopConfig settings that moved into ``LoopConfig.run``, and how to pass them now.

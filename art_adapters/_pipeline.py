@@ -85,9 +85,12 @@ class Pipeline:
     ``groups_per_step x rollouts_per_group`` rollouts never run at once beyond
     ``run.max_concurrency``: each group runs its ``rollouts_per_group`` rollouts together, and at
     most ``max(1, max_concurrency // rollouts_per_group)`` groups run at a time. At most
-    ``groups_per_step x (max_staleness + 1)`` groups are sampled ahead of training, so little is
-    sampled only to be dropped. The scenario stream is the sequential loop's (``batch_of(i)`` is
-    batch ``i``), so both see the same scenarios in the same order.
+    ``groups_per_step x (max_staleness + 1)`` groups are sampled ahead of training (one step's
+    fewer while a step trains: what starts then samples the checkpoint being replaced), the most
+    the next ``max_staleness + 1`` steps can take, so a group is dropped only when a slower one
+    holds it back. With ``rollout_budget`` no group starts once the budget cannot pay
+    for all its rollouts. The scenario stream is the sequential loop's (``batch_of(i)`` is batch
+    ``i``), so both see the same scenarios in the same order.
 
     Args:
         rollout: the sampling rollout.
@@ -121,6 +124,8 @@ class Pipeline:
         self._run = config.run.model_copy(update={"max_concurrency": min(size, config.run.max_concurrency)})
         self._slots = max(1, config.run.max_concurrency // size)
         self._ahead = config.groups_per_step * (config.max_staleness + 1)
+        self._stepping = False  # a step's groups are taken and it trains: what starts now is a step older
+        self._budget = config.rollout_budget  # rollouts this pipeline may still start (None: no cap)
         self._store = GroupStore(config.run_dir) if config.run_dir is not None else None
         self._next = (batch, 0)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -171,11 +176,19 @@ class Pipeline:
             not self._closing
             and self._error is None
             and len(self._tasks) < self._slots
-            and len(self._tasks) + len(self._ready) < self._ahead
+            and len(self._tasks) + len(self._ready) < self._window()
+            and (self._budget is None or self._budget >= self._config.rollouts_per_group)
         ):
+            if self._budget is not None:
+                self._budget -= self._config.rollouts_per_group
             batch, (index, scenario) = self._position()
             key = GroupStore.key(batch, index)
             self._launch(_Sampled(key, batch, scenario, self._step, TrajectoryGroup()), rolled_out=False)
+
+    def _window(self) -> int:
+        """Groups that may be running or ready: the next ``max_staleness + 1`` steps' worth; one
+        step's fewer while a step trains (what starts now samples the checkpoint it replaces)."""
+        return self._ahead - self._config.groups_per_step * self._stepping
 
     def _launch(self, item: _Sampled, *, rolled_out: bool) -> None:
         task = asyncio.create_task(self._run_group(item, rolled_out), name=f"pipeline-group:{item.key}")
@@ -266,6 +279,15 @@ class Pipeline:
             self._drop_stale()
             if len(self._ready) >= size:
                 return self._take(size)
+            if self._spent():
+                if self._ready:
+                    return self._take(len(self._ready))
+                dropped = len(self._dropped)
+                dropped_text = f"; {dropped} group(s) dropped as stale since the last step" if dropped else ""
+                return (
+                    f"the rollout budget ({self._config.rollout_budget} rollouts, LoopConfig.rollout_budget) "
+                    f"is spent and no scored group with a reward spread is left to train on{dropped_text}"
+                )
             if self._barren >= self._config.max_untrained * size:
                 return (
                     f"{self._barren} groups in a row could not be trained on (no reward spread, or unscored); "
@@ -275,6 +297,12 @@ class Pipeline:
             self._fill()
             self._wake.clear()
             await self._wake.wait()
+
+    def _spent(self) -> bool:
+        """Whether no more groups can arrive: the budget is spent and none is running."""
+        return (
+            self._budget is not None and self._budget < self._config.rollouts_per_group and not self._tasks
+        )
 
     def _take(self, size: int) -> StepGroups:
         self._ready.sort(key=lambda item: (item.step, item.key))
@@ -294,7 +322,7 @@ class Pipeline:
             batch=max(i.batch for i in taken), left_out=self._left_out, unscored=self._unscored, metrics=metrics,
         )  # fmt: skip
         self._left_out, self._unscored, self._dropped, self._zero_variance = [], [], [], 0
-        self._taken = taken
+        self._taken, self._stepping = taken, True
         return out
 
     def training(self, groups: StepGroups) -> None:
@@ -307,7 +335,7 @@ class Pipeline:
         get their staleness (or, when nothing was trained, are closed as skipped)."""
         items = [i for i in self._taken if i.key in set(groups.keys)]
         self._close(items, "trained" if trained else "skipped", self._step)
-        self._step = new_step
+        self._step, self._stepping = new_step, False
         self._fill()
 
     async def close(self) -> None:

@@ -2,23 +2,25 @@
 
 Every configuration trains its own model from the base weights on one embedded backend, with the
 demo's agent (the LangGraph ReAct loop, exact tokens, GRPO via ``train_loop``), the same seeds,
-questions, steps and group sizes, and is evaluated on the same held-out questions after every step.
-Two variants (``--variants``):
+questions, steps and group sizes, and the same sample budget: the pipelined runs may start as many
+rollouts as the sequential one sampled (``LoopConfig.rollout_budget``). Two variants (``--variants``):
 
 - ``demo``: the demo as is (the calculator MCP server over stdio, the verifiable check as reward);
 - ``slow``: the same with latency where real agents have it: the calculator is a stand-in MCP server
-  whose calls take 1-3 s (bench/_slow_calculator.py, a local process over stdio), and each group is
-  scored by a stand-in judge on 127.0.0.1 that takes 1-3 s to answer (then the verifiable check
+  whose calls take 1-3 s (bench/_slow_calculator.py, a local process over stdio), and each scoring
+  call waits for a stand-in judge on 127.0.0.1 that takes 1-3 s per group (then the verifiable check
   sets the reward).
 
-Only the sequential run evaluates step 0 (the base model, the same for all); every clock starts
-at the first training rollout. Printed per variant: the held-out curve (step, seconds since that
-start, correct) of each configuration; then each
-one's seconds to reach the sequential run's final held-out score and the ratio to sequential's
-(measured in the same run), rollouts sampled, groups dropped as stale, and the staleness of the
-groups trained. Heavy: run it alone; ``--steps``/``--groups`` keep it small.
+The clock starts at each run's first rollout, after an untimed warm-up (one batch and one step on a
+model of its own), and covers training only: every checkpoint is evaluated afterwards, off the
+clock, on the same held-out questions (the plain calculator; greedy by default). Printed per
+variant: the held-out curve (step, when its checkpoint was made, mean reward), each configuration's
+seconds to the sequential run's final held-out score and its ratio to sequential's (same run), the
+whole run's seconds and ratio, rollouts sampled against the budget, rollouts dropped as stale,
+zero-variance groups, the staleness of the trained groups, and where the time went (seconds with a
+rollout, a judge call or a train step under way). Heavy: run it alone.
 
-Usage: ``python bench/pipeline.py [--variants demo,slow] [--steps 2]``.
+Usage: ``python bench/pipeline.py [--variants demo,slow] [--steps 3] [--groups 1]``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import httpx  # noqa: E402
 
 import mcp_tools  # noqa: E402
-from art_adapters import LocalBackend, LoopConfig, RunConfig, TrainableModel, TrainConfig, train_loop  # noqa: E402
+from art_adapters import LocalBackend, LoopConfig, RunConfig, TrainableModel, TrainConfig, run_groups, train_loop  # noqa: E402
 from art_adapters._scorers import verifiable_scorer  # noqa: E402
 from art_adapters.apps._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios  # noqa: E402
 
@@ -93,93 +95,197 @@ def staleness_histogram(run_dir: Path) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
+class Timeline:
+    """What one configuration did when: rollouts, judge calls and train steps as intervals
+    (seconds since the first training rollout started)."""
+
+    def __init__(self) -> None:
+        self.zero: float | None = None
+        self.spans: dict[str, list[tuple[float, float]]] = {"rollout": [], "judge": [], "train": []}
+
+    def now(self) -> float:
+        if self.zero is None:
+            self.zero = time.monotonic()
+        return time.monotonic() - self.zero
+
+    def add(self, kind: str, start: float, end: float) -> None:
+        self.spans[kind].append((round(start, 2), round(end, 2)))
+
+    def busy(self, *kinds: str) -> float:
+        """Seconds during which at least one span of ``kinds`` was open."""
+        spans = sorted(s for k in kinds for s in self.spans[k])
+        total, reach = 0.0, -1.0
+        for start, end in spans:
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
+
+    def overlap_train_rollout(self) -> float:
+        """Seconds during which a train step ran and a rollout was open."""
+        return self.busy("train") + self.busy("rollout") - self.busy("train", "rollout")
+
+
 async def run_config(
-    backend: LocalBackend, variant: str, name: str, tools: list[Any], score: Any, args: argparse.Namespace, out: Path
+    backend: LocalBackend, variant: str, name: str, tools: list[Any], score: Any, args: argparse.Namespace, budget: int
 ) -> dict[str, Any]:
-    """Train one configuration from the base weights; its held-out curve and pipeline numbers."""
+    """Train one configuration from the base weights (no evaluation on the clock); its timeline,
+    the time each step's checkpoint was made and the pipeline's numbers."""
     questions = make_scenarios(args.train_size + args.eval_size, seed=args.seed)
-    train, held_out = questions[: args.train_size], questions[args.train_size :]
+    train = questions[: args.train_size]
     model = TrainableModel(name=f"{variant}-{name}", project="bench-pipeline")
     await model.register(backend)
     sampler = build_agent(model.chat_model(temperature=1.0, max_tokens=args.max_tokens), tools)
-    evaluator = build_agent(model.chat_model(temperature=args.eval_temperature, max_tokens=args.max_tokens), tools)
-    sample, sampled = make_rollout(sampler), [0]
+    sample, timeline = make_rollout(sampler), Timeline()
 
-    async def counted(scenario: Any) -> Any:
-        sampled[0] += 1
-        return await sample(scenario)
+    async def timed_rollout(scenario: Any) -> Any:
+        start = timeline.now()
+        try:
+            return await sample(scenario)
+        finally:
+            timeline.add("rollout", start, timeline.now())
 
-    run_dir = out / variant / name
+    async def timed_score(groups: list[Any], scenarios: list[Any]) -> list[Any]:
+        start = timeline.now()
+        try:
+            return await score(groups, scenarios)
+        finally:
+            timeline.add("judge", start, timeline.now())
+
+    run_dir = args.out / variant / name
     config = LoopConfig(
-        steps=args.steps, groups_per_step=args.groups, rollouts_per_group=args.rollouts, eval_every=1,
-        eval_rollouts=args.eval_samples, max_staleness=CONFIGS[name], seed=args.seed, run_dir=run_dir,
-        eval_at_start=name == "sequential",  # the same base model for every configuration: evaluated once
-        progress=False, max_untrained=6, run=RunConfig(timeout_s=600, max_failure_rate=0.25, max_concurrency=16),
-        train=TrainConfig(learning_rate=5e-4, lora_rank=8, lora_alpha=16, micro_batch_size=8, seed=args.seed),
+        steps=args.steps, groups_per_step=args.groups, rollouts_per_group=args.rollouts, max_staleness=CONFIGS[name],
+        seed=args.seed, run_dir=run_dir, eval_at_start=False, progress=False, max_untrained=args.steps,
+        rollout_budget=budget if CONFIGS[name] else None,
+        run=RunConfig(timeout_s=900, max_failure_rate=0.25, max_concurrency=args.concurrency),
+        train=train_config(args),
     )  # fmt: skip
-    clock = [time.monotonic()]  # from the first training rollout: step 0's evaluation is not timed
-    curve: list[dict[str, Any]] = []
+    made: dict[int, float] = {}
     steps: list[dict[str, Any]] = []
 
-    def evaluated(report: Any) -> None:
-        if report.step == 0:
-            clock[0] = time.monotonic()
-        curve.append({"step": report.step, "seconds": round(time.monotonic() - clock[0], 1), "correct": report.reward_mean})
+    def stepped(report: Any) -> None:
+        end = timeline.now()
+        if report.trained:
+            made[report.step] = round(end, 1)
+            timeline.add("train", end - float(report.metrics.get("total_seconds") or 0.0), end)
+        steps.append({"step": report.step, "trained": report.trained, **{k: report.metrics.get(k) for k in STEP_KEYS}})
 
-    result = await train_loop(
-        model, counted, train, score=score, config=config, val_scenarios=held_out,
-        eval_rollout=make_rollout(evaluator), eval_score=verifiable_scorer(check), on_eval=evaluated,
-        on_step=lambda r: steps.append({k: r.metrics.get(k) for k in ("staleness_mean", "staleness_max", "dropped_stale", "dropped_stale_samples")}),
-    )  # fmt: skip
+    result = await train_loop(model, timed_rollout, train, score=timed_score, config=config, on_step=stepped)
+    wall = timeline.now()
     return {
-        "curve": curve, "steps": steps, "stopped": result.stopped, "sampled": sampled[0],
+        "model": model, "made": made, "steps": steps, "stopped": result.stopped,
+        "sampled": len(timeline.spans["rollout"]), "budget": budget,
         "dropped_groups": sum(s.get("dropped_stale") or 0 for s in steps),
         "dropped_samples": sum(s.get("dropped_stale_samples") or 0 for s in steps),
-        "staleness": staleness_histogram(run_dir), "seconds": round(time.monotonic() - clock[0], 1),
+        "zero_variance_groups": sum(s.get("zero_variance_groups") or 0 for s in steps),
+        "staleness": staleness_histogram(run_dir), "seconds": round(wall, 1),
+        "busy": {
+            "rollouts": round(timeline.busy("rollout"), 1), "judge": round(timeline.busy("judge"), 1),
+            "train": round(timeline.busy("train"), 1),
+            "train_with_rollouts": round(timeline.overlap_train_rollout(), 1),
+            "idle": round(wall - timeline.busy("rollout", "judge", "train"), 1),
+        },
+        "timeline": timeline.spans,
     }  # fmt: skip
 
 
-def time_to(curve: list[dict[str, Any]], target: float) -> float | None:
-    """Seconds until a trained step's held-out score is at least ``target`` (``None``: never)."""
-    for row in curve:
-        if row["step"] > 0 and row["correct"] is not None and row["correct"] >= target - 1e-9:
-            return row["seconds"]
+STEP_KEYS = ("staleness_mean", "staleness_max", "dropped_stale", "dropped_stale_samples", "zero_variance_groups")
+
+
+async def held_out(chat: Any, tools: list[Any], args: argparse.Namespace) -> float:
+    """Mean held-out reward of one chat model (a checkpoint), with the plain calculator: the same
+    answers as the slow one, off the clock."""
+    questions = make_scenarios(args.train_size + args.eval_size, seed=args.seed)[args.train_size :]
+    groups = await run_groups(
+        make_rollout(build_agent(chat, tools)), questions, n=args.eval_samples,
+        config=RunConfig(timeout_s=900, max_concurrency=args.concurrency), progress=False,
+    )  # fmt: skip
+    scored = await verifiable_scorer(check)(groups, questions)
+    rewards = [t.reward for g in scored for t in g.trajectories if t.reward is not None]
+    return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+async def held_out_curves(results: dict[str, dict[str, Any]], tools: list[Any], args: argparse.Namespace) -> None:
+    """Each configuration's ``curve`` (step -> held-out mean reward): every checkpoint it made, all
+    evaluated at once after training; step 0 (the base weights, the same for all) once."""
+    chats = {(name, step): r["model"].chat_model(step=step, temperature=args.eval_temperature, max_tokens=args.max_tokens)
+             for name, r in results.items() for step in sorted(r["made"])}  # fmt: skip
+    first = next(iter(results.values()))["model"]
+    chats[("", 0)] = first.chat_model(step=0, temperature=args.eval_temperature, max_tokens=args.max_tokens)
+    scores = dict(zip(chats, await asyncio.gather(*(held_out(c, tools, args) for c in chats.values())), strict=True))
+    for name, r in results.items():
+        r["curve"] = {0: scores[("", 0)], **{step: scores[(name, step)] for step in sorted(r["made"])}}
+        r.pop("model")
+
+
+async def warm_up(backend: LocalBackend, tools: list[Any], args: argparse.Namespace) -> None:
+    """One untimed batch of rollouts and one train step on a model of its own, so no configuration
+    pays the engine's and the trainer's first-use costs."""
+    model = TrainableModel(name="warm-up", project="bench-pipeline")
+    await model.register(backend)
+    questions = make_scenarios(args.train_size, seed=args.seed)[: args.groups]
+    sampler = build_agent(model.chat_model(temperature=1.0, max_tokens=args.max_tokens), tools)
+    groups = await run_groups(make_rollout(sampler), questions, n=args.rollouts, progress=False)
+    await model.train(await verifiable_scorer(check)(groups, questions), config=train_config(args))
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """Every configuration's GRPO step."""
+    return TrainConfig(learning_rate=args.learning_rate, lora_rank=8, lora_alpha=16, micro_batch_size=8, seed=args.seed)
+
+
+def time_to(r: dict[str, Any], target: float) -> float | None:
+    """Seconds until a checkpoint past the base whose held-out score is at least ``target`` was made."""
+    for step, seconds in sorted(r["made"].items()):
+        if r["curve"].get(step, -1.0) >= target - 1e-9:
+            return seconds
     return None
 
 
 def report(variant: str, results: dict[str, dict[str, Any]]) -> None:
     print(f"\n== {variant} ==")
-    print(f"{'config':<12} {'step':>4} {'seconds':>8} {'held-out':>8}")
+    print(f"{'config':<12} {'step':>4} {'made at s':>9} {'held-out':>8}")
     for name, r in results.items():
-        for row in r["curve"]:
-            correct = "-" if row["correct"] is None else f"{row['correct']:.0%}"
-            print(f"{name:<12} {row['step']:>4} {row['seconds']:>8.0f} {correct:>8}")
+        for step, score in sorted(r["curve"].items()):
+            made = "-" if step == 0 else f"{r['made'].get(step, float('nan')):.0f}"
+            print(f"{name:<12} {step:>4} {made:>9} {score:>8.0%}")
     seq = results.get("sequential")
-    target = seq["curve"][-1]["correct"] if seq and seq["curve"] else None
-    base = time_to(seq["curve"], target) if seq and target is not None else None
+    target = seq["curve"][max(seq["curve"])] if seq and seq["curve"] else None
+    base = time_to(seq, target) if seq and target is not None else None
     print(f"\nto sequential's final held-out score ({'-' if target is None else f'{target:.0%}'}):")
-    print(f"{'config':<12} {'seconds':>8} {'ratio':>6} {'total s':>8} {'sampled':>8} {'dropped':>8} staleness of trained groups")
+    print(
+        f"{'config':<12} {'seconds':>8} {'ratio':>6} {'total s':>8} {'ratio':>6} {'sampled':>8} {'budget':>6} "
+        f"{'dropped':>8} {'0-var':>6} staleness of trained groups"
+    )
+    seq_total = seq["seconds"] if seq else None
     for name, r in results.items():
-        took = time_to(r["curve"], target) if target is not None else None
+        took = time_to(r, target) if target is not None else None
         ratio = f"{took / base:.2f}" if took is not None and base else "-"
+        total_ratio = f"{r['seconds'] / seq_total:.2f}" if seq_total else "-"
         print(
             f"{name:<12} {'never' if took is None else f'{took:.0f}':>8} {ratio:>6} {r['seconds']:>8.0f} "
-            f"{r['sampled']:>8} {r['dropped_samples']:>8} {r['staleness'] or '-'}"
+            f"{total_ratio:>6} {r['sampled']:>8} {r['budget']:>6} {r['dropped_samples']:>8} "
+            f"{r['zero_variance_groups']:>6} {r['staleness'] or '-'}"
         )
+    print("\nwhere the time went (seconds with at least one span open):")
+    for name, r in results.items():
+        print(f"{name:<12} " + " ".join(f"{k}={v}" for k, v in r["busy"].items()) + (f" stopped: {r['stopped']}" if r["stopped"] else ""))
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default="demo,slow")
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--rollouts", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=16, help="RunConfig.max_concurrency of every run")
     parser.add_argument("--train-size", type=int, default=16)
-    parser.add_argument("--eval-size", type=int, default=4)
+    parser.add_argument("--eval-size", type=int, default=6)
     parser.add_argument("--eval-samples", type=int, default=1)
-    parser.add_argument("--eval-temperature", type=float, default=1.0)
+    parser.add_argument("--eval-temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the backend (1 on a loaded machine)")
     parser.add_argument("--out", type=Path, default=Path(".art/bench-pipeline"))
@@ -193,21 +299,26 @@ async def main() -> None:
     threading.Thread(target=judge.serve_forever, daemon=True).start()
     everything: dict[str, Any] = {}
     try:
-        for variant in args.variants.split(","):
-            if variant == "slow":
-                tools_source: Any = [sys.executable, str(Path(__file__).with_name("_slow_calculator.py"))]
-                score = slow_judge(f"http://127.0.0.1:{judge.server_address[1]}/judge")
-            else:
-                tools_source, score = CALCULATOR_SERVER, verifiable_scorer(check)
-            results: dict[str, dict[str, Any]] = {}
-            async with mcp_tools.rollout():  # one session for every rollout, as the demo (stateless servers)
-                tools = await mcp_tools.load_tools(tools_source)
+        async with mcp_tools.rollout():  # one session per server for every rollout, as the demo (stateless servers)
+            plain = await mcp_tools.load_tools(CALCULATOR_SERVER)
+            slow = await mcp_tools.load_tools([sys.executable, str(Path(__file__).with_name("_slow_calculator.py"))])
+            await warm_up(backend, plain, args)
+            for variant in args.variants.split(","):
+                if variant == "slow":
+                    tools, score = slow, slow_judge(f"http://127.0.0.1:{judge.server_address[1]}/judge")
+                else:
+                    tools, score = plain, verifiable_scorer(check)
+                results: dict[str, dict[str, Any]] = {}
+                budget = args.steps * args.groups * args.rollouts
                 for name in args.configs.split(","):
-                    results[name] = await run_config(backend, variant, name, tools, score, args, args.out)
-                    print(f"{variant}/{name}: {results[name]['seconds']:.0f} s", flush=True)
-            report(variant, results)
-            everything[variant] = results
-            (args.out / "pipeline.json").write_text(json.dumps(everything, indent=2))
+                    results[name] = await run_config(backend, variant, name, tools, score, args, budget)
+                    if name == "sequential":  # the pipelined runs get what it sampled (more when a batch trained nothing)
+                        budget = results[name]["sampled"]
+                    print(f"{variant}/{name}: trained in {results[name]['seconds']:.0f} s", flush=True)
+                await held_out_curves(results, plain, args)  # off the clock, every checkpoint, the same questions
+                everything[variant] = results
+                (args.out / "pipeline.json").write_text(json.dumps(everything, indent=2))
+                report(variant, results)
     finally:
         judge.shutdown()
         await backend.close()

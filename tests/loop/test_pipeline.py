@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +274,92 @@ async def test_live_traces_show_each_rollouts_policy_version_and_staleness(
     staleness = sorted(a["art_adapters.staleness"] for a in trained)
     means = [r.metrics["staleness_mean"] for r in result.steps]
     assert sum(staleness) / len(staleness) == pytest.approx(sum(means) / len(means))
+
+
+def test_rollout_budget_is_checked() -> None:
+    assert LoopConfig(steps=1).rollout_budget is None
+    assert LoopConfig(steps=1, max_staleness=1, rollout_budget=8).rollout_budget == 8
+    with pytest.raises(ValueError, match="set max_staleness >= 1 with it"):
+        LoopConfig(steps=1, rollout_budget=8)
+    with pytest.raises(ValueError, match="less than one group"):
+        LoopConfig(steps=1, max_staleness=1, rollouts_per_group=4, rollout_budget=3)
+    for bad in (0, -4, 1.5):
+        with pytest.raises(ValueError, match="rollout_budget"):
+            LoopConfig(steps=1, max_staleness=1, rollout_budget=bad)
+
+
+async def test_the_rollout_budget_caps_sampling_and_a_short_last_step_trains_what_is_left(
+    fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    model = TrainableModel(name="pipe-budget", project="loop-tests")
+    await model.register(fake_backend)
+    sample, rolled = make_rollout(model), []
+
+    async def rollout(scenario: dict[str, Any]) -> Trajectory:
+        rolled.append(scenario["id"])
+        return await sample(scenario)
+
+    # 5 groups of 4: two full steps of 2 groups, then one group; k=2 keeps all 5 fresh enough
+    config = pipelined(tmp_path, 5, max_staleness=2, rollout_budget=20)
+    result = await train_loop(model, rollout, scenarios("b", 12), score=verifiable_scorer(brevity), config=config)
+    assert len(rolled) == 20
+    assert [len(r.scenario_ids) for r in result.steps] == [2, 2, 1] and all(r.trained for r in result.steps)
+    assert result.final_step == 3 == await model.get_step()
+    assert result.stopped is not None and "rollout budget (20 rollouts" in result.stopped
+    assert sum(r.metrics["dropped_stale"] for r in result.steps) == 0
+
+
+async def test_tool_and_judge_waits_overlap_at_the_same_rollout_budget(
+    fake_backend: FakeBackend, tmp_path: Path
+) -> None:
+    """Latency-bound rollouts (a 0.4 s tool wait) and a 0.4 s judge per scoring call: the sequential
+    loop waits for each in turn, the pipelined one judges groups while others roll out, on the
+    same number of rollouts."""
+    sample = {}
+    clock: dict[str, list[tuple[float, float]]] = {"rollout": [], "judge": []}
+
+    def timed(kind: str, work: Any) -> Any:
+        async def run(*args: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return await work(*args)
+            finally:
+                clock[kind].append((start, time.monotonic()))
+
+        return run
+
+    async def judge(groups: list[Any], scenarios: list[Any]) -> list[Any]:
+        await asyncio.sleep(0.4)  # a remote judge; every group gets a spread: none is left out
+        for group in groups:
+            for rank, trajectory in enumerate(group.trajectories):
+                trajectory.reward = float(rank)
+        return groups
+
+    walls, counts = {}, {}
+    for k in (0, 2):
+        model = TrainableModel(name=f"pipe-overlap-{k}", project="loop-tests")
+        await model.register(fake_backend)
+        sample[k] = make_rollout(model)
+
+        async def rollout(scenario: dict[str, Any], k: int = k) -> Trajectory:
+            await asyncio.sleep(0.4)  # a tool call
+            return await sample[k](scenario)
+
+        clock["rollout"].clear()
+        clock["judge"].clear()
+        budget = {"rollout_budget": 4 * 2 * 2} if k else {}
+        config = pipelined(tmp_path / str(k), 4, rollouts_per_group=2, max_staleness=k, **budget)
+        start = time.monotonic()
+        result = await train_loop(
+            model, timed("rollout", rollout), scenarios("w", 16), score=timed("judge", judge), config=config
+        )
+        walls[k], counts[k] = time.monotonic() - start, len(clock["rollout"])
+        # at most groups_per_step x (k + 1) groups ahead, one step's fewer while a step trains: none
+        # goes stale when nothing holds the queue back (it did when refills during a step counted fully)
+        assert result.final_step == 4 and result.stopped is None, result.stopped
+        assert all(r.metrics.get("dropped_stale", 0) == 0 for r in result.steps)
+        overlapped = [j for j in clock["judge"] if any(r[0] < j[1] and r[1] > j[0] for r in clock["rollout"])]
+        assert bool(overlapped) == bool(k), f"judge calls overlapping rollouts with max_staleness={k}: {overlapped}"
+    assert counts[2] == counts[0] == 16
+    assert walls[2] < 0.75 * walls[0], walls
+    print(f"sequential {walls[0]:.1f} s, max_staleness=2 {walls[2]:.1f} s")
