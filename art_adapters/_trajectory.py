@@ -37,7 +37,8 @@ __all__ = [
 MetricValue = float | int | bool
 
 
-def _new_id(prefix: str) -> str:
+def new_id(prefix: str) -> str:
+    """A fresh id: ``prefix`` and 16 random hex digits (``traj-...``, ``group-...``)."""
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
@@ -202,7 +203,7 @@ class Trajectory(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(default_factory=lambda: _new_id("traj"))
+    id: str = Field(default_factory=lambda: new_id("traj"))
     messages: list[Message] = Field(default_factory=list)
     tools: list[ToolSchema] | None = None
     additional_histories: list[History] = Field(default_factory=list)
@@ -270,7 +271,7 @@ class TrajectoryGroup(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(default_factory=lambda: _new_id("group"))
+    id: str = Field(default_factory=lambda: new_id("group"))
     trajectories: list[Trajectory] = Field(default_factory=list)
     exceptions: list[RolloutFailure] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -3,19 +3,7 @@
 Production traffic becomes training data without an export step: the spans (Phoenix) or
 observations (Langfuse) of the traces a query selects go through the same assembly as the file
 importers in :mod:`._importer`, so GenAI, OpenInference, MCP and our own spans all work.
-
-Endpoints (all read-only GETs):
-
-* **Phoenix** (``arize-phoenix`` 12 and later): ``/v1/projects/{project}/spans`` with
-  ``parent_id=null`` and the time window to find the traces (by their root span), then the
-  same route with ``trace_id=...`` for every span of those traces; cursor pagination
-  (``next_cursor``). ``PHOENIX_API_KEY``, when set, is sent as ``Authorization: Bearer``.
-* **Langfuse** (HTTP basic auth, public key : secret key): ``/api/public/v2/observations``
-  (its real-time read path) with a ``filter`` on root observations, trace tags, session and
-  start time, then ``traceId=...`` for each trace's observations, and
-  ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). Only with
-  ``legacy_traces_api=True`` (an older self-hosted Langfuse without the v2 API), and with a
-  warning, the deprecated ``/api/public/traces`` list and ``/api/public/traces/{id}``.
+Endpoints: read-only GETs (see each function).
 """
 
 from __future__ import annotations
@@ -233,6 +221,11 @@ def trajectories_from_phoenix(
     page_size: int = PAGE_SIZE,
 ) -> list[Trajectory]:
     """Trajectories of the traces in a live Arize Phoenix project, read through its REST API.
+
+    Endpoints (``arize-phoenix`` 12 and later; read-only GETs): ``/v1/projects/{project}/spans`` with
+    ``parent_id=null`` and the time window to find the traces (by their root span), then the
+    same route with ``trace_id=...`` for every span of those traces; cursor pagination
+    (``next_cursor``). ``PHOENIX_API_KEY``, when set, is sent as ``Authorization: Bearer``.
 
     The traces are those whose root span started in ``[start, end)`` (the newest ``limit`` of
     them when given); every span of each is fetched and assembled like
@@ -466,6 +459,13 @@ def trajectories_from_langfuse_api(
     legacy_traces_api: bool = False,
 ) -> list[Trajectory]:
     """Trajectories of the traces a Langfuse project holds, read through its public API.
+
+    Endpoints (read-only GETs; HTTP basic auth, public key : secret key): ``/api/public/v2/observations``
+    (its real-time read path) with a ``filter`` on root observations, trace tags, session and
+    start time, then ``traceId=...`` for each trace's observations, and
+    ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). Only with
+    ``legacy_traces_api=True`` (an older self-hosted Langfuse without the v2 API), and with a
+    warning, the deprecated ``/api/public/traces`` list and ``/api/public/traces/{id}``.
 
     The traces are those with all of ``tags``, in ``session_id``, whose root observation
     started in ``[start, end)`` (the first ``limit`` the server lists, newest first); their

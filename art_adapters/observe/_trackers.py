@@ -1,34 +1,7 @@
 """Experiment trackers: Weights & Biases and Trackio, one row per training step, on when configured.
 
-::
-
-    trackers = trackers_from_env(project="demo", run="agent", config={"lr": 2e-4})
-    for t in trackers:
-        print(t.where)                          # where the run can be seen
-    for t in trackers:
-        t.log(step, {"loss": 0.41, "reward": 0.6})            # -> train/loss, train/reward at step
-        t.log(step, {"reward": 0.7}, split="val")             # -> val/reward at step
-    for t in trackers:
-        t.finish()
-
-Which trackers :func:`trackers_from_env` turns on, from the environment (the variables the
-trackers' own SDKs read, so a W&B or Trackio user sets nothing new):
-
-- **W&B** when ``WANDB_API_KEY`` or ``WANDB_MODE`` is set (``WANDB_MODE=disabled`` turns it off;
-  ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR``, to upload later with ``wandb sync``).
-  ``WANDB_PROJECT``, ``WANDB_ENTITY`` and ``WANDB_NAME`` override the project, entity and run name.
-- **Trackio** when one of its own variables is set: ``TRACKIO_DIR`` (local mode: a SQLite store in
-  that folder), ``TRACKIO_SPACE_ID`` (a Hugging Face Space) or ``TRACKIO_SERVER_URL`` (a self-hosted
-  server), or ``TRACKIO_PROJECT`` (ours: the Trackio project name; local store in Trackio's default
-  folder, ``$HF_HOME/trackio``).
-- ``ART_ADAPTERS_TRACKERS`` overrides both: a comma-separated list (``wandb``, ``trackio``, or
-  ``none``) that is exactly the trackers to use, each required: a listed tracker whose package is
-  missing is a :class:`~art_adapters._errors.ConfigError` naming the ``pip install`` to run.
-
-A tracker found from the environment whose package is missing is skipped with one warning. Tracking
-never breaks training: a tracker that fails to start, or whose ``log`` / ``finish`` raises, logs one
-warning and is skipped from then on (:func:`guarded` gives a tracker of your own the same guard).
-Both SDKs are imported only when their tracker is created.
+:func:`trackers_from_env` turns them on from the variables the trackers' own SDKs read (so a W&B or
+Trackio user sets nothing new); tracking never breaks training (:func:`guarded`).
 """
 
 from __future__ import annotations
@@ -352,7 +325,37 @@ def trackers_from_env(
     environ: Mapping[str, str] | None = None,
     directory: str | os.PathLike[str] | None = None,
 ) -> list[Tracker]:
-    """The trackers the environment configures, each with its run started (see the module doc).
+    """The trackers the environment configures, each with its run started.
+
+    ::
+
+        trackers = trackers_from_env(project="demo", run="agent", config={"lr": 2e-4})
+        for t in trackers:
+            print(t.where)                          # where the run can be seen
+        for t in trackers:
+            t.log(step, {"loss": 0.41, "reward": 0.6})            # -> train/loss, train/reward at step
+            t.log(step, {"reward": 0.7}, split="val")             # -> val/reward at step
+        for t in trackers:
+            t.finish()
+
+    Which trackers :func:`trackers_from_env` turns on, from the environment (the variables the
+    trackers' own SDKs read, so a W&B or Trackio user sets nothing new):
+
+    - **W&B** when ``WANDB_API_KEY`` or ``WANDB_MODE`` is set (``WANDB_MODE=disabled`` turns it off;
+      ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR``, to upload later with ``wandb sync``).
+      ``WANDB_PROJECT``, ``WANDB_ENTITY`` and ``WANDB_NAME`` override the project, entity and run name.
+    - **Trackio** when one of its own variables is set: ``TRACKIO_DIR`` (local mode: a SQLite store in
+      that folder), ``TRACKIO_SPACE_ID`` (a Hugging Face Space) or ``TRACKIO_SERVER_URL`` (a self-hosted
+      server), or ``TRACKIO_PROJECT`` (ours: the Trackio project name; local store in Trackio's default
+      folder, ``$HF_HOME/trackio``).
+    - ``ART_ADAPTERS_TRACKERS`` overrides both: a comma-separated list (``wandb``, ``trackio``, or
+      ``none``) that is exactly the trackers to use, each required: a listed tracker whose package is
+      missing is a :class:`~art_adapters._errors.ConfigError` naming the ``pip install`` to run.
+
+    A tracker found from the environment whose package is missing is skipped with one warning. Tracking
+    never breaks training: a tracker that fails to start, or whose ``log`` / ``finish`` raises, logs one
+    warning and is skipped from then on (:func:`guarded` gives a tracker of your own the same guard).
+    Both SDKs are imported only when their tracker is created.
 
     Args:
         project: project name in each tracker (``WANDB_PROJECT`` / ``TRACKIO_PROJECT`` win over it).

@@ -145,54 +145,63 @@ def import_circles() -> list[list[str]]:
     return sorted(found)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _owner_of_private_module(target: str) -> str | None:
+    """The package that owns ``target``'s first ``_private`` part (``a.b._c.d`` -> ``a.b``), if any."""
+    parts = target.split(".")
+    for i, part in enumerate(parts[1:], 1):
+        if _private(part):
+            return ".".join(parts[:i])
+    return None
+
+
+def _defined_private_names(tree: ast.Module) -> set[str]:
+    """``_names`` a module defines itself: functions, classes, assigned names and attributes."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if _private(n)}
+
+
 def private_reach_ins() -> list[str]:
-    """``importer:line uses target.name`` for each ``_private`` name imported from another module
-    of the same package (a private module imported whole by its sibling is its package's business;
-    a private *name* is the other module's)."""
+    """``path:line uses ...`` for each use of another module's private names: a ``_name`` imported
+    from a sibling module, a ``_private`` module of another (sub)package imported, or ``obj._attr``
+    where this module defines no ``_attr`` itself (``os._exit`` and the like aside)."""
     known = modules()
     found: list[str] = []
     for name, module in known.items():
+        where = module.path.relative_to(ROOT)
+        foreign: set[str] = set()
         for line, target, names in imports(module, known):
-            if target not in known or target == name:
+            if target not in known:
+                foreign.add(target.split(".")[0])
                 continue
-            for imported in names:
-                if imported.startswith("_") and not imported.startswith("__"):
-                    found.append(f"{module.path.relative_to(ROOT)}:{line} uses {target}.{imported}")
-    for module in known.values():
-        found += _attribute_reach_ins(module, known)
+            if target == name:
+                continue
+            found += [f"{where}:{line} uses {target}.{n}" for n in names if _private(n)]
+            owner = _owner_of_private_module(target)
+            if owner is not None and name != owner and not name.startswith(owner + "."):
+                found.append(f"{where}:{line} uses {target} (a private module of {owner})")
+        own = _defined_private_names(module.tree)
+        for node in ast.walk(module.tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and node.attr not in own
+                and not (isinstance(node.value, ast.Name) and node.value.id in foreign | {"self", "cls"})
+            ):
+                found.append(f"{where}:{node.lineno} uses {ast.unparse(node)}")
     return sorted(set(found))
-
-
-def _attribute_reach_ins(module: Module, known: dict[str, Module]) -> list[str]:
-    """``module._name`` attribute reads where ``module`` is one of ours imported whole."""
-    bound: dict[str, str] = {}
-    for node in ast.walk(module.tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname and alias.name in known:
-                    bound[alias.asname] = alias.name
-        elif isinstance(node, ast.ImportFrom):
-            package = module.name if module.is_package else module.name.rpartition(".")[0]
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                if f"{base}.{alias.name}" in known:
-                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
-    found: list[str] = []
-    for node in ast.walk(module.tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in bound
-            and node.attr.startswith("_")
-            and not node.attr.startswith("__")
-            and bound[node.value.id] != module.name
-        ):
-            found.append(f"{module.path.relative_to(ROOT)}:{node.lineno} uses {bound[node.value.id]}.{node.attr}")
-    return found
 
 
 def long_modules() -> list[tuple[str, int]]:
