@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .files import make_dirs, write_atomic
+from .files import append_durably, write_atomic
 
 __all__ = [
     "FunctionCall",
@@ -289,14 +289,15 @@ def save_groups(path: str | Path, groups: Iterable[TrajectoryGroup], *, append: 
     """Write groups to ``path`` as JSON Lines, one group a line; returns the path.
 
     With ``append=False`` the file is written to a temporary name, fsynced and renamed, so a
-    crash leaves the old file or the new one, never a half-written or empty one.
+    crash leaves the old file or the new one, never a half-written or empty one. With
+    ``append=True`` the lines are appended by :func:`~art_adapters.files.append_durably` (fsynced;
+    a torn last line left by a crash is cut off first).
     """
     path = Path(path)
     lines = [group.model_dump_json() + "\n" for group in groups]
     if append:
-        make_dirs(path.parent)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.writelines(lines)
+        if lines:
+            append_durably(path, "".join(lines).encode("utf-8"))
         return path
     return write_atomic(path, "".join(lines).encode("utf-8"))
 

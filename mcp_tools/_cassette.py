@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, ValidationError
 
 from art_adapters import ConfigError, ToolServerError
-from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
+from art_adapters.files import PRIVATE_FILE_MODE, append_durably, write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -295,17 +295,10 @@ class Cassette:
                     self._calls[slot] = entry
 
     def _append(self, line: str) -> None:
-        """Append one whole line and fsync it (a crash afterwards cannot lose it)."""
-        data = (line + "\n").encode("utf-8")
+        """Append one whole line and fsync it (a crash afterwards cannot lose it; see
+        :func:`art_adapters.files.append_durably`)."""
         with self._write_lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durably(self.path, (line + "\n").encode("utf-8"))
 
     async def _persist(self, line: str) -> None:
         try:
