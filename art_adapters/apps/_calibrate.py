@@ -25,7 +25,7 @@ from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, 
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 
-from ._options import quiet_http_logs
+from ._options import exit_on, quiet_http_logs
 
 __all__ = [
     "CALIBRATE_HELP",
@@ -282,7 +282,7 @@ def calibrate_command(
     """Compare judges and rubrics on saved groups (see ``CALIBRATE_HELP``)."""
     quiet_http_logs()
     console = Console()
-    try:
+    with exit_on(console, ConfigError):
         try:
             loaded = load_groups(groups_file)
         except (OSError, ValueError) as exc:
@@ -299,9 +299,6 @@ def calibrate_command(
         passes = len(judges) * len(rubrics)
         with console.status(f"scoring {len(groups)} groups with {passes} judge/rubric pairs..."):
             rows = asyncio.run(calibrate_groups(groups, judges, rubrics, config))
-    except ConfigError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        raise typer.Exit(code=2) from exc
     console.print(calibration_table(rows))
     for row in rows:
         for reason in row.reasons:

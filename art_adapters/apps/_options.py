@@ -16,15 +16,18 @@ import logging
 import re
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+from rich.console import Console
+from rich.markup import escape
 
-__all__ = ["Setting", "build_config", "config_command", "field_help"]
+__all__ = ["Setting", "build_config", "config_command", "exit_on", "field_help"]
 
 M = TypeVar("M", bound=BaseModel)
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -192,3 +195,14 @@ def quiet_http_logs() -> None:
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         for name in ("httpx", "httpx2", "mcp"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextmanager
+def exit_on(console: Console, *errors: type[Exception], code: int = 2) -> Iterator[None]:
+    """Inside, an error of the kinds ``errors`` is printed in red (its text escaped, so a message
+    holding ``[...]`` prints as written, not as rich markup) and the command exits with ``code``."""
+    try:
+        yield
+    except errors as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(code=code) from exc

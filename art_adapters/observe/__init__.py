@@ -26,6 +26,7 @@ from art_adapters.observe._live import RolloutSpan
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory, group_metrics
 from art_adapters.observe._observer import Observer
 from art_adapters.observe._plot import plot_run
+from art_adapters.observe._times import parse_time
 from art_adapters.observe._trackers import Tracker, trackers_from_env
 
 if _TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "log_scores",
     "log_train_metrics",
     "otlp_json_request",
+    "parse_time",
     "plot_run",
     "trackers_from_env",
     "trajectories_from_langfuse",

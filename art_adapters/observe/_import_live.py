@@ -13,7 +13,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory
 from art_adapters.observe._importer import trajectories_from_langfuse, trajectories_from_spans
+from art_adapters.observe._times import TimeBound, iso_ns, parse_time
 
 __all__ = ["trajectories_from_langfuse_api", "trajectories_from_phoenix"]
 
@@ -34,29 +35,14 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 1000
 #: Trace ids per Phoenix span query or Langfuse score query (they go in the URL).
 _IDS_PER_QUERY = 50
-_TimeBound = datetime | str | None
-
-
-def _when(value: _TimeBound, name: str) -> datetime | None:
-    """A time bound as an aware datetime; a naive one (or ISO text without offset) is UTC."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ConfigError(
-                f"{name} must be an ISO 8601 time like 2026-11-25T10:00:00Z, got {value!r}"
-            ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _window(start: _TimeBound, end: _TimeBound) -> tuple[datetime | None, datetime | None]:
-    since, until = _when(start, "start"), _when(end, "end")
+def _window(start: TimeBound, end: TimeBound) -> tuple[datetime | None, datetime | None]:
+    since, until = parse_time(start, "start"), parse_time(end, "end")
     if since is not None and until is not None and since >= until:
         raise ConfigError(f"the time window is empty: start {_iso(since)} is not before end {_iso(until)}")
     return since, until
@@ -106,23 +92,6 @@ def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 # -- Phoenix -----------------------------------------------------------------------------------
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ns(value: Any) -> int:
-    """Nanoseconds since the epoch of an ISO time (exact: no float rounding), 0 when unreadable."""
-    if isinstance(value, int | float):
-        return int(value)
-    if not isinstance(value, str) or not value:
-        return 0
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return 0
-    when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
     """OTel attribute values from JSON: nested objects flattened with dots, lists as tuples."""
     if isinstance(value, Mapping):
@@ -165,7 +134,7 @@ def _phoenix_span(raw: Mapping[str, Any]) -> ReadableSpan | None:
         event_attributes: dict[str, Any] = {}
         _flat(event.get("attributes") or {}, "", event_attributes)
         events.append(
-            Event(str(event.get("name", "")), event_attributes, timestamp=_ns(event.get("timestamp")))
+            Event(str(event.get("name", "")), event_attributes, timestamp=iso_ns(event.get("timestamp")))
         )
     flags = TraceFlags(TraceFlags.SAMPLED)
     code = raw.get("status_code")
@@ -181,8 +150,8 @@ def _phoenix_span(raw: Mapping[str, Any]) -> ReadableSpan | None:
         attributes=attributes,
         events=events,
         status=status,
-        start_time=_ns(raw.get("start_time")),
-        end_time=_ns(raw.get("end_time")),
+        start_time=iso_ns(raw.get("start_time")),
+        end_time=iso_ns(raw.get("end_time")),
         instrumentation_scope=InstrumentationScope("phoenix-import"),
     )
 
@@ -213,8 +182,8 @@ def trajectories_from_phoenix(
     url: str,
     *,
     project: str = "default",
-    start: _TimeBound = None,
-    end: _TimeBound = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
     limit: int | None = None,
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
@@ -448,8 +417,8 @@ def trajectories_from_langfuse_api(
     *,
     tags: Sequence[str] | None = None,
     session_id: str | None = None,
-    start: _TimeBound = None,
-    end: _TimeBound = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
     limit: int | None = None,
     base_url: str | None = None,
     public_key: str | None = None,
