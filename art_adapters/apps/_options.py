@@ -56,8 +56,17 @@ class Setting:
 
 
 def _docstring_attributes(model: type[BaseModel]) -> dict[str, str]:
-    """``name -> text`` of the ``Attributes:`` section of *model*'s docstring (Google style)."""
-    doc = inspect.cleandoc(model.__doc__ or "")
+    """``name -> text`` of the ``Attributes:`` sections of *model*'s docstring and its config bases'
+    (Google style; a subclass's entry wins)."""
+    found: dict[str, str] = {}
+    for klass in reversed(model.__mro__):
+        if klass is not BaseModel and issubclass(klass, BaseModel) and "__doc__" in vars(klass):
+            found.update(_own_attributes(klass.__doc__ or ""))
+    return found
+
+
+def _own_attributes(docstring: str) -> dict[str, str]:
+    doc = inspect.cleandoc(docstring)
     section = re.split(r"^Attributes:\s*$", doc, maxsplit=1, flags=re.MULTILINE)
     if len(section) < 2:
         return {}
