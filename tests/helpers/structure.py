@@ -57,6 +57,16 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
     return skipped
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module ``from ... import`` names, a relative one resolved against ``package``."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
 def imports(module: Module, known: dict[str, Module]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     """``(line, target module, imported names)`` for each import that runs (function-local ones
     too, ``TYPE_CHECKING`` ones not). ``from p import m`` where ``m`` is a submodule targets ``p.m``."""
@@ -69,11 +79,7 @@ def imports(module: Module, known: dict[str, Module]) -> Iterator[tuple[int, str
             for alias in node.names:
                 yield node.lineno, alias.name, ()
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = imported_from(node, package)
             plain: list[str] = []
             for alias in node.names:
                 if f"{base}.{alias.name}" in known:
