@@ -23,7 +23,6 @@ from .batches import Batch, micro_batches
 from .data import (
     BuildMetrics,
     BuildResult,
-    NothingTrainableError,
     RecordLookup,
     Renderer,
     TrainingSequence,
