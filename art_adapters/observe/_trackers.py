@@ -133,7 +133,27 @@ class _Guarded:
         self._finished = True
 
 
-class WandbTracker(_Guarded):
+class _RunTracker(_Guarded):
+    """A tracker that logs to the run object its SDK's ``init`` returned (``self.run``), guarded."""
+
+    run: Any
+    where: str
+
+    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
+        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`)."""
+        values = numeric_row(row, split)
+        if values:
+            self._call("log", lambda: self.run.log(values, step=step))
+
+    def finish(self) -> None:
+        """Finish the run (W&B uploads what is left when online; Trackio waits up to 30 s for its store)."""
+        self._finish(self.run.finish)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.where!r})"
+
+
+class WandbTracker(_RunTracker):
     """Logs rows to a Weights & Biases run of its own (``wandb.init(..., reinit="create_new")``).
 
     The run is created here and used through the object ``wandb.init`` returned, never through the
@@ -144,7 +164,9 @@ class WandbTracker(_Guarded):
     Online, ``wandb.init`` waits for the W&B server: when it cannot be reached, for W&B's
     ``init_timeout`` (90 s by default; ``WANDB_INIT_TIMEOUT=10`` shortens it) before it raises, and
     :func:`trackers_from_env` then goes on without W&B (measured: 90.7 s, 5.7 s with
-    ``WANDB_INIT_TIMEOUT=5``, against a refused connection). Offline mode never waits.
+    ``WANDB_INIT_TIMEOUT=5``, against a refused connection). Offline mode never waits. W&B keeps one
+    row per step: rows of several splits logged at the same step land in the same W&B row; a step
+    lower than one already logged is dropped by W&B with its own warning.
 
     Args:
         project: W&B project.
@@ -193,25 +215,9 @@ class WandbTracker(_Guarded):
             return f"W&B (offline): {sync_dir}; upload it with: wandb sync {shlex.quote(sync_dir)}"
         return f"W&B: {run.url}"
 
-    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
-        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`).
-
-        W&B keeps one row per step: rows of several splits logged at the same step land in the same
-        W&B row; a step lower than one already logged is dropped by W&B with its own warning.
-        """
-        values = numeric_row(row, split)
-        if values:
-            self._call("log", lambda: self.run.log(values, step=step))
-
-    def finish(self) -> None:
-        """Finish the run (uploads what is left when online; offline: the files are complete)."""
-        self._finish(self.run.finish)
-
-    def __repr__(self) -> str:
-        return f"WandbTracker({self.where!r})"
 
 
-class TrackioTracker(_Guarded):
+class TrackioTracker(_RunTracker):
     """Logs rows to a Trackio run (``trackio.init(project=..., name=...)``), used through the object
     that call returns.
 
@@ -252,19 +258,6 @@ class TrackioTracker(_Guarded):
         if os.environ.get("TRACKIO_DIR"):  # `trackio show` reads the store from the same variable
             show = f"TRACKIO_DIR={shlex.quote(folder)} {show}"
         return f"Trackio (local, {label}): {folder}; view it with: {show}"
-
-    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
-        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`)."""
-        values = numeric_row(row, split)
-        if values:
-            self._call("log", lambda: self.run.log(values, step=step))
-
-    def finish(self) -> None:
-        """Finish the run: waits for the rows to reach the store (Trackio waits up to 30 s)."""
-        self._finish(self.run.finish)
-
-    def __repr__(self) -> str:
-        return f"TrackioTracker({self.where!r})"
 
 
 class _GuardedTracker(_Guarded):
