@@ -1,7 +1,8 @@
-"""The trainer interface and the GRPO step every LoRA trainer shares.
+"""The trainer interface and the one update loop every objective (GRPO, SFT) and every LoRA trainer shares.
 
-:class:`LoraTrainer` writes the step, saving and loading once; a subclass only says how the base model
-is loaded and the LoRA attached (:mod:`.peft_trainer`, :mod:`.unsloth_trainer`).
+:class:`LoraTrainer` writes the loop (:meth:`~LoraTrainer.run_step`), saving and loading once; an objective
+(:mod:`.grpo_step`, :mod:`.sft`) says what an update's loss is; a subclass only says how the base model is
+loaded and the LoRA attached (:mod:`.peft_trainer`, :mod:`.unsloth_trainer`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
     from art_adapters import SFTConfig, Trajectory, TrajectoryGroup
 
-
 __all__ = ["LoraTrainer"]
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ STATE_FILE = "trainer_state.json"
 
 
 class LoraTrainer(ABC):
-    """A LoRA trainer: one base model, one adapter, one optimizer; the GRPO step shared by all.
+    """A LoRA trainer: one base model, one adapter, one GRPO optimizer; the update loop shared by all.
 
     It owns a PEFT-wrapped causal LM and an AdamW optimizer over its LoRA weights. Subclasses
     implement :meth:`_load_base` and :meth:`_attach_lora` (:mod:`.peft_trainer` with plain
