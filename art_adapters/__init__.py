@@ -10,6 +10,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._adapter_config import RetentionPolicy
 from ._backends import Backend, LocalBackend, RemoteBackend
 from ._capture.events import TOOL_RECORD_EVENT
 from ._errors import (
@@ -25,7 +26,7 @@ from ._errors import (
 )
 from ._model import CheckpointInfo, TrainableModel, TrainResult
 from ._sft_config import SFTConfig, load_trajectories
-from ._train_config import RetentionPolicy, TrainConfig
+from ._train_config import TrainConfig
 from ._trajectory import (
     History,
     Message,

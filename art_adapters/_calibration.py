@@ -1,13 +1,11 @@
 """How well RULER agrees with a verifiable reward: Spearman rank correlation and pairwise agreement.
 
-RULER's scores are comparable within one group only (the judge compares one scenario's rollouts),
-so both measures are taken inside each group and then combined over groups. The reference is the
-reward a trajectory had before RULER scored it (``metrics["independent_reward"]``, kept by
-:func:`~art_adapters.ruler_score_group`), e.g. a verifiable check; the judged score is
-``metrics["ruler_score"]`` and, per rubric dimension, ``metrics["ruler_<dimension>"]``.
-
-Pure functions, no I/O: the training loop adds :meth:`Calibration.row` to each metrics row, and
-``art-adapters calibrate`` compares judges or rubrics on a saved set of groups.
+RULER's scores are comparable within one group only, so both measures are taken inside each group
+and then combined over groups. The reference is the reward a trajectory had before RULER scored it
+(``metrics["independent_reward"]``, e.g. a verifiable check); the judged score is
+``metrics["ruler_score"]`` and, per rubric dimension, ``metrics["ruler_<dimension>"]``. Pure functions:
+the training loop adds :meth:`Calibration.row` to each metrics row; ``art-adapters calibrate`` compares
+judges or rubrics on saved groups.
 """
 
 from __future__ import annotations

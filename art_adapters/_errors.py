@@ -1,24 +1,7 @@
 """The one exception hierarchy of art-adapters, split by where the failure happened.
 
-::
-
-    ArtAdaptersError
-    ├── ConfigError                 a setting or argument is wrong; fix the call
-    │   ├── ScenarioFileError       (mcp_tools) a scenarios file is missing or holds an invalid line
-    │   └── CassetteError           (mcp_tools) a cassette file is missing or holds an invalid line
-    │       └── CassetteMissError   (mcp_tools) a replayed call is not in the cassette (on_missing="fail")
-    ├── RolloutError                the user's rollout (graph run, tool call) failed
-    │   ├── ToolServerError         an MCP server crashed, hung or refused a call
-    │   └── RolloutBudgetError      more rollouts failed than RunConfig's max_failures /
-    │                               max_failure_rate allow
-    ├── JudgeError                  the RULER judge could not produce valid scores
-    ├── ScenarioGenerationError     (mcp_tools) the generator wrote too few valid scenarios
-    └── BackendError                the backend service failed or refused a request
-        ├── BackendUnavailableError it could not be reached / did not start
-        └── BackendRequestError     it answered with an error (status + message)
-
-The mcp_tools errors are defined (and exported) there, on these bases. Every message says what
-happened and what to do about it.
+The tree is drawn in :class:`ArtAdaptersError`'s docstring. The mcp_tools errors are defined
+(and exported) there, on these bases. Every message says what happened and what to do about it.
 """
 
 from __future__ import annotations
@@ -42,7 +25,25 @@ __all__ = [
 
 
 class ArtAdaptersError(Exception):
-    """Base class of every error raised by art-adapters."""
+    """Base class of every error raised by art-adapters.
+
+    ::
+
+        ArtAdaptersError
+        ├── ConfigError                 a setting or argument is wrong; fix the call
+        │   ├── ScenarioFileError       (mcp_tools) a scenarios file is missing or holds an invalid line
+        │   └── CassetteError           (mcp_tools) a cassette file is missing or holds an invalid line
+        │       └── CassetteMissError   (mcp_tools) a replayed call is not in the cassette (on_missing="fail")
+        ├── RolloutError                the user's rollout (graph run, tool call) failed
+        │   ├── ToolServerError         an MCP server crashed, hung or refused a call
+        │   └── RolloutBudgetError      more rollouts failed than RunConfig's max_failures /
+        │                               max_failure_rate allow
+        ├── JudgeError                  the RULER judge could not produce valid scores
+        ├── ScenarioGenerationError     (mcp_tools) the generator wrote too few valid scenarios
+        └── BackendError                the backend service failed or refused a request
+            ├── BackendUnavailableError it could not be reached / did not start
+            └── BackendRequestError     it answered with an error (status + message)
+    """
 
 
 class ConfigError(ArtAdaptersError, ValueError):

@@ -1,12 +1,11 @@
 """Reward-hacking monitors: signs that the policy optimises the judge rather than the task.
 
-Each training step's groups are reduced to a few numbers (:func:`step_signals`): the reward, the
-verifiable reward beside it, RULER's agreement with that reward (:mod:`art_adapters._calibration`),
-the final answer's length, repeated n-grams in the assistant's text, tool calls per rollout, the
-tool error rate and the judges' agreement. :class:`HackingMonitor` compares the latest steps with
-the first ones and returns a :class:`HackingWarning` for each threshold of
-:class:`HackingMonitorConfig` crossed; :func:`~art_adapters.train_loop` logs them, writes them to the
-metrics row and the traces, and stops on them when ``stop=True``.
+:func:`step_signals` reduces each step's groups to a few numbers (reward, verifiable reward, RULER's
+agreement with it, answer length, repeated n-grams, tool calls, tool error rate, judge agreement);
+:class:`HackingMonitor` compares the latest steps with the first ones and returns a
+:class:`HackingWarning` for each threshold of :class:`HackingMonitorConfig` crossed;
+:func:`~art_adapters.train_loop` logs them, writes them to the metrics row and the traces, and stops
+on them when ``stop=True``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ._runner import RolloutFn, run_groups, scenario_id
 from ._scorers import Scorer, unscored_reason
 from ._sft_config import load_trajectories
 from ._trajectory import TrajectoryGroup
-from .observe._metrics import MetricsHistory, group_metrics
+from .observe import MetricsHistory, group_metrics
 
 if TYPE_CHECKING:
     from ._model import TrainableModel

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ._adapter_config import RetentionPolicy
 from ._backends import path_segment
 from ._errors import BackendRequestError, BackendUnavailableError, ConfigError
 from ._sft_config import SFTConfig
-from ._train_config import RetentionPolicy, TrainConfig
+from ._train_config import TrainConfig
 from ._trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:

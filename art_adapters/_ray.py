@@ -5,27 +5,7 @@ rollout to :class:`RayRollouts`, which submits it as one Ray task and brings bac
 :class:`~art_adapters.Trajectory` or the failure; everything else (the concurrency limit, retries,
 the failure budget, progress, ids, live traces) stays in the runner on the driver, exactly as
 without Ray. Ray is imported only here, and only then.
-
-What travels, and how:
-
-* The rollout function is serialised once per ``run_groups`` call with ``ray.put`` (Ray's
-  cloudpickle) and every task gets only its ``ObjectRef``. Secrets the function holds, such as
-  the backend's API key inside its chat model, therefore live in the object store: they are not
-  in any task's arguments, nor in a ``runtime_env`` (whose ``env_vars`` Ray shows on the
-  dashboard's job page and in ``ray list jobs --detail``). The backend is reached over HTTP
-  from the workers at the URL the function's chat model was built with, so that URL must be
-  one the worker nodes can reach (not ``127.0.0.1`` on a multi-machine cluster).
-* Each scenario is a task argument (cloudpickle). What cannot be serialised raises a
-  :class:`~art_adapters.ConfigError` naming it, with Ray's report of the failing member.
-* On the worker the function runs in its own event loop (``asyncio.run``), under the
-  rollout's timeout, so MCP sessions (``mcp_tools.rollout()``) open and close on the worker.
-  Code the function imports must be importable there: install your package on every node, or
-  pass ``runtime_env={"py_modules": [...]}`` to your own ``ray.init`` before ``run_groups``.
-* A failure comes back as data: the worker records the exception's type, message and
-  traceback (:class:`~art_adapters.RolloutFailure`); a worker or node that dies mid-rollout
-  is a ``ray.exceptions.WorkerCrashedError`` (or ``NodeDiedError``) failure of that attempt,
-  retried by the runner when ``RunConfig.retries`` allows (Ray's own task retries are off, so
-  there is one retry policy).
+What travels to the workers, and how (secrets, serialisation, failures): docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -33,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -43,6 +23,9 @@ from ._trajectory import RolloutFailure, Trajectory
 
 if TYPE_CHECKING:
     from ._runner import RolloutFn, _Slot
+
+    #: The runner's attempt of one rollout (passed in: this module never imports the runner).
+    AttemptFn = Callable[[RolloutFn, _Slot, float | None], Awaitable[Trajectory]]
 
 __all__ = ["RAY_INSTALL_HINT", "RayRollouts", "RemoteRolloutError", "import_ray"]
 
@@ -98,18 +81,19 @@ class _Outcome(BaseModel):
     config_error: bool = False
 
 
-def _run_on_worker(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> Iterator[_Outcome | None]:
-    """The Ray task: one attempt of ``rollout`` on ``slot.scenario``, in a fresh event loop.
+def _run_on_worker(
+    rollout: RolloutFn, slot: _Slot, timeout_s: float | None, local_attempt: AttemptFn
+) -> Iterator[_Outcome | None]:
+    """The Ray task: one attempt of ``rollout`` on ``slot.scenario``, in a fresh event loop, made by
+    ``local_attempt`` (the runner's own attempt: same checks, same timeout).
 
     A streaming generator: it first yields ``None`` as soon as it runs on a worker, so the driver
     starts its backstop then (time spent in Ray's queue waiting for a CPU is not the rollout's),
     and then the attempt's :class:`_Outcome`.
     """
-    from ._runner import _attempt  # the local path's attempt: same checks, same timeout
-
     yield None
     try:
-        yield _Outcome(trajectory=asyncio.run(_attempt(rollout, slot, timeout_s)))
+        yield _Outcome(trajectory=asyncio.run(local_attempt(rollout, slot, timeout_s)))
     except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
         partial = getattr(exc, "trajectory", None)
         failure = RolloutFailure.from_exception(
@@ -142,9 +126,12 @@ class RayRollouts:
         ConfigError: ``rollout`` cannot be serialised by Ray (the message names the member).
     """
 
-    def __init__(self, rollout: RolloutFn, *, address: str, num_cpus: float) -> None:
+    def __init__(
+        self, rollout: RolloutFn, *, address: str, num_cpus: float, local_attempt: AttemptFn
+    ) -> None:
         ray = import_ray()
         self._ray = ray
+        self._local_attempt = local_attempt
         if not ray.is_initialized():
             logger.info("connecting to the Ray cluster at %s", address)
             ray.init(address=address)
@@ -179,7 +166,7 @@ class RayRollouts:
         """
         ray = self._ray
         try:
-            task = self._task.remote(self._rollout_ref, slot, timeout_s)
+            task = self._task.remote(self._rollout_ref, slot, timeout_s, self._local_attempt)
         except Exception as exc:
             raise ConfigError(
                 f"scenario {slot.scenario_id} cannot be sent to a Ray worker ({type(exc).__name__}: {exc}); "

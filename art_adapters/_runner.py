@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ._config import Count, PositiveCount, resolve_config
 from ._errors import ConfigError, RolloutBudgetError, RolloutError
 from ._gather import gather_or_cancel
-from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup, _new_id
-from .observe._live import RolloutTracing
+from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup, new_id
+from .observe import RolloutTracing
 from .observe._spans import RolloutContext
 
 if TYPE_CHECKING:
@@ -483,7 +483,7 @@ async def run_groups(
         logger.warning(
             "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
         )
-    group_ids = [_new_id("group") for _ in scenarios]
+    group_ids = [new_id("group") for _ in scenarios]
     slots = [
         _Slot(g, i, s, sid, group_ids[g])
         for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True))
@@ -496,7 +496,8 @@ async def run_groups(
     if run.ray_address is not None:  # each attempt a Ray task; Ray is imported only here
         from ._ray import RayRollouts
 
-        attempt = RayRollouts(rollout, address=run.ray_address, num_cpus=run.ray_num_cpus).attempt
+        ray = RayRollouts(rollout, address=run.ray_address, num_cpus=run.ray_num_cpus, local_attempt=_attempt)
+        attempt = ray.attempt
     semaphore = asyncio.Semaphore(run.max_concurrency)
     display = _Display(progress, total)
     seen_ids: set[str] = set()

@@ -10,65 +10,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
-    Field,
     PositiveFloat,
     PositiveInt,
     ValidationError,
     model_validator,
 )
 
+from ._adapter_config import SFT_LEARNING_RATE, AdapterConfig
 from ._errors import ConfigError
-from ._train_config import RetentionPolicy
 from ._trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["SFTConfig", "load_trajectories"]
 
 
-class SFTConfig(BaseModel):
+class SFTConfig(AdapterConfig):
     """Settings of one SFT step: next-token cross-entropy on the trajectories' assistant turns.
 
     One ``model.train_sft(trajectories, config)`` call is one step: it makes ``epochs`` passes over
     the trajectories' sequences, one optimizer update per ``batch_size`` sequences, and writes the
-    next checkpoint (``name@step``) like a GRPO step does. Every field is documented once, here.
+    next checkpoint (``name@step``) like a GRPO step does. Every field is documented once: here, or
+    (the LoRA shape and the settings every objective shares) in :class:`AdapterConfig`.
 
     Attributes:
         learning_rate: AdamW step size for the LoRA weights. Unitless, > 0. Default ``2e-4``
             (a common LoRA SFT rate; TRL's ``SFTTrainer`` default of ``2e-5`` is for full
             fine-tuning). Constant within the step.
-        weight_decay: AdamW decoupled weight decay, >= 0. Default ``0.0``.
         epochs: passes over the step's sequences (TRL's ``num_train_epochs``). Default ``1``.
         batch_size: sequences per optimizer update (the last update of a pass may have fewer).
             The loss of an update is the mean over its loss tokens (TRL's default for SFT).
             Default ``8``.
-        micro_batch_size: sequences per forward/backward pass; the micro-batches of one update
-            accumulate into it. Memory only: the result does not depend on it. Default ``4``.
-        max_sequence_length: longest training sequence, in tokens (prompt + completions of a
-            conversation). Longer sequences are dropped and counted, never truncated. Default ``4096``.
-        max_grad_norm: clip each update's global gradient L2 norm to this; ``None`` disables
-            clipping (the norm is still reported). Default ``1.0``.
         only_model: train only the assistant turns of this model (a registered model's ``name``,
             which matches its turns of every step; ``name@step``, that checkpoint's turns only; or
             the ``model`` recorded on imported turns, e.g. a teacher's ``"gpt-4o"``); the others
             stay in the sequence as prompt. ``None`` (default) trains
             every assistant turn not marked ``generated=False``: the file is the demonstrations.
-        lora_rank: rank ``r`` of the LoRA matrices. Used only when the model's adapter is first
-            created (an SFT step at step 0); later steps keep the adapter's shape. Default ``16``,
-            as :class:`~art_adapters.TrainConfig`, so GRPO continues on the same adapter.
-        lora_alpha: LoRA scaling numerator (``lora_alpha / lora_rank`` scales the update). First
-            creation only. Default ``32``.
-        lora_dropout: dropout on the LoRA input, in ``[0, 1)``. First creation only. Default ``0.0``.
-        lora_target_modules: the linear layers that get LoRA matrices (matched by suffix). First
-            creation only. Default ``q_proj, k_proj, v_proj, o_proj``.
-        seed: seeds torch (LoRA initialisation) and shuffles the sequences of each pass (pass
-            ``e`` uses ``seed + e``). ``None`` keeps the trajectories' order and the generator
-            alone. Default ``0``.
-        retention: applied after the step's checkpoint is written (see
-            :class:`~art_adapters.RetentionPolicy`); ``None`` (default) keeps every checkpoint.
 
     The SFT step has an AdamW optimizer of its own, new for every step: SFT's gradients are
     large next to GRPO's, and Adam's moments would scale down the first GRPO updates after
@@ -78,28 +56,13 @@ class SFTConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    learning_rate: PositiveFloat = 2e-4
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    learning_rate: PositiveFloat = SFT_LEARNING_RATE
     epochs: PositiveInt = 1
     batch_size: PositiveInt = 8
-    micro_batch_size: PositiveInt = 4
-    max_sequence_length: PositiveInt = 4096
-    max_grad_norm: PositiveFloat | None = 1.0
     only_model: str | None = None
-    lora_rank: PositiveInt = 16
-    lora_alpha: PositiveFloat = 32.0
-    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    seed: int | None = 0
-    retention: RetentionPolicy | None = None
 
     @model_validator(mode="after")
     def _check(self) -> SFTConfig:
-        if not self.lora_target_modules or any(not name for name in self.lora_target_modules):
-            raise ValueError(
-                "lora_target_modules must name at least one linear layer, e.g. ('q_proj', 'v_proj'); "
-                f"got {self.lora_target_modules!r}."
-            )
         if self.only_model is not None and not self.only_model.strip():
             raise ValueError("only_model must name a model (or be None for every assistant turn); got ''")
         return self

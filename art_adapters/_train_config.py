@@ -11,7 +11,6 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -20,7 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["ImportanceLevel", "LossNormalization", "LossType", "LrSchedule", "RetentionPolicy", "TrainConfig"]
+from ._adapter_config import GRPO_LEARNING_RATE, AdapterConfig
+
+__all__ = ["ImportanceLevel", "LossNormalization", "LossType", "LrSchedule", "TrainConfig"]
 
 #: Where the importance ratio is taken: per token (PPO/GRPO) or per sequence (GSPO).
 ImportanceLevel = Literal["token", "sequence"]
@@ -37,32 +38,13 @@ LrSchedule = Literal["constant", "linear", "cosine"]
 _Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 
-class RetentionPolicy(BaseModel):
-    """Which checkpoints to keep; the others are deleted (and stop being served).
-
-    Attributes:
-        keep_latest: the newest checkpoints kept, >= 1 (the latest is always kept). Default 1.
-        best_metric: also keep the checkpoint with the best value of this step metric (e.g.
-            ``"reward_mean"``: the mean reward of the groups that step trained on, i.e. of the
-            rollouts sampled from the step before it). ``None``: no "best" is kept.
-        mode: ``"max"`` (default) keeps the highest ``best_metric``, ``"min"`` the lowest.
-
-    Step 0 (the base weights) is never deleted.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    keep_latest: PositiveInt = 1
-    best_metric: str | None = None
-    mode: Literal["max", "min"] = "max"
-
-
-class TrainConfig(BaseModel):
+class TrainConfig(AdapterConfig):
     """Settings of one GRPO training step (one ``model.train()`` call over the groups sent: one
     checkpoint, made by ``num_iterations x mini_batches`` optimizer updates, one by default).
 
-    Every field is documented once, here, with its meaning, unit, default and interactions;
-    cross-field rules live in one validator whose messages say what to change.
+    Every field is documented once, with its meaning, unit, default and interactions: here, or
+    (the LoRA shape and the settings every objective shares) in :class:`AdapterConfig`; cross-field
+    rules live in one validator whose messages say what to change.
 
     Attributes:
         learning_rate: AdamW step size for the LoRA weights: the peak of ``lr_schedule``.
@@ -85,17 +67,6 @@ class TrainConfig(BaseModel):
             ``total_steps``). Counted from the model's first step, restarts included; must
             exceed ``warmup_steps``. Required by ``"linear"`` / ``"cosine"``, rejected with
             ``"constant"``. Default ``None``.
-        weight_decay: AdamW decoupled weight decay, >= 0. Default ``0.0``.
-        lora_rank: rank ``r`` of the LoRA matrices. Used only when the model's adapter is
-            first created (step 0); later steps keep the existing adapter's shape and a
-            different value here is ignored with a logged warning. Default ``16``.
-        lora_alpha: LoRA scaling numerator; the update is scaled by ``lora_alpha / lora_rank``.
-            First creation only, like ``lora_rank``. Default ``32``.
-        lora_dropout: dropout probability on the LoRA input, in ``[0, 1)``. First creation
-            only. Default ``0.0`` (dropout makes the first micro-step's ratio differ from 1).
-        lora_target_modules: names of the linear layers that get LoRA matrices (matched by
-            suffix, PEFT's rule). First creation only. Default: the attention projections
-            ``q_proj, k_proj, v_proj, o_proj``.
         loss_type: the per-token surrogate, as TRL's ``loss_type`` of the same name (the
             formulas are in docs/training.md):
             ``"ppo"`` (default): PPO's clipped ratio times the advantage (GRPO, DAPO, GSPO with
@@ -145,8 +116,6 @@ class TrainConfig(BaseModel):
         max_tokens: the constant of ``loss_normalization="constant"``, in tokens (typically
             the most completion tokens one trajectory may have). Required with
             ``"constant"`` and rejected otherwise.
-        max_grad_norm: clip the global gradient L2 norm to this before the update; ``None``
-            disables clipping (the norm is still measured and reported). Default ``1.0``.
         num_iterations: passes over the step's sequences (TRL's ``num_iterations``, the ``mu``
             of the GRPO paper; PPO's epochs). The old log-probs of every pass are the sampling
             ones, so after the first update the ratio moves off 1 and the clip acts. Tokens
@@ -156,21 +125,11 @@ class TrainConfig(BaseModel):
             (group by group), are cut into this many mini-batches of near-equal size (at most
             the number of sequences), one update each (TRL: ``steps_per_generation =
             mini_batches x gradient_accumulation_steps``). Default ``1``.
-        micro_batch_size: sequences per forward/backward pass; gradients of a mini-batch's
-            micro-batches are accumulated into one update. Memory only: the result does not
-            depend on it. Default ``4``.
-        max_sequence_length: longest training sequence, in tokens (prompt + completions of a
-            conversation). Longer sequences are dropped and counted in the metrics, never
-            truncated. Default ``4096``.
         share_prefix: forward the prompt a group's sequences share ONCE per micro-batch (its KV
             cache repeated for the rows, gradients flowing through it) instead of once per
             sequence. Same loss and gradient to float precision; micro-batches then never mix
             groups. Used when the shared part is at least 32 tokens. Default ``True``
             (``bench/train.py``, 8 x (512 + 32) tokens on CPU: 3.6-7.6x tokens/s).
-        seed: seeds torch before the step (LoRA initialisation, dropout). ``None`` leaves the
-            generator alone. Default ``0``.
-        retention: applied after the step's checkpoint is written (see :class:`RetentionPolicy`);
-            ``None`` (default) keeps every checkpoint.
         credit: ``"trajectory"`` (default): every token of a trajectory gets its group-relative
             advantage. ``"turn"``: per-turn credit, each assistant turn's tokens get that turn's
             advantage, its turn reward normalised over all turns of the group (``docs/training.md``,
@@ -181,12 +140,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    learning_rate: PositiveFloat = 1e-4
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
-    lora_rank: PositiveInt = 16
-    lora_alpha: PositiveFloat = 32.0
-    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    learning_rate: PositiveFloat = GRPO_LEARNING_RATE
     lr_schedule: LrSchedule = "constant"
     warmup_steps: NonNegativeInt = 0
     total_steps: PositiveInt | None = None
@@ -202,14 +156,9 @@ class TrainConfig(BaseModel):
     importance_level: ImportanceLevel = "token"
     loss_normalization: LossNormalization = "token"
     max_tokens: PositiveInt | None = None
-    max_grad_norm: PositiveFloat | None = 1.0
     num_iterations: PositiveInt = 1
     mini_batches: PositiveInt = 1
-    micro_batch_size: PositiveInt = 4
-    max_sequence_length: PositiveInt = 4096
     share_prefix: bool = True
-    seed: int | None = 0
-    retention: RetentionPolicy | None = None
     credit: Literal["trajectory", "turn"] = "trajectory"
 
     @model_validator(mode="before")
@@ -256,11 +205,6 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"max_tokens is only used by loss_normalization='constant' (got {self.loss_normalization!r}): "
                 "remove max_tokens, or set loss_normalization='constant'."
-            )
-        if not self.lora_target_modules or any(not name for name in self.lora_target_modules):
-            raise ValueError(
-                "lora_target_modules must name at least one linear layer, e.g. ('q_proj', 'v_proj'); "
-                f"got {self.lora_target_modules!r}."
             )
         return self
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .files import make_dirs, write_atomic
+from .files import append_durably, write_atomic
 
 __all__ = [
     "FunctionCall",
@@ -37,7 +37,8 @@ __all__ = [
 MetricValue = float | int | bool
 
 
-def _new_id(prefix: str) -> str:
+def new_id(prefix: str) -> str:
+    """A fresh id: ``prefix`` and 16 random hex digits (``traj-...``, ``group-...``)."""
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
@@ -202,7 +203,7 @@ class Trajectory(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(default_factory=lambda: _new_id("traj"))
+    id: str = Field(default_factory=lambda: new_id("traj"))
     messages: list[Message] = Field(default_factory=list)
     tools: list[ToolSchema] | None = None
     additional_histories: list[History] = Field(default_factory=list)
@@ -270,7 +271,7 @@ class TrajectoryGroup(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(default_factory=lambda: _new_id("group"))
+    id: str = Field(default_factory=lambda: new_id("group"))
     trajectories: list[Trajectory] = Field(default_factory=list)
     exceptions: list[RolloutFailure] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -288,14 +289,15 @@ def save_groups(path: str | Path, groups: Iterable[TrajectoryGroup], *, append: 
     """Write groups to ``path`` as JSON Lines, one group a line; returns the path.
 
     With ``append=False`` the file is written to a temporary name, fsynced and renamed, so a
-    crash leaves the old file or the new one, never a half-written or empty one.
+    crash leaves the old file or the new one, never a half-written or empty one. With
+    ``append=True`` the lines are appended by :func:`~art_adapters.files.append_durably` (fsynced;
+    a torn last line left by a crash is cut off first).
     """
     path = Path(path)
     lines = [group.model_dump_json() + "\n" for group in groups]
     if append:
-        make_dirs(path.parent)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.writelines(lines)
+        if lines:
+            append_durably(path, "".join(lines).encode("utf-8"))
         return path
     return write_atomic(path, "".join(lines).encode("utf-8"))
 

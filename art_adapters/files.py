@@ -1,8 +1,9 @@
 """Files that survive a crash and folders only their owner reads: one implementation for every package.
 
-Use :func:`write_atomic` for any file whose loss costs work, :func:`atomic_directory` for a folder that
-must appear whole, :func:`private_dir` / :func:`open_private` for anything holding prompts. One
-implementation (one temp-name scheme, one fsync rule) that the backend and :mod:`mcp_tools` use too.
+Use :func:`write_atomic` for any file whose loss costs work, :func:`append_durably` for a JSON Lines
+log, :func:`atomic_directory` for a folder that must appear whole, :func:`private_dir` /
+:func:`open_private` for anything holding prompts. One implementation (one temp-name scheme, one fsync
+rule, one crash rule for appends) that the backend and :mod:`mcp_tools` use too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "TMP_PREFIX",
+    "append_durably",
     "atomic_directory",
+    "cut_torn_line",
     "fsync_path",
     "make_dirs",
     "open_private",
@@ -180,3 +183,91 @@ def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_C
         os.close(fd)
         raise
     return fd
+
+
+#: How far back :func:`cut_torn_line` reads at a time looking for the last newline.
+_SCAN_CHUNK = 64 * 1024
+
+
+def _last_newline_end(fd: int, size: int) -> int:
+    """The offset just past the last ``\n`` in the first ``size`` bytes of ``fd`` (0: none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - _SCAN_CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        found = chunk.rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def _cut_torn(fd: int, path: Path) -> int:
+    """Cut a last line without its newline off the open file ``fd``; returns the size after."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    good = _last_newline_end(fd, size)
+    os.ftruncate(fd, good)
+    os.fsync(fd)
+    logger.warning("cut a torn last line off %s (%d bytes at byte %d, never acknowledged)", path, size - good, good)
+    return good
+
+
+def cut_torn_line(path: str | os.PathLike[str]) -> int:
+    """Cut a last line without its newline off the file at ``path`` (see :func:`append_durably`);
+    returns the file's size after (0 when it does not exist).
+
+    Raises:
+        OSError: the file could not be read or cut.
+    """
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        return _cut_torn(fd, target)
+    finally:
+        os.close(fd)
+
+
+def append_durably(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> int:
+    """Append whole lines to a JSON Lines file and ``fsync`` them; returns the offset they start at.
+
+    The one crash rule of every append-only log (metrics, scenarios, cassettes, completion
+    records, saved groups): ``data`` must end with ``\n``; it is written with ``O_APPEND`` and
+    fsynced before this returns, so a line is acknowledged only once it is on disk. A last line
+    without its newline was never acknowledged (a crash or a full disk cut it): it is cut off
+    before the append, and an append that fails part-way is cut off at once, so the file holds
+    whole lines only. The folder is created; a new file gets ``mode`` (less the umask).
+
+    Raises:
+        ValueError: ``data`` does not end with a newline.
+        OSError: the append failed (nothing of it is left when the cut succeeded).
+    """
+    if not data.endswith(b"\n"):
+        raise ValueError("append_durably writes whole lines: data must end with a newline")
+    target = Path(path)
+    make_dirs(target.parent)
+    created = not target.exists()
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND, mode)
+    try:
+        offset = _cut_torn(fd, target)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, offset)
+                os.fsync(fd)
+            except OSError as exc:  # the next append (or cut_torn_line) cuts it
+                logger.error("cannot cut a failed append off %s at byte %d: %s", target, offset, exc)
+            raise
+    finally:
+        os.close(fd)
+    if created:
+        fsync_path(target.parent)
+    return offset

@@ -39,7 +39,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from art_adapters.apps._demo import DemoConfig, run_demo  # noqa: E402
+from art_adapters.apps import DemoConfig, run_demo  # noqa: E402
 from tests.helpers.judge_server import JudgeServer  # noqa: E402
 from tests.helpers.oracle_judge import demo_oracle  # noqa: E402
 

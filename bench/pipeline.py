@@ -45,7 +45,7 @@ import httpx  # noqa: E402
 
 import mcp_tools  # noqa: E402
 from art_adapters import LocalBackend, LoopConfig, RunConfig, TrainableModel, TrainConfig, run_groups, train_loop  # noqa: E402
-from art_adapters._scorers import verifiable_scorer  # noqa: E402
+from art_adapters import verifiable_scorer  # noqa: E402
 from art_adapters.apps._demo_agent import CALCULATOR_SERVER, build_agent, check, make_rollout, make_scenarios  # noqa: E402
 
 CONFIGS = {"sequential": 0, "staleness-1": 1, "staleness-2": 2}

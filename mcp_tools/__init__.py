@@ -1,17 +1,11 @@
 """MCP middleware: MCP servers as LangChain tools whose every ``tools/call`` is captured.
 
-::
-
-    import mcp_tools
-
-    tools = await mcp_tools.load_tools("python -m mcp_tools.servers.notes")
-    async with mcp_tools.rollout():               # one MCP session for this rollout
-        await graph.ainvoke(inputs, config={"callbacks": [handler]})
-
-Each call lands in the trajectory and in an OTel span, and can be recorded to and replayed from a
-:class:`Cassette` (offline, without the server); per-rollout server state
-(:class:`StateCopy`, :func:`with_state`), scenario writing (:func:`generate_scenarios`) and
-bundled servers (:mod:`mcp_tools.servers`) are here too. Works with mcp 1.x and 2.x.
+``tools = await mcp_tools.load_tools("python -m mcp_tools.servers.notes")``, then ``async with
+mcp_tools.rollout():`` around each graph run (one MCP session per rollout). Each call lands in the
+trajectory and in an OTel span, and can be recorded to and replayed from a :class:`Cassette`;
+per-rollout server state (:class:`StateCopy`, :func:`with_state`), scenario writing
+(:func:`generate_scenarios`) and bundled servers (:mod:`mcp_tools.servers`) are here too. Works with
+mcp 1.x and 2.x.
 """
 
 from mcp_tools._cassette import Cassette, CassetteCall, CassetteError, CassetteMissError

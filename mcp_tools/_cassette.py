@@ -5,21 +5,6 @@ A :class:`Cassette` is a JSON Lines file plus the in-memory index of what it hol
 the server: a call found there gets the recorded result (and the server is not touched); a call not
 found goes live or fails, as the cassette's ``on_missing`` says, and a recording cassette appends the
 live answer. See ``docs/mcp-record-replay.md``.
-
-File format, one JSON object a line, told apart by ``type``::
-
-    {"type": "header", "version": 1, "created_at": "..."}
-    {"type": "tools", "server": "calc", "tools": [{"name": "add", "inputSchema": {...}}, ...]}
-    {"type": "call", "server": "calc", "tool": "add", "arguments": {"a": 2, "b": 3}, "occurrence": 0,
-     "result": {"content": [...], "isError": false}, "error": null, "duration_s": 0.004, ...}
-
-Each line is written whole with one ``write`` and fsynced before the call returns, so a crash loses
-at most the call in flight; a cut or garbled line is reported with its ``file:line``.
-
-Matching: a call is its server, MCP tool name and the canonical JSON of its arguments (keys sorted,
-no spaces, integral floats written as integers, as RFC 8785 writes numbers); the n-th time a rollout
-makes the same call it gets the n-th recorded answer to that call (``occurrence`` n-1), whichever
-rollout recorded it.
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, ValidationError
 
 from art_adapters import ConfigError, ToolServerError
-from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
+from art_adapters.files import PRIVATE_FILE_MODE, append_durably, write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -158,6 +143,21 @@ def _line_problem(exc: ValidationError) -> str:
 
 class Cassette:
     """A recording of MCP ``tools/call`` results in a JSON Lines file, recorded or replayed.
+
+    File format, one JSON object a line, told apart by ``type``::
+
+        {"type": "header", "version": 1, "created_at": "..."}
+        {"type": "tools", "server": "calc", "tools": [{"name": "add", "inputSchema": {...}}, ...]}
+        {"type": "call", "server": "calc", "tool": "add", "arguments": {"a": 2, "b": 3}, "occurrence": 0,
+         "result": {"content": [...], "isError": false}, "error": null, "duration_s": 0.004, ...}
+
+    Each line is written whole with one ``write`` and fsynced before the call returns, so a crash loses
+    at most the call in flight; a cut or garbled line is reported with its ``file:line``.
+
+    Matching: a call is its server, MCP tool name and the canonical JSON of its arguments (keys sorted,
+    no spaces, integral floats written as integers, as RFC 8785 writes numbers); the n-th time a rollout
+    makes the same call it gets the n-th recorded answer to that call (``occurrence`` n-1), whichever
+    rollout recorded it.
 
     Give it to :func:`mcp_tools.load_tools` (every call of those tools, and their tool list) or to
     :func:`mcp_tools.rollout` (every call inside that rollout)::
@@ -295,17 +295,10 @@ class Cassette:
                     self._calls[slot] = entry
 
     def _append(self, line: str) -> None:
-        """Append one whole line and fsync it (a crash afterwards cannot lose it)."""
-        data = (line + "\n").encode("utf-8")
+        """Append one whole line and fsync it (a crash afterwards cannot lose it; see
+        :func:`art_adapters.files.append_durably`)."""
         with self._write_lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durably(self.path, (line + "\n").encode("utf-8"))
 
     async def _persist(self, line: str) -> None:
         try:

@@ -15,10 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from mcp_tools._session import McpSession
-
 if TYPE_CHECKING:
     from mcp_tools._cassette import Cassette
+    from mcp_tools._session import McpSession
 
 logger = logging.getLogger(__name__)
 

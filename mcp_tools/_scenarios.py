@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import unicodedata
@@ -19,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from art_adapters import ConfigError
-from art_adapters.files import write_atomic
+from art_adapters.files import append_durably, write_atomic
 
 __all__ = [
     "Scenario",
@@ -106,29 +105,17 @@ def save_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:
 def append_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> Path:
     """Append *scenarios* to the JSONL file *path* (created with its folder if missing); returns the path.
 
-    Each call appends its lines (``O_APPEND``) and ``fsync``s the file, so scenarios
-    accepted one by one survive a crash or a kill right after. A file whose last line lacks
-    its newline (a torn write) gets one first, so the new lines stay whole; the torn line is
-    then the one :func:`load_scenarios` reports.
+    Each call appends its lines with :func:`art_adapters.files.append_durably` (``O_APPEND``,
+    fsynced; a torn last line left by a crash is cut off first), so scenarios accepted one by
+    one survive a crash or a kill right after.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(
         json.dumps(s.model_dump(mode="json", exclude_defaults=False), ensure_ascii=False) + "\n" for s in scenarios
     ).encode()
     if not data:
         return path
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_durably(path, data)
     return path
 
 

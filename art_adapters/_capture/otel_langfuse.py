@@ -5,30 +5,7 @@ Langfuse (v3 and later) records each observation as an OpenTelemetry span whose
 JSON. This module reads the two kinds that matter for a trajectory back into the neutral
 :mod:`.otel_records` calls: *generations* (model calls) and *tools* (tool executions); chains,
 agents, retrievers and plain spans carry no call of their own and are left out.
-
-What the LangChain ``CallbackHandler`` writes, and what becomes of it:
-
-=======================================  =====================================================
-``langfuse.observation.type``            ``generation`` -> :class:`SpanModelCall`,
-                                         ``tool`` -> :class:`SpanToolCall`, others ignored
-``langfuse.observation.input``           generation: the chat messages (``role``, ``content``,
-                                         LangChain ``tool_calls``, ``tool_call_id``) followed
-                                         by one ``{"role": "tool", "content": <OpenAI tool>}``
-                                         entry per bound tool (the call's tool definitions);
-                                         tool: the tool's arguments
-``langfuse.observation.output``          generation: the assistant message; tool: the
-                                         serialised ``ToolMessage`` (or the plain result)
-``langfuse.observation.model.name``      the response's model name, else the requested one
-``langfuse.observation.usage_details``   ``{"input", "output", "total"}`` token counts
-``langfuse.observation.metadata.*``      JSON values; ``tool_call_id`` names a tool's call
-span name / status                       the tool's name; ``ERROR`` with the error's message
-=======================================  =====================================================
-
-The handler does not record the provider's response id, so assistant turns captured this way carry
-no ``completion_id`` (training re-tokenises them), and its error text is the exception's message
-without its type. Messages in OpenAI form (``tool_calls`` with ``function``; a dict input with
-``messages`` and ``tools``), as Langfuse's OpenAI integration and hand-made generations record them,
-are read as well.
+See :func:`parse_langfuse_span` for the attributes read.
 """
 
 from __future__ import annotations
@@ -84,7 +61,31 @@ class LangfuseSpanSkipped(ValueError):
 def parse_langfuse_span(span: Any) -> SpanModelCall | SpanToolCall | None:
     """Turn a finished Langfuse ``generation`` or ``tool`` observation into a model or tool call.
 
-    Other observation types give ``None``. See the module docstring for the attributes read.
+    Other observation types give ``None``.
+
+    What the LangChain ``CallbackHandler`` writes, and what becomes of it:
+
+    =======================================  =====================================================
+    ``langfuse.observation.type``            ``generation`` -> :class:`SpanModelCall`,
+                                             ``tool`` -> :class:`SpanToolCall`, others ignored
+    ``langfuse.observation.input``           generation: the chat messages (``role``, ``content``,
+                                             LangChain ``tool_calls``, ``tool_call_id``) followed
+                                             by one ``{"role": "tool", "content": <OpenAI tool>}``
+                                             entry per bound tool (the call's tool definitions);
+                                             tool: the tool's arguments
+    ``langfuse.observation.output``          generation: the assistant message; tool: the
+                                             serialised ``ToolMessage`` (or the plain result)
+    ``langfuse.observation.model.name``      the response's model name, else the requested one
+    ``langfuse.observation.usage_details``   ``{"input", "output", "total"}`` token counts
+    ``langfuse.observation.metadata.*``      JSON values; ``tool_call_id`` names a tool's call
+    span name / status                       the tool's name; ``ERROR`` with the error's message
+    =======================================  =====================================================
+
+    The handler does not record the provider's response id, so assistant turns captured this way carry
+    no ``completion_id`` (training re-tokenises them), and its error text is the exception's message
+    without its type. Messages in OpenAI form (``tool_calls`` with ``function``; a dict input with
+    ``messages`` and ``tools``), as Langfuse's OpenAI integration and hand-made generations record them,
+    are read as well.
 
     Raises:
         LangfuseSpanSkipped: a generation without a readable input (its conversation is

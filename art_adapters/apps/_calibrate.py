@@ -25,7 +25,7 @@ from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, 
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 
-from ._options import quiet_http_logs
+from ._options import exit_on, field_help, quiet_http_logs
 
 __all__ = [
     "CALIBRATE_HELP",
@@ -239,6 +239,10 @@ def calibration_table(rows: Sequence[CalibrationRow]) -> Table:
     return table
 
 
+#: The RULER settings ``calibrate`` offers take their defaults and help from RulerConfig.
+_RULER = RulerConfig.model_fields
+
+
 def calibrate_command(
     groups_file: Annotated[
         Path, typer.Argument(metavar="GROUPS.jsonl", help="Trajectory groups with verifiable rewards.")
@@ -269,12 +273,18 @@ def calibrate_command(
             help="A rubric (text, or .json RulerConfig settings); repeat to compare.",
         ),
     ] = None,
-    max_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls at once.")] = 4,
+    max_concurrency: Annotated[
+        int, typer.Option(min=1, help=field_help(RulerConfig, "max_concurrency"))
+    ] = _RULER["max_concurrency"].default,
     judge_timeout_s: Annotated[
-        float, typer.Option(min=0.001, help="Seconds one judge call may take.")
-    ] = 120.0,
-    max_retries: Annotated[int, typer.Option(min=0, help="Further attempts after an invalid answer.")] = 2,
-    cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse cached judge answers.")] = True,
+        float, typer.Option(min=0.001, help=field_help(RulerConfig, "judge_timeout_s"))
+    ] = _RULER["judge_timeout_s"].default,
+    max_retries: Annotated[
+        int, typer.Option(min=0, help=field_help(RulerConfig, "max_retries"))
+    ] = _RULER["max_retries"].default,
+    cache: Annotated[
+        bool, typer.Option("--cache/--no-cache", help="Reuse cached judge answers (RulerConfig.cache).")
+    ] = _RULER["cache"].default,
     out: Annotated[
         Path | None, typer.Option("--out", metavar="PATH", help="Also write the rows as JSON here.")
     ] = None,
@@ -282,7 +292,7 @@ def calibrate_command(
     """Compare judges and rubrics on saved groups (see ``CALIBRATE_HELP``)."""
     quiet_http_logs()
     console = Console()
-    try:
+    with exit_on(console, ConfigError):
         try:
             loaded = load_groups(groups_file)
         except (OSError, ValueError) as exc:
@@ -299,9 +309,6 @@ def calibrate_command(
         passes = len(judges) * len(rubrics)
         with console.status(f"scoring {len(groups)} groups with {passes} judge/rubric pairs..."):
             rows = asyncio.run(calibrate_groups(groups, judges, rubrics, config))
-    except ConfigError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        raise typer.Exit(code=2) from exc
     console.print(calibration_table(rows))
     for row in rows:
         for reason in row.reasons:

@@ -22,7 +22,7 @@ from art_adapters.observe import plot_run
 from ._calibrate import CALIBRATE_HELP, calibrate_command
 from ._demo import DemoConfig, run_demo
 from ._import import IMPORT_HELP, import_traces
-from ._options import Setting, build_config, config_command, quiet_http_logs
+from ._options import Setting, build_config, config_command, exit_on, quiet_http_logs
 from ._sft import SFT_HELP, SFT_OPTIONS, SftCommand, run_sft
 from ._sft import report as sft_report
 from ._train_mcp import TrainMcpConfig, report, run_train_mcp
@@ -61,12 +61,9 @@ def demo(**options: Any) -> None:
     and answers --question through the trained model in the same graph.
     """
     _quiet_http_logs()
-    try:
+    with exit_on(console, ArtAdaptersError, ValueError):
         config = build_config(DemoConfig, options, DEMO_OPTIONS)
         asyncio.run(run_demo(config, console=console))
-    except (ArtAdaptersError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(code=2) from exc
 
 
 @app.command()
@@ -75,11 +72,8 @@ def plot(
     out: Annotated[Path | None, typer.Option(help="Where to write the PNGs; default RUN/plots.")] = None,
 ) -> None:
     """Write PNG charts of a run's metrics history: reward curve with its spread, loss, KL."""
-    try:
+    with exit_on(console, ConfigError):
         paths = plot_run(run, out)
-    except ConfigError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(code=2) from exc
     for path in paths:
         console.print(str(path))
 
@@ -132,12 +126,9 @@ TRAIN_MCP_OPTIONS = [
 def train_mcp(**options: Any) -> None:
     """Train an agent to master an MCP server's tools: scenarios, ReAct agent, RULER rewards, GRPO."""
     _quiet_http_logs()
-    try:
+    with exit_on(console, ArtAdaptersError, ValueError):
         config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
         result = asyncio.run(run_train_mcp(config, console=console))
-    except (ArtAdaptersError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(code=2) from exc
     report(result, console)
     if result.stopped:  # the loop gave up: say so last, and fail
         raise typer.Exit(code=1)
@@ -148,12 +139,9 @@ def train_mcp(**options: Any) -> None:
 def sft(**options: Any) -> None:
     """One SFT step on a trajectories file (see ``SFT_HELP``)."""
     _quiet_http_logs()
-    try:
+    with exit_on(console, ArtAdaptersError, ValueError):
         command = build_config(SftCommand, options, SFT_OPTIONS)
         result = asyncio.run(run_sft(command, console=console))
-    except (ArtAdaptersError, ValueError) as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        raise typer.Exit(code=2) from exc
     sft_report(result, command, console)
     if not result.trained:
         raise typer.Exit(code=1)
@@ -195,14 +183,11 @@ def export(
     except ImportError as exc:
         console.print(f"[red]export needs the backend ({exc}): pip install 'art-adapters[backend]'[/red]")
         raise typer.Exit(code=2) from exc
-    try:
+    with exit_on(console, ValueError, OSError, BundledModelError):  # ExportError is a ValueError
         name, step = parse_model_ref(model)
         kind = "a merged model" if merged else "a LoRA adapter"
         with console.status(f"exporting {escape(model)} from {escape(str(run_dir))} as {kind}..."):
             path = export_checkpoint(run_dir, name, step, out=out, merged=merged, force=force)
-    except (ValueError, OSError, BundledModelError) as exc:  # ExportError is a ValueError
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        raise typer.Exit(code=2) from exc
     manifest = json.loads((path / EXPORT_MANIFEST).read_text(encoding="utf-8"))
     console.print(f"[green]exported {name}@{manifest['step']} ({kind}) to {escape(str(path))}[/green]")
     console.print("serve it with vLLM (see README.md there):")

@@ -11,7 +11,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,11 +24,14 @@ import mcp_tools
 from art_adapters import ConfigError, Trajectory
 from art_adapters.files import write_atomic
 from art_adapters.observe import (
+    parse_time,
     trajectories_from_langfuse,
     trajectories_from_langfuse_api,
     trajectories_from_otlp_json,
     trajectories_from_phoenix,
 )
+
+from ._options import exit_on
 
 __all__ = [
     "DEFAULT_PHOENIX_URL",
@@ -175,18 +178,6 @@ def _window(
     return kept
 
 
-def _time(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ConfigError(
-            f"{option} must be an ISO 8601 time like 2026-11-25T10:00:00Z, got {value!r}"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
 def read_source(
     source: str,
     *,
@@ -263,8 +254,8 @@ def import_traces(
     """Import traces as trajectories and scenarios (see ``IMPORT_HELP``)."""
     console = Console()
     scenarios_path = scenarios or out.with_name(out.name.removesuffix(".jsonl") + ".scenarios.jsonl")
-    try:
-        start, end = _time(since, "--since"), _time(until, "--until")
+    with exit_on(console, ConfigError):
+        start, end = parse_time(since, "--since"), parse_time(until, "--until")
         with console.status(f"reading {escape(source)}..."):
             trajectories = read_source(
                 source,
@@ -276,9 +267,6 @@ def import_traces(
                 limit=limit,
                 langfuse_legacy_traces_api=langfuse_legacy_traces_api,
             )
-    except ConfigError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        raise typer.Exit(code=2) from exc
     if not trajectories:
         console.print(f"[red]no traces found in {escape(source)} for this selection: nothing written[/red]")
         raise typer.Exit(code=1)

@@ -16,15 +16,18 @@ import logging
 import re
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+from rich.console import Console
+from rich.markup import escape
 
-__all__ = ["Setting", "build_config", "config_command", "field_help"]
+__all__ = ["Setting", "build_config", "config_command", "exit_on", "field_help"]
 
 M = TypeVar("M", bound=BaseModel)
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -53,8 +56,17 @@ class Setting:
 
 
 def _docstring_attributes(model: type[BaseModel]) -> dict[str, str]:
-    """``name -> text`` of the ``Attributes:`` section of *model*'s docstring (Google style)."""
-    doc = inspect.cleandoc(model.__doc__ or "")
+    """``name -> text`` of the ``Attributes:`` sections of *model*'s docstring and its config bases'
+    (Google style; a subclass's entry wins)."""
+    found: dict[str, str] = {}
+    for klass in reversed(model.__mro__):
+        if klass is not BaseModel and issubclass(klass, BaseModel) and "__doc__" in vars(klass):
+            found.update(_own_attributes(klass.__doc__ or ""))
+    return found
+
+
+def _own_attributes(docstring: str) -> dict[str, str]:
+    doc = inspect.cleandoc(docstring)
     section = re.split(r"^Attributes:\s*$", doc, maxsplit=1, flags=re.MULTILINE)
     if len(section) < 2:
         return {}
@@ -192,3 +204,14 @@ def quiet_http_logs() -> None:
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         for name in ("httpx", "httpx2", "mcp"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextmanager
+def exit_on(console: Console, *errors: type[Exception], code: int = 2) -> Iterator[None]:
+    """Inside, an error of the kinds ``errors`` is printed in red (its text escaped, so a message
+    holding ``[...]`` prints as written, not as rich markup) and the command exits with ``code``."""
+    try:
+        yield
+    except errors as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(code=code) from exc

@@ -3,19 +3,7 @@
 Production traffic becomes training data without an export step: the spans (Phoenix) or
 observations (Langfuse) of the traces a query selects go through the same assembly as the file
 importers in :mod:`._importer`, so GenAI, OpenInference, MCP and our own spans all work.
-
-Endpoints (all read-only GETs):
-
-* **Phoenix** (``arize-phoenix`` 12 and later): ``/v1/projects/{project}/spans`` with
-  ``parent_id=null`` and the time window to find the traces (by their root span), then the
-  same route with ``trace_id=...`` for every span of those traces; cursor pagination
-  (``next_cursor``). ``PHOENIX_API_KEY``, when set, is sent as ``Authorization: Bearer``.
-* **Langfuse** (HTTP basic auth, public key : secret key): ``/api/public/v2/observations``
-  (its real-time read path) with a ``filter`` on root observations, trace tags, session and
-  start time, then ``traceId=...`` for each trace's observations, and
-  ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). Only with
-  ``legacy_traces_api=True`` (an older self-hosted Langfuse without the v2 API), and with a
-  warning, the deprecated ``/api/public/traces`` list and ``/api/public/traces/{id}``.
+Endpoints: read-only GETs (see each function).
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -37,6 +25,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory
 from art_adapters.observe._importer import trajectories_from_langfuse, trajectories_from_spans
+from art_adapters.observe._times import TimeBound, iso_ns, parse_time
 
 __all__ = ["trajectories_from_langfuse_api", "trajectories_from_phoenix"]
 
@@ -46,29 +35,14 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 1000
 #: Trace ids per Phoenix span query or Langfuse score query (they go in the URL).
 _IDS_PER_QUERY = 50
-_TimeBound = datetime | str | None
-
-
-def _when(value: _TimeBound, name: str) -> datetime | None:
-    """A time bound as an aware datetime; a naive one (or ISO text without offset) is UTC."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ConfigError(
-                f"{name} must be an ISO 8601 time like 2026-11-25T10:00:00Z, got {value!r}"
-            ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _window(start: _TimeBound, end: _TimeBound) -> tuple[datetime | None, datetime | None]:
-    since, until = _when(start, "start"), _when(end, "end")
+def _window(start: TimeBound, end: TimeBound) -> tuple[datetime | None, datetime | None]:
+    since, until = parse_time(start, "start"), parse_time(end, "end")
     if since is not None and until is not None and since >= until:
         raise ConfigError(f"the time window is empty: start {_iso(since)} is not before end {_iso(until)}")
     return since, until
@@ -118,23 +92,6 @@ def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 # -- Phoenix -----------------------------------------------------------------------------------
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ns(value: Any) -> int:
-    """Nanoseconds since the epoch of an ISO time (exact: no float rounding), 0 when unreadable."""
-    if isinstance(value, int | float):
-        return int(value)
-    if not isinstance(value, str) or not value:
-        return 0
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return 0
-    when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
     """OTel attribute values from JSON: nested objects flattened with dots, lists as tuples."""
     if isinstance(value, Mapping):
@@ -177,7 +134,7 @@ def _phoenix_span(raw: Mapping[str, Any]) -> ReadableSpan | None:
         event_attributes: dict[str, Any] = {}
         _flat(event.get("attributes") or {}, "", event_attributes)
         events.append(
-            Event(str(event.get("name", "")), event_attributes, timestamp=_ns(event.get("timestamp")))
+            Event(str(event.get("name", "")), event_attributes, timestamp=iso_ns(event.get("timestamp")))
         )
     flags = TraceFlags(TraceFlags.SAMPLED)
     code = raw.get("status_code")
@@ -193,8 +150,8 @@ def _phoenix_span(raw: Mapping[str, Any]) -> ReadableSpan | None:
         attributes=attributes,
         events=events,
         status=status,
-        start_time=_ns(raw.get("start_time")),
-        end_time=_ns(raw.get("end_time")),
+        start_time=iso_ns(raw.get("start_time")),
+        end_time=iso_ns(raw.get("end_time")),
         instrumentation_scope=InstrumentationScope("phoenix-import"),
     )
 
@@ -225,14 +182,19 @@ def trajectories_from_phoenix(
     url: str,
     *,
     project: str = "default",
-    start: _TimeBound = None,
-    end: _TimeBound = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
     limit: int | None = None,
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
     page_size: int = PAGE_SIZE,
 ) -> list[Trajectory]:
     """Trajectories of the traces in a live Arize Phoenix project, read through its REST API.
+
+    Endpoints (``arize-phoenix`` 12 and later; read-only GETs): ``/v1/projects/{project}/spans`` with
+    ``parent_id=null`` and the time window to find the traces (by their root span), then the
+    same route with ``trace_id=...`` for every span of those traces; cursor pagination
+    (``next_cursor``). ``PHOENIX_API_KEY``, when set, is sent as ``Authorization: Bearer``.
 
     The traces are those whose root span started in ``[start, end)`` (the newest ``limit`` of
     them when given); every span of each is fetched and assembled like
@@ -455,8 +417,8 @@ def trajectories_from_langfuse_api(
     *,
     tags: Sequence[str] | None = None,
     session_id: str | None = None,
-    start: _TimeBound = None,
-    end: _TimeBound = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
     limit: int | None = None,
     base_url: str | None = None,
     public_key: str | None = None,
@@ -466,6 +428,13 @@ def trajectories_from_langfuse_api(
     legacy_traces_api: bool = False,
 ) -> list[Trajectory]:
     """Trajectories of the traces a Langfuse project holds, read through its public API.
+
+    Endpoints (read-only GETs; HTTP basic auth, public key : secret key): ``/api/public/v2/observations``
+    (its real-time read path) with a ``filter`` on root observations, trace tags, session and
+    start time, then ``traceId=...`` for each trace's observations, and
+    ``/api/public/v3/scores`` for their scores; cursor pagination (``meta.cursor``). Only with
+    ``legacy_traces_api=True`` (an older self-hosted Langfuse without the v2 API), and with a
+    warning, the deprecated ``/api/public/traces`` list and ``/api/public/traces/{id}``.
 
     The traces are those with all of ``tags``, in ``session_id``, whose root observation
     started in ``[start, end)`` (the first ``limit`` the server lists, newest first); their

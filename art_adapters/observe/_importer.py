@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from art_adapters._capture.otel_trace import TraceState
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory
 from art_adapters.observe._otlp_json import spans_from_otlp_json
+from art_adapters.observe._times import iso_ns
 
 __all__ = ["trajectories_from_langfuse", "trajectories_from_otlp_json", "trajectories_from_spans"]
 
@@ -140,14 +140,6 @@ def _load(source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any]) ->
     return traces
 
 
-def _ns(value: Any) -> int:
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, str) and value:
-        return int(datetime.fromisoformat(value).timestamp() * 1e9)
-    return 0
-
-
 def _hex_id(value: Any, size: int, salt: str) -> int:
     text = str(value or "")
     try:
@@ -178,7 +170,7 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
     name = str(obs.get("name") or kind.lower())
     attributes: dict[str, Any] = {"langfuse.observation.type": kind.lower()}
     events: list[Event] = []
-    end = _ns(obs.get("endTime")) or _ns(obs.get("startTime"))
+    end = iso_ns(obs.get("endTime")) or iso_ns(obs.get("startTime"))
     metadata = obs.get("metadata") if isinstance(obs.get("metadata"), Mapping) else {}
     if kind == "GENERATION":
         messages, tools = _messages(obs.get("input"))
@@ -237,7 +229,7 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
         attributes=attributes,
         events=events,
         status=Status(StatusCode.ERROR, obs.get("statusMessage")) if error else Status(StatusCode.UNSET),
-        start_time=_ns(obs.get("startTime")),
+        start_time=iso_ns(obs.get("startTime")),
         end_time=end,
         instrumentation_scope=InstrumentationScope("langfuse-import"),
     )

@@ -1,12 +1,7 @@
 """Langfuse scores through the SDK's own API client (``langfuse.api.LangfuseAPI``, ``scores.create``).
 
-The Langfuse SDK keeps one ``Langfuse`` client per public key for the whole process: a second one
-with the same key gets the first back, with the first one's host, and once that one is shut down
-every later score is dropped (langfuse-python#1799). An :class:`~art_adapters.observe.Observer`
-that finds such a client (another host, or shut down) sends its scores with this instead: the
-SDK's generated API client and models, one per observer, so nothing is lost and no request is
-written by hand. Same call shape as ``Langfuse.create_score`` (the keywords the observer uses);
-scores are queued and sent in batches on :meth:`LangfuseScoreClient.flush`, failures logged.
+Used by an :class:`~art_adapters.observe.Observer` whose SDK client cannot be trusted with its
+scores (langfuse-python#1799); see :class:`LangfuseScoreClient`.
 """
 
 from __future__ import annotations
@@ -22,7 +17,16 @@ _SEND_AT = 100  # queued scores that trigger a send without waiting for flush()
 
 
 class LangfuseScoreClient:
-    """Queue scores and send them with ``LangfuseAPI.scores.create`` (batches; 202 or 207 answers)."""
+    """Queue scores and send them with ``LangfuseAPI.scores.create`` (batches; 202 or 207 answers).
+
+    The Langfuse SDK keeps one ``Langfuse`` client per public key for the whole process: a second one
+    with the same key gets the first back, with the first one's host, and once that one is shut down
+    every later score is dropped (langfuse-python#1799). An :class:`~art_adapters.observe.Observer`
+    that finds such a client (another host, or shut down) sends its scores with this instead: the
+    SDK's generated API client and models, one per observer, so nothing is lost and no request is
+    written by hand. Same call shape as ``Langfuse.create_score`` (the keywords the observer uses);
+    scores are queued and sent in batches on :meth:`flush`, failures logged.
+    """
 
     def __init__(self, public_key: str, secret_key: str, base_url: str, *, timeout_s: float = 10.0) -> None:
         from langfuse.api import LangfuseAPI

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from art_adapters._trajectory import RolloutFailure, Trajectory
@@ -28,44 +28,9 @@ from art_adapters.observe._spans import (
 if TYPE_CHECKING:
     from art_adapters.observe._observer import Observer
 
-__all__ = ["RolloutSpan", "RolloutTracing"]
+__all__ = ["RolloutSpan"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RolloutTracing:
-    """How :func:`~art_adapters.run_groups` traces its rollouts live.
-
-    Attributes:
-        observer: where the spans go; ``None``: the default observer
-            (:func:`art_adapters.observe.get_observer`, configured from the environment, disabled
-            when no Langfuse or OTLP variable is set, in which case nothing is traced).
-        step: the training step the rollouts sample from (``art_adapters.step``, tag ``step:N``).
-        policy: the served policy version, ``name@step`` (``art_adapters.policy.version``).
-        split: ``"train"``, ``"val"``... (``art_adapters.split``, tag ``split:...``).
-        keep_open: keep each successful rollout's span open after ``run_groups`` returns, until
-            :meth:`~art_adapters.observe.Observer.log_rollouts` sets its reward and ends it (what
-            :func:`~art_adapters.train_loop` does after scoring); the span's end time stays the
-            rollout's. ``False``: the span ends with the rollout; scores logged later are child
-            spans of it and Langfuse scores on its trace.
-        agent_name: the rollout span's ``gen_ai.agent.name``.
-    """
-
-    observer: Observer | None = None
-    step: int | None = None
-    policy: str | None = None
-    split: str = "train"
-    keep_open: bool = False
-    agent_name: str = "agent"
-
-    def resolve(self) -> Observer:
-        """The observer to use (the default one when none was given)."""
-        if self.observer is not None:
-            return self.observer
-        from art_adapters.observe import get_observer
-
-        return get_observer()
 
 
 class RolloutSpan:

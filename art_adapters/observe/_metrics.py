@@ -19,6 +19,7 @@ from typing import Any
 
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory, TrajectoryGroup
+from art_adapters.files import append_durably
 
 __all__ = ["METRICS_FILE", "MetricsHistory", "group_metrics"]
 
@@ -117,10 +118,9 @@ class MetricsHistory:
     def append(self, step: int, metrics: Mapping[str, Any], *, split: str = "train") -> dict[str, Any]:
         """Append one row and return it; non-JSON values are written as strings.
 
-        The row is written with one ``write`` on a file opened for appending and flushed, so
-        concurrent writers do not interleave and a crash loses at most the row being written; a
-        row appended after a torn last line starts on a line of its own instead of being glued
-        onto it (:meth:`rows` skips the torn line).
+        The row is appended with :func:`art_adapters.files.append_durably` (one ``write``, fsynced;
+        a torn last line left by a crash is cut off first), so concurrent writers do not interleave
+        and a crash loses at most the row being written.
 
         Raises:
             ConfigError: ``step`` is not an int >= 0 or ``split`` is empty.
@@ -137,15 +137,8 @@ class MetricsHistory:
                 value = None  # JSON has no NaN/inf; keep the key so the gap shows
             row[str(key)] = value
         line = (json.dumps(row, default=str, allow_nan=False) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, self.path.open("a+b") as handle:
-            end = handle.seek(0, os.SEEK_END)
-            if end:
-                handle.seek(end - 1)
-                if handle.read(1) != b"\n":  # a torn last row (crash mid-write): end it first
-                    line = b"\n" + line
-            handle.write(line)  # append mode: lands at the end whatever the read position
-            handle.flush()
+        with self._lock:
+            append_durably(self.path, line)
         return row
 
     def rows(self, split: str | None = None) -> list[dict[str, Any]]:

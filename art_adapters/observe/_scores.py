@@ -1,12 +1,10 @@
 """The scores a trajectory carries, each with the identity of the judge that gave it (pure: no I/O).
 
-RULER leaves on a trajectory its score (``metrics["ruler_score"]``), one score per rubric dimension
-(``metrics["ruler_<dimension>"]``) and, for an ensemble, the judges' agreement
-(``metrics["judge_agreement"]``) and each judge's verdict (``metadata["ruler_judges"]``); the group
-records who the judges were (``group.metadata["ruler"]["judges"]``, one identity record per judge:
-``{"model", "endpoint", "temperature", "samples", "rubric_sha256", "id"}``). This module turns them
-into named scores — ``ruler``, ``reward``, ``ruler.<dimension>``, ``judge_agreement`` — for the
-evaluator spans and the Langfuse scores, each score given by a judge carrying that judge's identity.
+RULER leaves a score (``metrics["ruler_score"]``), one per rubric dimension (``ruler_<dimension>``)
+and, for an ensemble, the judges' agreement and verdicts (``metadata["ruler_judges"]``); the group
+names the judges (``group.metadata["ruler"]["judges"]``, one identity record each). This module
+turns them into named scores (``ruler``, ``reward``, ``ruler.<dimension>``, ``judge_agreement``) for
+the evaluator spans and the Langfuse scores, each carrying its judge's identity.
 """
 
 from __future__ import annotations

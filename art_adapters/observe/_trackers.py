@@ -1,34 +1,7 @@
 """Experiment trackers: Weights & Biases and Trackio, one row per training step, on when configured.
 
-::
-
-    trackers = trackers_from_env(project="demo", run="agent", config={"lr": 2e-4})
-    for t in trackers:
-        print(t.where)                          # where the run can be seen
-    for t in trackers:
-        t.log(step, {"loss": 0.41, "reward": 0.6})            # -> train/loss, train/reward at step
-        t.log(step, {"reward": 0.7}, split="val")             # -> val/reward at step
-    for t in trackers:
-        t.finish()
-
-Which trackers :func:`trackers_from_env` turns on, from the environment (the variables the
-trackers' own SDKs read, so a W&B or Trackio user sets nothing new):
-
-- **W&B** when ``WANDB_API_KEY`` or ``WANDB_MODE`` is set (``WANDB_MODE=disabled`` turns it off;
-  ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR``, to upload later with ``wandb sync``).
-  ``WANDB_PROJECT``, ``WANDB_ENTITY`` and ``WANDB_NAME`` override the project, entity and run name.
-- **Trackio** when one of its own variables is set: ``TRACKIO_DIR`` (local mode: a SQLite store in
-  that folder), ``TRACKIO_SPACE_ID`` (a Hugging Face Space) or ``TRACKIO_SERVER_URL`` (a self-hosted
-  server), or ``TRACKIO_PROJECT`` (ours: the Trackio project name; local store in Trackio's default
-  folder, ``$HF_HOME/trackio``).
-- ``ART_ADAPTERS_TRACKERS`` overrides both: a comma-separated list (``wandb``, ``trackio``, or
-  ``none``) that is exactly the trackers to use, each required: a listed tracker whose package is
-  missing is a :class:`~art_adapters._errors.ConfigError` naming the ``pip install`` to run.
-
-A tracker found from the environment whose package is missing is skipped with one warning. Tracking
-never breaks training: a tracker that fails to start, or whose ``log`` / ``finish`` raises, logs one
-warning and is skipped from then on (:func:`guarded` gives a tracker of your own the same guard).
-Both SDKs are imported only when their tracker is created.
+:func:`trackers_from_env` turns them on from the variables the trackers' own SDKs read (so a W&B or
+Trackio user sets nothing new); tracking never breaks training (:func:`guarded`).
 """
 
 from __future__ import annotations
@@ -160,7 +133,27 @@ class _Guarded:
         self._finished = True
 
 
-class WandbTracker(_Guarded):
+class _RunTracker(_Guarded):
+    """A tracker that logs to the run object its SDK's ``init`` returned (``self.run``), guarded."""
+
+    run: Any
+    where: str
+
+    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
+        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`)."""
+        values = numeric_row(row, split)
+        if values:
+            self._call("log", lambda: self.run.log(values, step=step))
+
+    def finish(self) -> None:
+        """Finish the run (W&B uploads what is left when online; Trackio waits up to 30 s for its store)."""
+        self._finish(self.run.finish)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.where!r})"
+
+
+class WandbTracker(_RunTracker):
     """Logs rows to a Weights & Biases run of its own (``wandb.init(..., reinit="create_new")``).
 
     The run is created here and used through the object ``wandb.init`` returned, never through the
@@ -171,7 +164,9 @@ class WandbTracker(_Guarded):
     Online, ``wandb.init`` waits for the W&B server: when it cannot be reached, for W&B's
     ``init_timeout`` (90 s by default; ``WANDB_INIT_TIMEOUT=10`` shortens it) before it raises, and
     :func:`trackers_from_env` then goes on without W&B (measured: 90.7 s, 5.7 s with
-    ``WANDB_INIT_TIMEOUT=5``, against a refused connection). Offline mode never waits.
+    ``WANDB_INIT_TIMEOUT=5``, against a refused connection). Offline mode never waits. W&B keeps one
+    row per step: rows of several splits logged at the same step land in the same W&B row; a step
+    lower than one already logged is dropped by W&B with its own warning.
 
     Args:
         project: W&B project.
@@ -220,25 +215,9 @@ class WandbTracker(_Guarded):
             return f"W&B (offline): {sync_dir}; upload it with: wandb sync {shlex.quote(sync_dir)}"
         return f"W&B: {run.url}"
 
-    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
-        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`).
-
-        W&B keeps one row per step: rows of several splits logged at the same step land in the same
-        W&B row; a step lower than one already logged is dropped by W&B with its own warning.
-        """
-        values = numeric_row(row, split)
-        if values:
-            self._call("log", lambda: self.run.log(values, step=step))
-
-    def finish(self) -> None:
-        """Finish the run (uploads what is left when online; offline: the files are complete)."""
-        self._finish(self.run.finish)
-
-    def __repr__(self) -> str:
-        return f"WandbTracker({self.where!r})"
 
 
-class TrackioTracker(_Guarded):
+class TrackioTracker(_RunTracker):
     """Logs rows to a Trackio run (``trackio.init(project=..., name=...)``), used through the object
     that call returns.
 
@@ -279,19 +258,6 @@ class TrackioTracker(_Guarded):
         if os.environ.get("TRACKIO_DIR"):  # `trackio show` reads the store from the same variable
             show = f"TRACKIO_DIR={shlex.quote(folder)} {show}"
         return f"Trackio (local, {label}): {folder}; view it with: {show}"
-
-    def log(self, step: int, row: Mapping[str, Any], *, split: str = "train") -> None:
-        """Log the row's numeric values as ``f"{split}/{key}"`` at ``step`` (see :class:`Tracker`)."""
-        values = numeric_row(row, split)
-        if values:
-            self._call("log", lambda: self.run.log(values, step=step))
-
-    def finish(self) -> None:
-        """Finish the run: waits for the rows to reach the store (Trackio waits up to 30 s)."""
-        self._finish(self.run.finish)
-
-    def __repr__(self) -> str:
-        return f"TrackioTracker({self.where!r})"
 
 
 class _GuardedTracker(_Guarded):
@@ -352,7 +318,37 @@ def trackers_from_env(
     environ: Mapping[str, str] | None = None,
     directory: str | os.PathLike[str] | None = None,
 ) -> list[Tracker]:
-    """The trackers the environment configures, each with its run started (see the module doc).
+    """The trackers the environment configures, each with its run started.
+
+    ::
+
+        trackers = trackers_from_env(project="demo", run="agent", config={"lr": 2e-4})
+        for t in trackers:
+            print(t.where)                          # where the run can be seen
+        for t in trackers:
+            t.log(step, {"loss": 0.41, "reward": 0.6})            # -> train/loss, train/reward at step
+            t.log(step, {"reward": 0.7}, split="val")             # -> val/reward at step
+        for t in trackers:
+            t.finish()
+
+    Which trackers :func:`trackers_from_env` turns on, from the environment (the variables the
+    trackers' own SDKs read, so a W&B or Trackio user sets nothing new):
+
+    - **W&B** when ``WANDB_API_KEY`` or ``WANDB_MODE`` is set (``WANDB_MODE=disabled`` turns it off;
+      ``WANDB_MODE=offline`` writes the run under ``WANDB_DIR``, to upload later with ``wandb sync``).
+      ``WANDB_PROJECT``, ``WANDB_ENTITY`` and ``WANDB_NAME`` override the project, entity and run name.
+    - **Trackio** when one of its own variables is set: ``TRACKIO_DIR`` (local mode: a SQLite store in
+      that folder), ``TRACKIO_SPACE_ID`` (a Hugging Face Space) or ``TRACKIO_SERVER_URL`` (a self-hosted
+      server), or ``TRACKIO_PROJECT`` (ours: the Trackio project name; local store in Trackio's default
+      folder, ``$HF_HOME/trackio``).
+    - ``ART_ADAPTERS_TRACKERS`` overrides both: a comma-separated list (``wandb``, ``trackio``, or
+      ``none``) that is exactly the trackers to use, each required: a listed tracker whose package is
+      missing is a :class:`~art_adapters._errors.ConfigError` naming the ``pip install`` to run.
+
+    A tracker found from the environment whose package is missing is skipped with one warning. Tracking
+    never breaks training: a tracker that fails to start, or whose ``log`` / ``finish`` raises, logs one
+    warning and is skipped from then on (:func:`guarded` gives a tracker of your own the same guard).
+    Both SDKs are imported only when their tracker is created.
 
     Args:
         project: project name in each tracker (``WANDB_PROJECT`` / ``TRACKIO_PROJECT`` win over it).

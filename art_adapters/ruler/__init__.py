@@ -1,19 +1,11 @@
-"""RULER: an LLM judge scores a group's trajectories relative to each other.
-
-No reward function to write: the judge compares the rollouts of one scenario against a rubric.
+"""RULER: an LLM judge scores a group's trajectories relative to each other (no reward function to write).
 
 ::
 
-    judge = ChatOpenAI(base_url="http://127.0.0.1:8000/v1", model="judge", api_key="-")
     scored = await ruler_score_group(group, judge=judge)
     groups = await ruler_score_groups(groups, judge=judge, config=RulerConfig(swallow_exceptions=True))
 
-    # an ensemble, scores per rubric dimension, and a warning if the run's judge changes
-    scored = await ruler_score_group(group, judges=[judge_a, judge_b], aggregate="rank_mean")
-    scored = await ruler_score_group(group, judge=judge, dimensions={"correctness": 2, "efficiency": 1})
-    groups = await ruler_score_groups(groups, judge=judge, monitor=JudgeChangeMonitor(run="run-1"))
-
-See docs/ruler.md for the aggregation, agreement, dimensions, identity and cache rules.
+Ensembles (``judges=``), rubric dimensions, judge-change monitors and the cache: docs/ruler.md.
 """
 
 from ._answer import JudgeScore

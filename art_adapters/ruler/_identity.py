@@ -51,7 +51,8 @@ def rubric_sha256(config: RulerConfig) -> str:
     return _sha256(payload)[:16]
 
 
-def _identity(adapter: Judge, config: RulerConfig) -> dict[str, Any]:
+def adapter_identity(adapter: Judge, config: RulerConfig) -> dict[str, Any]:
+    """:func:`judge_identity` of a judge already resolved to its adapter."""
     sampling = dict(getattr(adapter, "sampling", {}) or {})
     temperature = sampling.get("temperature")
     record: dict[str, Any] = {
@@ -88,4 +89,4 @@ def judge_identity(judge: Any, config: RulerConfig | None = None) -> dict[str, A
         ConfigError: ``judge`` is not a judge.
     """
     settings = config if config is not None else RulerConfig()
-    return _identity(resolve_judge(judge, structured=settings.structured), settings)
+    return adapter_identity(resolve_judge(judge, structured=settings.structured), settings)

@@ -23,7 +23,7 @@ from ._answer import InvalidAnswer, JudgeScore, parse_answer
 from ._cache import RulerCache
 from ._config import RulerConfig
 from ._ensemble import aggregate, agreement, mean_pairwise_tau
-from ._identity import _identity
+from ._identity import adapter_identity
 from ._judges import Judge, resolve_judge
 from ._monitor import JudgeChangeMonitor
 from ._prompt import JudgeRequest, build_request
@@ -184,7 +184,7 @@ def _members(judge: Any, judges: Sequence[Any] | None, ruler: RulerConfig) -> li
     else:
         chosen = list(judges)
     adapters = [resolve_judge(j, structured=ruler.structured) for j in chosen]
-    identities = [_identity(adapter, ruler) for adapter in adapters]
+    identities = [adapter_identity(adapter, ruler) for adapter in adapters]
     seen: dict[str, int] = {}
     for position, identity in enumerate(identities):
         if identity["id"] in seen:

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["app", "configure_logging", "serve"]
 
@@ -187,7 +188,7 @@ def serve(
             tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, limits=limits,
         )  # fmt: skip
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(code=2) from exc
     run_server(config)
 

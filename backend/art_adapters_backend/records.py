@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from art_adapters.files import PRIVATE_FILE_MODE, append_durably, cut_torn_line
+
 from .errors import StorageUnavailableError
 from .workers import run_request_work
 
@@ -100,11 +102,11 @@ class CompletionRecord(BaseModel):
 class RecordStore:
     """Durable append-only store of :class:`CompletionRecord` s (``completions.jsonl``).
 
-    Each record is fsynced before :meth:`put` returns, so a response is only sent once its
-    record is durable. An index (id -> byte offset) is rebuilt when the store opens, and a line
-    torn by a crash is cut off. An append that fails part-way (disk full, I/O error) is cut off
-    at once, so the next record starts on a clean line; until that cut succeeds every write is
-    refused with :class:`~.errors.StorageUnavailableError` (503).
+    Each record is appended with :func:`art_adapters.files.append_durably` (fsynced before
+    :meth:`put` returns, so a response is only sent once its record is durable; a line torn by a
+    crash, or by an append that failed part-way, is cut off). An index (id -> byte offset) is
+    rebuilt when the store opens. After a failed append every write is refused with
+    :class:`~.errors.StorageUnavailableError` (503) until the file is whole again.
 
     Safe to use from several threads and from the event loop (writes run in a thread).
     """
@@ -114,59 +116,42 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._index: dict[str, tuple[int, int]] = {}
+        cut_torn_line(self.path)  # torn by a crash mid-write: never acknowledged
         self._load()
-        # A raw descriptor, not a buffered file: a buffered writer keeps the unwritten tail of a
-        # failed write and emits it before the next record, gluing the two into one bad line.
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        self._torn_at: int | None = None  # start of a failed append not yet cut off
-        self._read_fd = os.open(self.path, os.O_RDONLY)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+        self._read_fd: int | None = os.open(self.path, os.O_RDONLY)
+        self._suspect = False  # a failed append may be left in the file
 
     def _load(self) -> None:
         if not self.path.exists():
             return
         offset = 0
-        good_end = 0
         with self.path.open("rb") as file:
             for line in file:
-                end = offset + len(line)
-                if not line.endswith(b"\n"):
-                    break  # torn by a crash mid-write: never acknowledged
                 try:
                     record = CompletionRecord.model_validate_json(line)
                 except ValueError:
                     logger.warning("skipping an unreadable line at byte %d of %s", offset, self.path)
                 else:
                     self._index[record.id] = (offset, len(line))
-                good_end = end
-                offset = end
-        if good_end < self.path.stat().st_size:
-            logger.warning("cutting a torn last line off %s (at byte %d)", self.path, good_end)
-            with self.path.open("r+b") as file:
-                file.truncate(good_end)
+                offset += len(line)
         logger.info("record store %s: %d completion records", self.path, len(self._index))
 
     def put_sync(self, record: CompletionRecord) -> None:
         """Append ``record`` and fsync; returns once it is on disk."""
         line = record.model_dump_json().encode() + b"\n"
         with self._lock:
-            fd = self._writable_fd()
-            offset = os.fstat(fd).st_size
+            self._check_open()
             try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                offset = append_durably(self.path, line)
             except OSError as exc:
-                self._torn_at = offset
-                try:
-                    self._cut_torn(fd)
-                except StorageUnavailableError:
-                    pass  # logged; later writes are refused until the cut succeeds
+                self._suspect = True
                 raise StorageUnavailableError(
                     f"could not store the token record of completion {record.id} in {self.path} "
                     f"({exc.strerror or exc}); the completion was not served. Free space in the run "
                     "directory and send the request again"
                 ) from exc
+            self._suspect = False
             self._index[record.id] = (offset, len(line))
 
     async def check_writable(self) -> None:
@@ -174,36 +159,25 @@ class RecordStore:
 
         Free when the store is healthy; otherwise it retries the cut (in a thread).
         """
-        if self._torn_at is not None or self._fd is None:
+        if self._suspect or self._read_fd is None:
             await run_request_work(self._check_writable_sync)
 
     def _check_writable_sync(self) -> None:
         with self._lock:
-            self._writable_fd()
+            self._check_open()
+            try:
+                cut_torn_line(self.path)
+            except OSError as exc:
+                raise StorageUnavailableError(
+                    f"the record store {self.path} holds a partly written record that cannot be removed "
+                    f"({exc.strerror or exc}); completions are refused until it can. Check the disk of the "
+                    "run directory"
+                ) from exc
+            self._suspect = False
 
-    def _writable_fd(self) -> int:
-        """The append descriptor, after cutting off a failed append (lock held)."""
-        if self._fd is None:
+    def _check_open(self) -> None:
+        if self._read_fd is None:
             raise StorageUnavailableError(f"the record store {self.path} is closed (the server is stopping)")
-        self._cut_torn(self._fd)
-        return self._fd
-
-    def _cut_torn(self, fd: int) -> None:
-        """Truncate the file back to where a failed append began (lock held)."""
-        if self._torn_at is None:
-            return
-        try:
-            os.ftruncate(fd, self._torn_at)
-            os.fsync(fd)
-        except OSError as exc:
-            logger.error("cannot cut a failed append off %s at byte %d: %s", self.path, self._torn_at, exc)
-            raise StorageUnavailableError(
-                f"the record store {self.path} holds a partly written record that cannot be removed "
-                f"({exc.strerror or exc}); completions are refused until it can. Check the disk of the "
-                "run directory"
-            ) from exc
-        logger.warning("cut a failed append off %s (back to byte %d)", self.path, self._torn_at)
-        self._torn_at = None
 
     async def put(self, record: CompletionRecord) -> None:
         """Append ``record`` durably without blocking the event loop."""
@@ -216,6 +190,8 @@ class RecordStore:
         if where is None:
             return None
         offset, length = where
+        if self._read_fd is None:
+            raise StorageUnavailableError(f"the record store {self.path} is closed (the server is stopping)")
         return CompletionRecord.model_validate_json(os.pread(self._read_fd, length, offset))
 
     def __contains__(self, completion_id: object) -> bool:
@@ -227,7 +203,6 @@ class RecordStore:
     def close(self) -> None:
         """Close the file handles (idempotent)."""
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._read_fd is not None:
                 os.close(self._read_fd)
+                self._read_fd = None

@@ -182,3 +182,19 @@ def test_the_table_has_two_columns_per_rubric_dimension() -> None:
     cells = [list(c.cells) for c in table.columns]
     assert [col[0] for col in cells] == ["a", "default", "+0.40", "70%", "4", "+0.50", "75%", "0 of 1"]
     assert [col[1] for col in cells] == ["b", "default", "-", "-", "0", "-", "-", "1 of 1"]
+
+
+def test_the_ruler_options_take_their_defaults_and_help_from_ruler_config() -> None:
+    import inspect
+    import typing
+
+    from art_adapters.apps._calibrate import calibrate_command
+    from art_adapters.apps._options import field_help
+    from art_adapters.ruler import RulerConfig
+
+    parameters = inspect.signature(calibrate_command).parameters
+    for name in ("max_concurrency", "judge_timeout_s", "max_retries", "cache"):
+        assert parameters[name].default == RulerConfig.model_fields[name].default, name
+    hints = typing.get_type_hints(calibrate_command, include_extras=True)
+    for name in ("max_concurrency", "judge_timeout_s", "max_retries"):
+        assert hints[name].__metadata__[0].help == field_help(RulerConfig, name), name

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -23,6 +21,7 @@ from art_adapters.apps._cli import app
 from art_adapters.observe import OtlpJsonFileExporter
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.json_server import JsonServer, Request
 from tests.helpers.langchain_instrumentations import instrumented_with
 from tests.helpers.langfuse_api import LangfuseApiStandIn
 from tests.helpers.phoenix_server import free_port
@@ -160,41 +159,23 @@ def test_errors_unreachable_bad_credentials_empty_and_misused_options(
     assert code == 2 and "neither OTLP JSON" in output
 
 
-class BearerOnly(BaseHTTPRequestHandler):
-    """Answers an empty Phoenix span page to ``Authorization: Bearer phx-key`` and 401 to anything else."""
-
-    seen: ClassVar[list[str | None]] = []
-
-    def do_GET(self) -> None:
-        BearerOnly.seen.append(self.headers.get("Authorization"))
-        ok = self.headers.get("Authorization") == "Bearer phx-key"
-        body = json.dumps({"data": [], "next_cursor": None} if ok else {"detail": "Invalid token"}).encode()
-        self.send_response(200 if ok else 401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _bearer_only(request: Request) -> tuple[int, dict[str, Any]]:
+    """An empty Phoenix span page to ``Authorization: Bearer phx-key``, 401 to anything else."""
+    if request.headers.get("authorization") == "Bearer phx-key":
+        return 200, {"data": [], "next_cursor": None}
+    return 401, {"detail": "Invalid token"}
 
 
 def test_phoenix_api_key_is_sent_as_a_bearer_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """PHOENIX_API_KEY goes out as the bearer token (a stand-in: the test Phoenix runs without auth)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BearerOnly)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with JsonServer(_bearer_only) as server:
         monkeypatch.setenv("PHOENIX_API_KEY", "wrong")
-        code, output = run(f"phoenix:{url}", str(tmp_path / "out.jsonl"))
+        code, output = run(f"phoenix:{server.url}", str(tmp_path / "out.jsonl"))
         assert code == 2 and "refused the credentials (401): check PHOENIX_API_KEY" in output
         monkeypatch.setenv("PHOENIX_API_KEY", "phx-key")
-        code, output = run(f"phoenix:{url}", str(tmp_path / "out.jsonl"))
+        code, output = run(f"phoenix:{server.url}", str(tmp_path / "out.jsonl"))
         assert code == 1 and "no traces found" in output  # accepted, and nothing there
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert BearerOnly.seen == ["Bearer wrong", "Bearer phx-key"]
+    assert [r.headers.get("authorization") for r in server.requests] == ["Bearer wrong", "Bearer phx-key"]
 
 
 def test_help_documents_the_sources() -> None:

@@ -32,8 +32,7 @@ from tests.ruler.test_score import SYSTEM, USER, answer
 def recorder() -> Iterator[Recorder]:
     server = Recorder()
     yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.server.close()
 
 
 async def test_live_traces_and_later_scores_name_a_single_judge_in_full(

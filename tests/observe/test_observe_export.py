@@ -3,16 +3,13 @@ logged later, the Langfuse SDK path against a recording HTTP server, and an unre
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ import art_adapters as aa
 from art_adapters import observe
 from art_adapters._errors import ConfigError
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter
+from tests.helpers.json_server import JsonServer, Request
 
 
 def memory_observer(**config: Any) -> tuple[Observer, InMemorySpanExporter]:
@@ -318,40 +316,27 @@ class Recorder:
     """A real HTTP server standing in for Langfuse: records every POST (path, decoded body)."""
 
     def __init__(self) -> None:
-        self.posts: list[tuple[str, bytes]] = []
-        recorder = self
+        self.server = JsonServer(self._answer)
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    @property
+    def posts(self) -> list[tuple[str, bytes]]:
+        """Every request's path and decoded body, in order."""
+        return [(r.path, r.body) for r in self.server.requests]
 
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
-                recorder.posts.append((self.path, body))
-                data = b"{}"
-                if self.path.endswith("/scores"):
-                    batch = json.loads(body)
-                    count = len(batch) if isinstance(batch, list) else 1
-                    data = json.dumps({"accepted": count, "rejected": 0, "errors": []}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+    @staticmethod
+    def _answer(request: Request) -> tuple[int, Any]:
+        if request.path.endswith("/scores"):
+            batch = request.json()
+            return 200, {"accepted": len(batch) if isinstance(batch, list) else 1, "rejected": 0, "errors": []}
+        return 200, {}
 
 
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
     server = Recorder()
     yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.server.close()
 
 
 def test_langfuse_sdk_path_sends_spans_and_scores_with_the_explanation(
@@ -435,8 +420,7 @@ def test_scores_reach_each_host_when_one_key_is_used_for_two_hosts_and_after_a_s
             assert {s["value"] for s in ruler} == values
     finally:
         for host in hosts:
-            host.httpd.shutdown()
-            host.httpd.server_close()
+            host.server.close()
 
 
 async def test_failed_rollouts_and_tool_errors_are_error_spans_and_import_back(

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 import art_adapters as aa
 from art_adapters._errors import ConfigError
 from art_adapters._runner import scenario_id
+from tests.helpers.json_server import JsonServer
 
 try:
     import ray
@@ -236,31 +236,9 @@ async def test_a_rollout_returning_no_awaitable_stops_the_run_as_locally(cluster
         await aa.run_groups(not_async, [{"q": 1}], n=1, ray_address=cluster, progress=False)
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    """Answers every POST with its JSON body's ``q`` and records the caller's key and pid."""
-
-    seen: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"auth": self.headers.get("Authorization"), **body})
-        answer = json.dumps({"answer": f"echo {body['q']}"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 async def test_a_rollout_talks_http_from_the_worker_with_its_key(cluster: str) -> None:
-    seen: list[dict[str, Any]] = []
-    handler = type("Handler", (_Recorder,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1/answer"
+    server = JsonServer(lambda request: (200, {"answer": f"echo {request.json()['q']}"}))
+    url = f"{server.url}/v1/answer"
     secret = "sk-test-" + os.urandom(8).hex()
 
     async def ask(scenario: dict[str, Any]) -> aa.Trajectory:
@@ -275,11 +253,11 @@ async def test_a_rollout_talks_http_from_the_worker_with_its_key(cluster: str) -
     try:
         groups = await aa.run_groups(ask, [{"q": "x"}, {"q": "y"}], n=2, ray_address=cluster, progress=False)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     assert [[t.messages[0].content for t in g.trajectories] for g in groups] == [["echo x"] * 2, ["echo y"] * 2]
-    assert len(seen) == 4 and {s["auth"] for s in seen} == {f"Bearer {secret}"}
-    assert os.getpid() not in {s["pid"] for s in seen}
+    seen = server.requests
+    assert len(seen) == 4 and {s.headers["authorization"] for s in seen} == {f"Bearer {secret}"}
+    assert os.getpid() not in {s.json()["pid"] for s in seen}
 
 
 async def test_mcp_sessions_open_on_the_worker(cluster: str) -> None:

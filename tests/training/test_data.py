@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from art_adapters_backend.training.data import build_sequences
+from art_adapters_backend.training.groups import build_sequences
 
 from art_adapters import Message, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import History

@@ -7,7 +7,7 @@ import uuid
 
 import openai
 import pytest
-from art_adapters_backend.training.data import build_sequences
+from art_adapters_backend.training.groups import build_sequences
 
 from art_adapters import LocalBackend, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import Message

@@ -11,7 +11,7 @@ import torch
 from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
-from art_adapters import TrainConfig
+from art_adapters import SFTConfig, TrainConfig
 from tests.helpers.toy_sequences import toy_sequences
 
 pytestmark = pytest.mark.slow
@@ -124,3 +124,18 @@ def test_a_non_finite_update_leaves_the_weights_as_before_the_step(
     assert _same(_weights(trainer), before) == 0.0 and trainer.steps_done == 1
     assert trainer.optimizer is not None
     assert {k: float(v["step"]) for k, v in trainer.optimizer.state_dict()["state"].items()} == steps
+
+
+def test_a_non_finite_sft_update_also_leaves_the_weights_as_before_the_step(
+    trainer: PeftTrainer, toy: list[TrainingSequence]
+) -> None:
+    """SFT runs on the same update loop, so it fails the same way (it once left earlier updates applied)."""
+    trainer.reset_adapter()
+    trainer.train_step(toy, CONFIG)
+    before = _weights(trainer)
+    wild = SFTConfig(learning_rate=1e30, epochs=2, max_grad_norm=None, lora_rank=8, lora_alpha=16)
+    with pytest.raises(FloatingPointError, match=r"non-finite SFT step at update 2 of 2"):
+        trainer.sft_step(toy, wild)  # the first update blows the weights up, the second is NaN
+    assert _same(_weights(trainer), before) == 0.0 and trainer.steps_done == 1
+    sane = trainer.sft_step(toy, SFTConfig(epochs=2, lora_rank=8, lora_alpha=16))
+    assert sane.updates == 2 and sane.step == 2 and sane.loss < sane.first_pass_loss

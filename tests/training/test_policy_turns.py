@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from art_adapters_backend.chat_template import ChatTemplate
 from art_adapters_backend.model_family import bundled_chat_template_path
-from art_adapters_backend.training.data import build_sequences
+from art_adapters_backend.training.groups import build_sequences
 from langchain_core.messages import AIMessage
 
 from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler, TrajectoryGroup

@@ -10,7 +10,7 @@ import pytest
 import torch
 from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
-from art_adapters_backend.training.trainer import shared_prefix_length
+from art_adapters_backend.training.batches import shared_prefix_length
 
 from art_adapters import TrainConfig
 

@@ -8,7 +8,8 @@ import uuid
 from typing import Any
 
 import pytest
-from art_adapters_backend.training.data import TurnRewardsError, build_sequences
+from art_adapters_backend.training.data import TurnRewardsError
+from art_adapters_backend.training.groups import build_sequences
 from langchain_openai import ChatOpenAI
 
 from art_adapters import (

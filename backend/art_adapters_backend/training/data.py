@@ -1,26 +1,22 @@
-"""Trajectory groups -> token sequences to train on, from the exact tokens the model sampled.
+"""Token sequences to train on, from the exact tokens the model sampled: the records, one conversation.
 
-:func:`build_sequences` joins each conversation's assistant turns into one masked sequence from the
-backend's completion records (re-tokenising only turns without one) and gives it its group's advantage
-(``credit="trajectory"``) or each of its turns that turn's advantage within the group (``credit="turn"``).
+:func:`trajectory_sequences` joins each conversation's assistant turns into masked sequences from the
+backend's completion records (re-tokenising only turns without one); :func:`trainable_sequences` keeps
+those worth training. :mod:`.groups` gives them GRPO's advantages; :mod:`.sft` trains them as they are.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-import torch
 from pydantic import BaseModel, Field
 
-from art_adapters import Message, ToolSchema, Trajectory, TrajectoryGroup
+from art_adapters import Message, ToolSchema, Trajectory
 
 from ..errors import BadRequestError
-from .grpo import group_advantages, is_zero_variance
 
 _Record = dict[str, Any]
 
@@ -32,9 +28,9 @@ __all__ = [
     "Renderer",
     "TrainingSequence",
     "TurnRewardsError",
-    "build_sequences",
-    "check_turn_rewards",
     "names_policy",
+    "trainable_sequences",
+    "trajectory_sequences",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,7 +104,7 @@ class TrainingSequence(BaseModel):
 
 
 class BuildMetrics(BaseModel):
-    """What :func:`build_sequences` used, dropped and why.
+    """What :func:`.groups.build_sequences` used, dropped and why.
 
     Attributes:
         groups: groups received.
@@ -308,7 +304,7 @@ def names_policy(model: str, policy: str) -> bool:
 
 
 def _is_policy_turn(message: Message, data: _Record | None, policy: str | None) -> bool:
-    """Whether ``policy`` produced the turn (always, when no policy is given); see :func:`build_sequences`.
+    """Whether ``policy`` produced the turn (always, when no policy is given); see :func:`.groups.build_sequences`.
 
     ``policy`` is a registered name (its turns of every step) or ``name@step`` (that checkpoint's
     turns only; SFT's ``only_model`` may name one).
@@ -360,7 +356,7 @@ def _fallback_turn(
     return _Turn(prompt, completion, [None] * len(completion))
 
 
-def _trajectory_sequences(
+def trajectory_sequences(
     trajectory: Trajectory,
     get_record: RecordLookup,
     render: Renderer | None,
@@ -425,7 +421,7 @@ def _trajectory_sequences(
     return builder.done
 
 
-def _trainable(
+def trainable_sequences(
     trajectory: Trajectory, built: Sequence[_Built], metrics: BuildMetrics, max_sequence_length: int | None
 ) -> list[_Built]:
     """The sequences of ``built`` (``trajectory``'s) worth training: those with a loss token and at
@@ -433,7 +429,7 @@ def _trainable(
 
     What is left out is counted in ``metrics``: a trajectory without a sequence
     (``trajectories_without_turns``), a sequence without a loss token (``sequences_without_loss``),
-    a longer one (``sequences_too_long``, also logged). GRPO (:func:`build_sequences`) and SFT
+    a longer one (``sequences_too_long``, also logged). GRPO (:func:`.groups.build_sequences`) and SFT
     (:func:`.sft.sft_sequences`) filter alike.
     """
     if not built:
@@ -453,229 +449,3 @@ def _trainable(
             continue
         kept.append(b)
     return kept
-
-
-def _turn_count(trajectory: Trajectory) -> int:
-    """Assistant messages of the main history: the turns ``metadata["turn_rewards"]`` scores."""
-    return sum(message.role == "assistant" for message in trajectory.messages)
-
-
-def check_turn_rewards(groups: Sequence[TrajectoryGroup]) -> None:
-    """Check that every scored trajectory carries per-turn rewards (``credit="turn"``).
-
-    A trajectory with a ``reward`` must have ``metadata["turn_rewards"]``: a list of finite numbers,
-    one per assistant message of its main history (``messages``), in order, as
-    ``ruler_score_group(..., per_turn=True)`` stores them. Unscored trajectories are not checked
-    (they are skipped, as under per-trajectory credit).
-
-    Raises:
-        TurnRewardsError: (a ``ValueError``; HTTP 400 through the train API) naming the first
-            trajectory that fails, where it is in the request and what to change.
-    """
-    for g, group in enumerate(groups):
-        for t, trajectory in enumerate(group.trajectories):
-            if trajectory.reward is None:
-                continue
-            where = f"groups[{g}].trajectories[{t}]"
-            rewards = trajectory.metadata.get("turn_rewards")
-            expected = _turn_count(trajectory)
-            fix = (
-                "score the group with ruler_score_group(..., per_turn=True) (or set one reward per assistant "
-                "message of messages), or train it with credit='trajectory'"
-            )
-            if rewards is None:
-                problem = "has no metadata['turn_rewards']"
-            elif not isinstance(rewards, list) or any(
-                isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) for r in rewards
-            ):
-                problem = f"has metadata['turn_rewards'] = {rewards!r}, not a list of finite numbers"
-            elif len(rewards) != expected:
-                problem = (
-                    f"has {len(rewards)} turn reward(s) in metadata['turn_rewards'] but {expected} assistant "
-                    "message(s) in its messages"
-                )
-            else:
-                continue
-            raise TurnRewardsError(
-                f"credit='turn': trajectory {trajectory.id!r} ({where}, group {group.id!r}) {problem}; {fix}",
-                param=f"{where}.metadata.turn_rewards",
-                code="missing_turn_rewards",
-            )
-
-
-# --------------------------------------------------------------------------- groups
-
-
-def _turn_advantages(scored: Sequence[Trajectory], scale: bool) -> list[list[float] | None] | None:
-    """Per-turn advantages of one group: its turn rewards pooled and normalised, split back per
-    trajectory (``None`` when they are all equal: no signal). Turn rewards were checked before."""
-    counts = [len(t.metadata["turn_rewards"]) for t in scored]
-    rewards = torch.tensor(
-        [float(r) for t in scored for r in t.metadata["turn_rewards"]], dtype=torch.float64
-    )  # (sum of turns,)
-    if is_zero_variance(rewards):
-        return None
-    flat = group_advantages(rewards, scale=scale).tolist()
-    out: list[list[float] | None] = []
-    start = 0
-    for count in counts:
-        out.append(flat[start : start + count])
-        start += count
-    return out
-
-
-def build_sequences(
-    groups: Sequence[TrajectoryGroup],
-    get_record: RecordLookup,
-    render: Renderer | None = None,
-    *,
-    policy: str | None = None,
-    scale_rewards: bool = True,
-    max_sequence_length: int | None = None,
-    credit: Literal["trajectory", "turn"] = "trajectory",
-) -> BuildResult:
-    """Turn scored trajectory groups into training sequences with advantages.
-
-    For every assistant turn the backend served, its completion record gives the prompt token
-    ids it rendered and the completion token ids it sampled, with their log-probabilities.
-    One conversation becomes one sequence::
-
-        [prompt of turn 1][completion 1][tool output, next user turn, template][completion 2]...
-         mask 0            mask 1        mask 0                                 mask 1
-
-    Each later turn's recorded prompt must extend the sequence built so far for the turn to
-    join it (``BuildMetrics.extended_turns`` counts those). Templates do not guarantee it: the
-    agent may rewrite its history, a template may re-render a tool call differently from how it
-    was sampled, or drop earlier turns' thinking (Qwen3). Then the sequence so far is closed and
-    a new one starts at that turn's own recorded prompt, so a conversation whose every turn
-    breaks becomes one sequence per turn: nothing is truncated or re-tokenised, every trained
-    token is one the model sampled, and ``BuildMetrics.prefix_breaks`` counts it.
-
-    Turns without a record (served elsewhere, or the record is gone) are re-tokenised with a
-    ``render`` callable, the server's chat template: the prompt is the history rendered with
-    the generation prompt, the completion is what rendering the assistant message adds after
-    it (its content and end-of-turn tokens). Their sampling log-probs are unknown (NaN in
-    tensors): the trainer uses its own, so their ratio is 1. ``BuildMetrics.fallback_turns``
-    counts them. A turn the template cannot locate (rendering it changes the tokens of the
-    history before it, or the template refuses the history) is skipped with a warning and
-    counted in ``BuildMetrics.unlocated_turns``; it stays in later turns' prompts as context.
-
-    Assistant turns marked ``generated=False`` (capture saw them only in the model's input,
-    never as its output: a hand-written few-shot example, history from an earlier run) were
-    not sampled by the model, so they are prompt: they get no loss and are not a turn of their
-    own; their tokens still enter the sequence, masked out, as part of the next trained turn's
-    prompt. ``BuildMetrics.prompt_turns`` counts them. Turns marked ``True`` or ``None``
-    (unknown: hand-built trajectories, older JSON) are trained as described above.
-
-    Graphs with several models (a hosted planner, a summariser beside the trained policy) train
-    only the policy's turns when ``policy`` names it: a turn with a record is the policy's when
-    the record's ``trained_model`` is the policy; a turn without one when its ``Message.model``
-    is unknown (``None``) or names the policy (``name`` or ``name@step``). Any other assistant
-    turn is treated like a ``generated=False`` one: context, never loss, counted in
-    ``BuildMetrics.other_model_turns``.
-
-    Advantages are per trajectory from its group's rewards (see :mod:`.grpo`); groups whose
-    rewards are all equal carry no signal and are dropped and counted, never trained as zeros.
-
-    With ``credit="turn"`` (per-turn credit, ``docs/training.md``) every scored trajectory must
-    carry ``metadata["turn_rewards"]``, one per assistant message of its main history
-    (:func:`check_turn_rewards`). The group's turn rewards, all turns of all its scored
-    trajectories pooled, are normalised like rewards (``A_ij = (r_ij - mean) / (std + 1e-4)``,
-    without the std when ``scale_rewards`` is off), and each loss token gets the advantage of
-    the turn it was sampled in (:attr:`TrainingSequence.token_advantages`); turns of additional
-    histories, which the judge did not see, get the mean of their trajectory's turn advantages.
-    A group whose turn rewards are all equal is dropped as ``zero_variance``.
-
-    Args:
-        groups: the groups of one training step.
-        get_record: completion id -> the backend's exact-token record (dict with
-            ``prompt_token_ids`` and ``choices[{index, completion_token_ids, logprobs}]``), or None.
-        render: the chat template for turns without a record (see :class:`Renderer`); when
-            ``None``, such a turn is an error.
-        policy: the name of the model being trained; only its assistant turns get loss, other
-            models' turns are prompt (see above). ``None`` trains every turn
-            not marked ``generated=False``.
-        scale_rewards: divide advantages by the group's reward std (``TrainConfig.scale_rewards``).
-        max_sequence_length: drop (and count) longer sequences; ``None`` keeps all.
-        credit: ``"trajectory"`` (default): one advantage per trajectory; ``"turn"``: one per
-            assistant turn, from ``metadata["turn_rewards"]`` (``TrainConfig.credit``).
-
-    Returns:
-        The sequences, and metrics saying what was used and what was dropped and why. An empty
-        ``sequences`` list comes with :attr:`BuildResult.nothing_trainable_reason`.
-
-    Raises:
-        ValueError: a record is corrupt, a turn without a record comes with no ``render``, or
-            a reward is not finite. (A turn the template cannot re-tokenise is skipped and
-            counted, not raised.)
-        TurnRewardsError: ``credit="turn"`` and a scored trajectory without valid turn rewards.
-    """
-    if credit not in ("trajectory", "turn"):
-        raise ValueError(f"credit must be 'trajectory' or 'turn', got {credit!r}")
-    if credit == "turn":
-        check_turn_rewards(groups)
-    metrics = BuildMetrics(groups=len(groups))
-    dropped: Counter[str] = Counter()
-    sequences: list[TrainingSequence] = []
-    used_rewards: list[float] = []
-    for group in groups:
-        scored = [t for t in group.trajectories if t.reward is not None]
-        metrics.trajectories_unscored += len(group.trajectories) - len(scored)
-        if len(scored) < 2:
-            dropped["too_few_scored"] += 1
-            continue
-        rewards = torch.tensor([float(t.reward) for t in scored], dtype=torch.float64)  # type: ignore[arg-type]
-        if not torch.isfinite(rewards).all():
-            raise ValueError(f"group {group.id!r} has a non-finite reward: {rewards.tolist()}")
-        per_turn: list[list[float] | None] = [None] * len(scored)
-        if credit == "turn":
-            per_turn = _turn_advantages(scored, scale_rewards)
-            if per_turn is None:
-                dropped["zero_variance"] += 1
-                continue
-            advantages = [0.0] * len(scored)  # unused: each sequence's mean follows from its tokens
-        elif is_zero_variance(rewards):
-            dropped["zero_variance"] += 1
-            continue
-        else:
-            advantages = group_advantages(rewards, scale=scale_rewards).tolist()
-        group_sequences: list[TrainingSequence] = []
-        used_trajectories = 0
-        for trajectory, advantage, turn_advantages in zip(scored, advantages, per_turn, strict=True):
-            built = _trajectory_sequences(trajectory, get_record, render, metrics, policy, turn_advantages)
-            kept = _trainable(trajectory, built, metrics, max_sequence_length)
-            for b in kept:
-                token_advantages = None
-                if turn_advantages is not None:
-                    token_advantages = [a if m else 0.0 for a, m in zip(b.advantages, b.mask, strict=True)]
-                    advantage = sum(token_advantages) / sum(b.mask)
-                group_sequences.append(
-                    TrainingSequence(
-                        token_ids=b.ids,
-                        loss_mask=b.mask,
-                        old_logprobs=b.logprobs,
-                        advantage=advantage,
-                        token_advantages=token_advantages,
-                        group_id=group.id,
-                        trajectory_id=trajectory.id,
-                        turns=b.turns,
-                        temperature=b.temperature,
-                    )
-                )
-            used_trajectories += bool(kept)
-        if not group_sequences:
-            dropped["no_sequences"] += 1
-            continue
-        metrics.groups_used += 1
-        metrics.trajectories += used_trajectories
-        used_rewards.extend(rewards.tolist())
-        sequences.extend(group_sequences)
-    metrics.groups_dropped = dict(dropped)
-    metrics.sequences = len(sequences)
-    metrics.tokens = sum(len(s.token_ids) for s in sequences)
-    metrics.loss_tokens = sum(s.loss_tokens for s in sequences)
-    if used_rewards:
-        mean = sum(used_rewards) / len(used_rewards)
-        metrics.reward_mean = mean
-        metrics.reward_std = math.sqrt(sum((r - mean) ** 2 for r in used_rewards) / len(used_rewards))
-    return BuildResult(sequences=sequences, metrics=metrics)

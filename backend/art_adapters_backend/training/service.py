@@ -27,7 +27,8 @@ from .targets import lora_module_names, unknown_targets
 if TYPE_CHECKING:
     from ..state import ServerState
     from .sft import SFTStepResult
-    from .trainer import GroupsStepResult, LoraTrainer
+    from .grpo_step import GroupsStepResult
+    from .trainer import LoraTrainer
 
 __all__ = ["TRAINERS", "TrainingService", "write_groups_file"]
 

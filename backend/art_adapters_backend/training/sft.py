@@ -1,29 +1,16 @@
-"""The SFT step: next-token cross-entropy on trajectories' assistant turns, on the adapter GRPO trains.
+"""SFT as an objective over the trainer's update loop: next-token cross-entropy on assistant turns.
 
-:func:`sft_sequences` turns trajectories into masked token sequences exactly as GRPO does (the
-conversation builder of :mod:`.data`: exact tokens from the backend's completion records, the chat
-template re-tokenising only turns without one; the loss mask is the assistant turns), with no reward
-or group needed. :func:`sft_step` trains them; :func:`train_sft` does both, and is what
-:meth:`.trainer.LoraTrainer.train_sft` runs for ``POST /art/models/{name}/train_sft``.
-
-The loss of one optimizer update over sequences ``S`` with loss masks ``m``::
+:func:`sft_sequences` builds masked sequences as GRPO does (exact recorded tokens; loss on the assistant
+turns), no reward needed; :class:`SftObjective` is the step :meth:`.trainer.LoraTrainer.sft_step` runs
+(``POST /art/models/{name}/train_sft``). One update's loss over sequences ``S`` with masks ``m``::
 
     L = - sum_{s in S} sum_t m[s, t] * log p(token[s, t] | tokens[s, < t]) / sum_{s in S} sum_t m[s, t]
-
-the mean over the update's loss tokens (TRL ``SFTTrainer``'s loss with ``assistant_only_loss``),
-at temperature 1, whatever temperature a recorded turn was sampled at.
-
-Optimizer: an AdamW of its own, new for each SFT step and dropped after it (see
-:class:`~art_adapters.SFTConfig`); the trainer's GRPO optimizer and its state are not touched, so
-the checkpoint the step writes carries the GRPO optimizer state of the one it started from.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,23 +19,23 @@ from pydantic import BaseModel
 
 from art_adapters import SFTConfig, TrainConfig, Trajectory
 
+from .batches import Batch, micro_batches
 from .data import (
     BuildMetrics,
     BuildResult,
-    NothingTrainableError,
     RecordLookup,
     Renderer,
     TrainingSequence,
-    _trainable,
-    _trajectory_sequences,
+    trainable_sequences,
+    trajectory_sequences,
 )
+from .step import Objective, Update, UpdateResult
 
 if TYPE_CHECKING:
     from .trainer import LoraTrainer
 
 __all__ = [
-    "SFT_GROUP_ID", "SFTMetrics", "SFTStepResult", "nothing_trainable_reason", "sft_sequences", "sft_step",
-    "train_sft",
+    "SFT_GROUP_ID", "SFTMetrics", "SFTStepResult", "SftObjective", "nothing_trainable_reason", "sft_sequences",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -119,7 +106,7 @@ def sft_sequences(
     only_model: str | None = None,
     max_sequence_length: int | None = None,
 ) -> BuildResult:
-    """The masked token sequences of ``trajectories``, built as :func:`.data.build_sequences` builds GRPO's.
+    """The masked token sequences of ``trajectories``, built as :func:`.groups.build_sequences` builds GRPO's.
 
     Each conversation (the main history and every additional one) becomes one sequence, or
     several where a turn's recorded prompt does not extend it; loss is on the assistant turns
@@ -139,8 +126,8 @@ def sft_sequences(
     metrics = BuildMetrics(groups=1)
     sequences: list[TrainingSequence] = []
     for trajectory in trajectories:
-        built = _trajectory_sequences(trajectory, get_record, render, metrics, only_model)
-        kept = _trainable(trajectory, built, metrics, max_sequence_length)
+        built = trajectory_sequences(trajectory, get_record, render, metrics, only_model)
+        kept = trainable_sequences(trajectory, built, metrics, max_sequence_length)
         for b in kept:
             sequences.append(
                 TrainingSequence(
@@ -185,126 +172,84 @@ def nothing_trainable_reason(metrics: BuildMetrics, trajectories: int) -> str:
     )
 
 
-def _adapter_config(config: SFTConfig) -> TrainConfig:
-    """The TrainConfig that creates the same adapter (``lora_*``) when SFT is the model's first step."""
-    return TrainConfig(
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        lora_target_modules=config.lora_target_modules,
-        seed=config.seed,
-    )
+class SftObjective(Objective):
+    """One SFT step of ``config`` over the trainer's update loop (see the module docstring).
 
-
-def sft_step(trainer: LoraTrainer, sequences: Sequence[TrainingSequence], config: SFTConfig) -> SFTMetrics:
-    """Train ``sequences`` with next-token cross-entropy on their loss tokens (see the module docstring).
-
-    ``config.epochs`` passes, each over the sequences in a seeded order, one AdamW update per
+    ``config.epochs`` passes, each over the sequences in a seeded order, one update per
     ``config.batch_size`` sequences (micro-batches of ``config.micro_batch_size`` accumulate), the
-    gradient clipped to ``config.max_grad_norm``. Creates the adapter from ``config``'s ``lora_*``
-    settings when the trainer has none.
-
-    Raises:
-        NothingTrainableError: no sequence, or no token carries loss.
-        FloatingPointError: a loss or gradient is not finite (that update is not applied; earlier
-            updates of the step were: the caller reloads the adapter from its checkpoint).
-        ValueError: a malformed sequence.
+    gradient clipped to ``config.max_grad_norm``. The optimizer is an AdamW of the step's own, new
+    for each SFT step and dropped after it (see :class:`~art_adapters.SFTConfig`): the trainer's
+    GRPO optimizer and its state are not touched, so the checkpoint the step writes carries the
+    GRPO optimizer state of the one it started from. A non-finite update raises
+    :class:`FloatingPointError` and leaves the weights as they were before the step, as in GRPO.
     """
-    from .trainer import _check_sequences
 
-    if not sequences:
-        raise NothingTrainableError("nothing trainable: the SFT step received no sequences")
-    _check_sequences(sequences)
-    tokens = sum(s.loss_tokens for s in sequences)
-    if tokens == 0:
-        raise NothingTrainableError(
-            f"nothing trainable: none of the {len(sequences)} sequences has a loss token"
-        )
-    started = time.perf_counter()
-    trainer.ensure_adapter(_adapter_config(config))
-    model = trainer.model
-    assert model is not None
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-    if config.seed is not None:
-        torch.manual_seed(config.seed + trainer.steps_done)
-    max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
-    model.train()
-    pass_losses: list[float] = []
-    norms: list[float] = []
-    micro_batches = 0
-    for epoch in range(config.epochs):
-        order = list(sequences)
-        if config.seed is not None:
-            random.Random(config.seed + epoch).shuffle(order)
-        pass_sum = 0.0
-        for start in range(0, len(order), config.batch_size):
-            update = order[start : start + config.batch_size]
-            update_tokens = sum(s.loss_tokens for s in update)
-            optimizer.zero_grad(set_to_none=True)
-            update_loss = 0.0
-            for batch in trainer._micro_batches(update, config.micro_batch_size):
-                trainer.check_cancelled()  # a stopping server waits for one micro-batch, not the step
-                logprobs = trainer._logprobs(batch, loss_only=True)  # (B, T); exact before loss tokens
-                loss = -(logprobs * batch.loss_mask).sum() / update_tokens
-                loss.backward()
-                update_loss += float(loss.detach())
-                micro_batches += 1
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-            if not (math.isfinite(update_loss) and math.isfinite(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
-                raise FloatingPointError(
-                    f"non-finite SFT update (loss {update_loss}, grad norm {grad_norm}) in pass {epoch + 1}: "
-                    "lower learning_rate or set max_grad_norm"
+    name = "SFT"
+
+    def __init__(self, config: SFTConfig) -> None:
+        self.config = config
+        self.seed = config.seed
+        self.max_grad_norm = config.max_grad_norm
+
+    def adapter_config(self) -> TrainConfig:
+        """The TrainConfig that creates the same adapter (``lora_*``) when SFT is the model's first step."""
+        return TrainConfig(learning_rate=self.config.learning_rate, **self.config.adapter_settings())
+
+    def optimizer(self, trainer: LoraTrainer) -> torch.optim.Optimizer:
+        """A new AdamW over the adapter's weights, dropped after the step."""
+        assert trainer.model is not None
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
+
+    def plan(self, trainer: LoraTrainer, sequences: Sequence[TrainingSequence]) -> list[list[Update]]:
+        """``epochs`` passes over the sequences (shuffled by ``seed + epoch``), ``batch_size`` per update."""
+        config = self.config
+        passes = []
+        for epoch in range(config.epochs):
+            order = list(sequences)
+            if config.seed is not None:
+                random.Random(config.seed + epoch).shuffle(order)
+            passes.append([
+                Update(
+                    micro_batches(chunk, config.micro_batch_size, trainer.pad_token_id, trainer.device),
+                    sum(s.loss_tokens for s in chunk),
                 )
-            optimizer.step()
-            norms.append(grad_norm)
-            pass_sum += update_loss * update_tokens
-        pass_losses.append(pass_sum / tokens)
-    optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done += 1
-    metrics = SFTMetrics(
-        loss=pass_losses[-1],
-        first_pass_loss=pass_losses[0],
-        grad_norm=norms[-1],
-        grad_norm_max=max(norms),
-        epochs=config.epochs,
-        updates=len(norms),
-        sequences=len(sequences),
-        micro_batches=micro_batches,
-        tokens=tokens,
-        sequence_tokens=sum(len(s.token_ids) for s in sequences),
-        seconds=time.perf_counter() - started,
-        learning_rate=config.learning_rate,
-        step=trainer.steps_done,
-    )
-    logger.info(
-        "SFT step: %d sequences, %d loss tokens, %d epoch(s), loss %.4f -> %.4f in %.1f s",
-        metrics.sequences, tokens, config.epochs, metrics.first_pass_loss, metrics.loss, metrics.seconds,
-    )  # fmt: skip
-    return metrics
+                for chunk in (order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size))
+            ])  # fmt: skip
+        return passes
 
+    def micro_loss(self, trainer: LoraTrainer, batch: Batch, update: Update) -> tuple[torch.Tensor, Any]:
+        """Summed next-token cross-entropy on the loss tokens, over the update's loss tokens."""
+        logprobs = trainer.logprobs(batch, loss_only=True)  # (B, T); exact before loss tokens
+        return -(logprobs * batch.loss_mask).sum() / update.tokens, None
 
-def train_sft(
-    trainer: LoraTrainer,
-    trajectories: Sequence[Trajectory],
-    get_record: RecordLookup,
-    render: Renderer | None,
-    config: SFTConfig,
-) -> SFTStepResult:
-    """Build the trajectories' sequences (:func:`sft_sequences`) and train one SFT step (:func:`sft_step`).
-
-    When no sequence has a loss token the result says why (``trained=False``), nothing is
-    updated and nothing raised, as for a GRPO step without signal.
-    """
-    built = sft_sequences(
-        trajectories, get_record, render,
-        only_model=config.only_model, max_sequence_length=config.max_sequence_length,
-    )  # fmt: skip
-    if not built.sequences:
-        reason = nothing_trainable_reason(built.metrics, len(trajectories))
-        logger.warning("SFT step skipped: %s", reason)
-        return SFTStepResult(trained=False, nothing_trainable_reason=reason, data=built.metrics)
-    return SFTStepResult(trained=True, data=built.metrics, step=sft_step(trainer, built.sequences, config))
+    def metrics(
+        self, trainer: LoraTrainer, sequences: Sequence[TrainingSequence], done: list[UpdateResult], seconds: float
+    ) -> SFTMetrics:
+        """The last and first passes' mean loss per token, gradient norms, counts."""
+        tokens = sum(s.loss_tokens for s in sequences)
+        pass_losses = [
+            sum(r.loss * r.update.tokens for r in done if r.pass_index == epoch) / tokens
+            for epoch in range(self.config.epochs)
+        ]
+        norms = [r.grad_norm for r in done]
+        metrics = SFTMetrics(
+            loss=pass_losses[-1],
+            first_pass_loss=pass_losses[0],
+            grad_norm=norms[-1],
+            grad_norm_max=max(norms),
+            epochs=self.config.epochs,
+            updates=len(done),
+            sequences=len(sequences),
+            micro_batches=sum(len(r.update.batches) for r in done),
+            tokens=tokens,
+            sequence_tokens=sum(len(s.token_ids) for s in sequences),
+            seconds=seconds,
+            learning_rate=self.config.learning_rate,
+            step=trainer.steps_done,
+        )
+        logger.info(
+            "SFT step: %d sequences, %d loss tokens, %d epoch(s), loss %.4f -> %.4f in %.1f s",
+            metrics.sequences, tokens, self.config.epochs, metrics.first_pass_loss, metrics.loss, metrics.seconds,
+        )  # fmt: skip
+        return metrics

@@ -1,0 +1,92 @@
+"""Guard rails on the shipped packages' shape: no import circles, no private names used across
+modules except through the seams listed here, module docstrings of at most eight lines.
+
+Read off the syntax trees (:mod:`tests.helpers.structure`); no import, no model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import structure
+
+#: Uses of another module's private names that are seams on purpose, each with its reason.
+SEAMS: dict[str, str] = {
+    "art_adapters/_runner.py:32 uses art_adapters.observe._spans (a private module of art_adapters.observe)": (
+        "RolloutContext is what the runner tells the observer's live span about a rollout"
+    ),
+    "art_adapters/_loop_telemetry.py:136 uses art_adapters.observe._spans (a private module of art_adapters.observe)": (
+        "the loop's telemetry builds the train-step spans with the observer's span builders"
+    ),
+    "art_adapters/_loop_telemetry.py:108 uses art_adapters.observe._langfuse_datasets "
+    "(a private module of art_adapters.observe)": "the loop links its Langfuse dataset runs through the observer's client",
+    "art_adapters/observe/_live.py:93 uses self._observer._hold": (
+        "a RolloutSpan is the Observer's own live span (made by Observer.start_rollout); it hands itself back"
+    ),
+    "art_adapters/ruler/_judges.py:107 uses self.model._get_invocation_params": (
+        "LangChain's, not ours: the settings LangChain's own LLM cache keys on (guarded by a fallback)"
+    ),
+}
+
+
+def _without_lines(entry: str) -> str:
+    """An entry with its line number dropped, so an edit above a seam does not break the list."""
+    path, _, rest = entry.partition(":")
+    return f"{path}:{rest.partition(' ')[2]}"
+
+
+def test_no_import_circles() -> None:
+    circles = structure.import_circles()
+    assert circles == [], "import circles (break them with a smaller shared module):\n" + "\n".join(
+        " <-> ".join(c) for c in circles
+    )
+
+
+def test_no_private_names_used_across_modules_but_the_seams() -> None:
+    allowed = {_without_lines(s) for s in SEAMS}
+    found = [r for r in structure.private_reach_ins() if _without_lines(r) not in allowed]
+    assert found == [], "private names of another module (use a public name or list a seam):\n" + "\n".join(found)
+
+
+def test_every_seam_is_still_used() -> None:
+    found = {_without_lines(r) for r in structure.private_reach_ins()}
+    stale = [s for s in SEAMS if _without_lines(s) not in found]
+    assert stale == [], f"seams no longer used (remove them): {stale}"
+
+
+def test_module_docstrings_are_at_most_eight_lines() -> None:
+    assert structure.long_docstrings() == []
+
+
+@pytest.fixture
+def toy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package ``toy`` the checkers read instead of the shipped ones."""
+    package = tmp_path / "toy"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A toy."""\n')
+    monkeypatch.setattr(structure, "PACKAGES", {"toy": package})
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    return package
+
+
+def test_the_checkers_see_a_circle_a_reach_in_and_a_long_docstring(toy_package: Path) -> None:
+    (toy_package / "_a.py").write_text("def f():\n    from toy._b import g\n    return g._cache\n")
+    (toy_package / "_b.py").write_text(
+        '"""One.\n2\n3\n4\n5\n6\n7\n8\n9\n"""\nfrom toy._a import f, _hidden\n\ndef g():\n    return f\n'
+    )
+    (toy_package / "_c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toy._a import f\nimport os\nos._exit\n"
+    )
+    assert structure.import_circles() == [["toy._a", "toy._b"]]
+    assert structure.private_reach_ins() == ["toy/_a.py:3 uses g._cache", "toy/_b.py:11 uses toy._a._hidden"]
+    assert structure.long_docstrings() == [("toy/_b.py", 9)]
+
+
+def test_a_private_module_of_another_subpackage_is_a_reach_in(toy_package: Path) -> None:
+    (toy_package / "sub").mkdir()
+    (toy_package / "sub" / "__init__.py").write_text("from toy.sub._inner import x\n")
+    (toy_package / "sub" / "_inner.py").write_text("x = 1\n")
+    (toy_package / "_user.py").write_text("from toy.sub._inner import x\nfrom toy.sub import x as y\n")
+    assert structure.private_reach_ins() == ["toy/_user.py:1 uses toy.sub._inner (a private module of toy.sub)"]
