@@ -9,6 +9,7 @@ rollouts here call no tool, so every one scores 0 and the backend drops both gro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -30,13 +31,14 @@ async def test_an_untrained_steps_row_counts_its_rollouts_and_keeps_the_trainers
     config = TrainMcpConfig(server="python -m mcp_tools.servers.notes", run_dir=tmp_path, loop=loop)
     console = Console(record=True, width=400, color_system=None)
     rollout = make_rollout(model)
-    result = await _train(
-        model, rollout, rollout, scenarios("r", 4), [], None, {}, config, console, reward="tools"  # type: ignore[arg-type]
-    )
+    no_judge: Any = None  # --reward tools calls no judge
+    train = scenarios("r", 4)
+    result = await _train(model, rollout, rollout, train, [], no_judge, {}, config, console, reward="tools")
     (step,) = result.steps
     assert not step.trained and result.stopped
     (row,) = MetricsHistory(tmp_path).rows("train")
     assert (row["groups"], row["trajectories"], row["exceptions"]) == (2, 6, 0), row
-    assert (row["trained_groups"], row["trained_trajectories"]) == (2, 0), row  # what the trainer received, used
+    # what the trainer received and what it used
+    assert (row["trained_groups"], row["trained_trajectories"]) == (2, 0), row
     assert step.metrics["trajectories"] == 6 and row["reward_mean"] == 0.0
     assert "step 1: mean reward 0.000" in console.export_text()
