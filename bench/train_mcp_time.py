@@ -98,7 +98,8 @@ def _config(argv: list[str]) -> TrainMcpConfig:
 
     command = typer.main.get_command(app).commands["train-mcp"]  # type: ignore[attr-defined]
     context = command.make_context("train-mcp", list(argv))
-    return build_config(TrainMcpConfig, dict(context.params), TRAIN_MCP_OPTIONS)
+    params = {k: None if v == () else v for k, v in context.params.items()}  # an option never given
+    return build_config(TrainMcpConfig, params, TRAIN_MCP_OPTIONS)
 
 
 async def main(argv: list[str]) -> None:
