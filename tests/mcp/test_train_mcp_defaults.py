@@ -4,8 +4,8 @@ the bundled model, in its own process (issue 25).
 Before, every such run stopped at step 0 with exit code 1 (the bundled judge scored every rollout of a
 group alike). Now the local judge's default reward adds what the tools did (``judge+tools``), a
 bundled server trains on its shipped scenarios, and the held-out evaluation is scored by the tools.
-The README's defaults with fewer steps and a shorter evaluation: every step asked for trains, the run
-ends with exit code 0, and the held-out tool-error rate is no worse after training than before.
+The README's defaults (2 steps, pinned here so the test's cost stays put): every step asked for trains,
+the run ends with exit code 0, and the held-out tool-error rate is no worse after training than before.
 """
 
 from __future__ import annotations
