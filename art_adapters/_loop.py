@@ -205,10 +205,10 @@ def record_step(
     the groups are checked for reward hacking: its warnings go to ``report.warnings``, the row
     (``hacking_warnings``, ``hacking_signals``, the monitored numbers) and a tagged trace.
     """
-    # The rollouts' reward statistics (group_metrics) are the row's; the trainer's cover only the
-    # groups it used (none when every group scored alike) and are kept under trained_*.
+    # The rollouts' statistics (group_metrics) are the row's; the trainer's cover only the groups and
+    # trajectories it used (none when every group scored alike) and are kept under trained_*.
     trainer = dict(report.metrics)
-    for name in ("reward_mean", "reward_std"):
+    for name in ("reward_mean", "reward_std", "groups", "trajectories"):
         if (value := trainer.pop(name, None)) is not None:
             trainer[f"trained_{name}"] = value
     extra = {**trainer, "batch": report.batch, "unscored_groups": len(report.unscored)}

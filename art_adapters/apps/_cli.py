@@ -108,6 +108,7 @@ TRAIN_MCP_OPTIONS = [
     Setting("model_name"),
     Setting("base_model"),
     Setting("backend_url"),
+    Setting("threads"),
     Setting("ray_address"),
     Setting("api_key", extra={"envvar": "ART_ADAPTERS_API_KEY", "show_default": False}),
     Setting("reward", extra={"metavar": "judge|tools|judge+tools", "show_default": False}),

@@ -14,7 +14,7 @@ from art_adapters import (
     verifiable_scorer,
 )
 
-__all__ = ["REWARDS", "Reward", "make_scorer", "resolve_reward"]
+__all__ = ["EVAL_TOOLS_LINE", "REWARDS", "Reward", "eval_reward_of", "make_scorer", "resolve_reward"]
 
 Reward = Literal["judge", "tools", "judge+tools"]
 #: The ``--reward`` choices.
@@ -63,3 +63,17 @@ def make_scorer(reward: Reward, judge: Any, ruler_options: dict[str, Any], weigh
         return out
 
     return score
+
+
+#: Said when held-out evaluation is scored by the tools alone (:func:`eval_reward_of`).
+EVAL_TOOLS_LINE = (
+    "held-out evaluation: what the tools did (the local judge's scores of one greedy rollout per "
+    "scenario have nothing to rank it against, and each costs a judge call)"
+)
+
+
+def eval_reward_of(reward: Reward, *, local_judge: bool) -> Reward:
+    """What scores the held-out evaluation: *reward*, except ``tools`` for ``judge+tools`` with the
+    local judge (RULER ranks a group's rollouts; an evaluation group is one greedy rollout, and
+    the base model's score of it alone is noise that costs a judge call)."""
+    return "tools" if local_judge and reward == "judge+tools" else reward

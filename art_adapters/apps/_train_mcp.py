@@ -7,6 +7,7 @@ written for them, a ReAct agent on the trainable model, RULER rewards and the tr
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,14 @@ from art_adapters import (
 )
 from art_adapters.apps._forced_call import bounded_tools, first_turn_cut, parse_pins
 from art_adapters.apps._mcp_console import StepConsole, ToolTally
-from art_adapters.apps._mcp_reward import Reward, make_scorer, resolve_reward
-from art_adapters.apps._train_mcp_config import DEFAULT_SYSTEM_PROMPT, TrainMcpConfig, TrainMcpResult
+from art_adapters.apps._mcp_reward import EVAL_TOOLS_LINE, Reward, eval_reward_of, make_scorer, resolve_reward
+from art_adapters.apps._train_mcp_config import (
+    DEFAULT_SYSTEM_PROMPT,
+    THREADS_ENV,
+    TrainMcpConfig,
+    TrainMcpResult,
+    backend_threads,
+)
 from art_adapters.observe import get_observer, plot_run
 from art_adapters.ruler import judge_from_env
 from mcp_tools import Scenario
@@ -358,7 +365,16 @@ async def _resources(server: Any) -> list[dict[str, Any]]:
 async def _start_backend(config: TrainMcpConfig) -> tuple[Backend, bool]:
     if config.backend_url:
         return RemoteBackend(config.backend_url, api_key=config.api_key), False
-    backend = await LocalBackend(run_dir=config.run_dir / "backend", base_model=config.base_model).start()
+    backend = LocalBackend(run_dir=config.run_dir / "backend", base_model=config.base_model)
+    saved = os.environ.get(THREADS_ENV)
+    os.environ[THREADS_ENV] = str(backend_threads(config))  # read by the subprocess it starts
+    try:
+        await backend.start()
+    finally:
+        if saved is None:
+            del os.environ[THREADS_ENV]
+        else:
+            os.environ[THREADS_ENV] = saved
     return backend, True
 
 
@@ -427,6 +443,9 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         reward = resolve_reward(config.reward, local_judge=local_judge)
         default = "" if config.reward else " (the default with this judge; --reward)"
         console.print(_REWARD_LINES[reward] + default)
+        eval_reward = eval_reward_of(reward, local_judge=local_judge)
+        if eval_reward != reward:
+            console.print(EVAL_TOOLS_LINE)
         scenarios, scenarios_file = await _scenarios(
             config,
             tools,
@@ -440,18 +459,20 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         )
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
-        agent = build_agent(
-            model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens),
-            tools,
-            system_prompt=agent_prompt(config),
-            max_turns=config.max_turns,
-            first_tool_choice=config.first_tool_choice,
-            max_arg_chars=config.max_arg_chars,
-            max_arg_items=config.max_arg_items,
-            pins=parse_pins(config.pin_arg, tools),
-        )
+        def agent_at(temperature: float) -> CompiledStateGraph:  # on whatever step is latest when it runs
+            return build_agent(
+                model.chat_model(temperature=temperature, max_tokens=config.max_tokens),
+                tools,
+                system_prompt=agent_prompt(config),
+                max_turns=config.max_turns,
+                first_tool_choice=config.first_tool_choice,
+                max_arg_chars=config.max_arg_chars,
+                max_arg_items=config.max_arg_items,
+                pins=parse_pins(config.pin_arg, tools),
+            )
+
         tally = ToolTally()
-        rollout = tally.counting(make_rollout(agent))
+        rollout = tally.counting(make_rollout(agent_at(config.temperature)))
         result = TrainMcpResult(
             run_dir=config.run_dir,
             scenarios_file=scenarios_file,
@@ -463,17 +484,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             train_size=len(train),
             val_size=len(val),
         )
-        eval_agent = build_agent(  # greedy, on whatever step is latest when it runs
-            model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
-            tools,
-            system_prompt=agent_prompt(config),
-            max_turns=config.max_turns,
-            first_tool_choice=config.first_tool_choice,
-            max_arg_chars=config.max_arg_chars,
-            max_arg_items=config.max_arg_items,
-            pins=parse_pins(config.pin_arg, tools),
-        )
-        eval_rollout = make_rollout(eval_agent)
+        eval_rollout = make_rollout(agent_at(0.0))  # greedy
         if config.ray_address:  # the agents are built on the workers
             settings = config.model_copy(update={"api_key": None, "judge_api_key": None})  # workers need neither
             remote = {"config": settings, "model": model.name, "base_url": backend.openai_base_url}
@@ -482,8 +493,9 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             eval_rollout = _WorkerRollout(**remote, api_key=key, temperature=0.0)
             console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
         loop_result = await _train(
-            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally, reward
-        )
+            model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally, reward,
+            eval_reward=eval_reward,
+        )  # fmt: skip
         result.loop_result = loop_result
         result.target_step, result.stopped = config.loop.steps, loop_result.stopped
         result.evals = [(e.step, e.reward_mean) for e in loop_result.evals]
@@ -507,11 +519,15 @@ async def _train(
     console: Any,
     tally: ToolTally | None = None,
     reward: Reward = "judge",
+    *,
+    eval_reward: Reward | None = None,
 ) -> LoopResult:
     """Hand over to the training loop (``config.loop``): *reward*'s scores (:func:`make_scorer`),
-    held-out evaluation, metrics; the console lines are :class:`StepConsole`'s."""
+    held-out evaluation scored by *eval_reward* (default *reward*), metrics; the console lines are
+    :class:`StepConsole`'s."""
     lines = StepConsole(console, tally, max_tokens=config.max_tokens)
     score = make_scorer(reward, judge, ruler_options)
+    eval_score = score if eval_reward in (None, reward) else make_scorer(eval_reward, judge, ruler_options)
     if config.ray_address and tally is not None:  # the rollouts ran on Ray workers: count here
         score = tally.counting_scores(score)
     return await train_loop(
@@ -522,6 +538,7 @@ async def _train(
         config=config.loop,
         val_scenarios=val,
         eval_rollout=eval_rollout,
+        eval_score=eval_score,
         on_step=lines.on_step,
         on_eval=lines.on_eval,
         on_warning=lines.on_warning,

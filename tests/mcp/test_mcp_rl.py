@@ -127,7 +127,7 @@ def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: p
 def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_path: Path) -> None:
     config = TrainMcpConfig(server="x", run_dir=tmp_path, seed=3)
     loop = config.loop
-    assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_every) == (4, 2, 4, 2)
+    assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_every) == (2, 2, 4, 2)
     assert loop.train.learning_rate == 2e-4 and loop.run == aa.RunConfig(timeout_s=600, max_failure_rate=0.25)
     assert loop.run_dir == tmp_path and loop.seed == 3  # the run's, unless the loop sets its own
     own = TrainMcpConfig(server="x", loop=aa.LoopConfig(steps=1, seed=9, run_dir=tmp_path / "metrics"))
@@ -138,7 +138,7 @@ def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_pa
         TrainMcpConfig(server="x", rollout_timeout_s=5)
     # the command line: each option's default and help are the model's; loop flags merge into the default loop
     params = {p.name: p for p in typer.main.get_command(app).commands["train-mcp"].params}
-    assert params["steps"].default == 4 and params["learning_rate"].default == 2e-4
+    assert params["steps"].default == 2 and params["learning_rate"].default == 2e-4
     assert params["n_scenarios"].default == TrainMcpConfig.model_fields["n_scenarios"].default
     assert params["val_fraction"].help == TrainMcpConfig.model_fields["val_fraction"].description
     assert params["learning_rate"].help == "AdamW step size for the LoRA weights: the peak of lr_schedule."  # TrainConfig's own words

@@ -52,3 +52,30 @@ async def test_cwd_starts_the_server_in_the_rollouts_copy_and_dot_is_that_copy(r
         parse_pins(["repo=."], list(tools.values()))
     with pytest.raises(aa.ConfigError, match="is not NAME=VALUE"):
         parse_pins(["repo_path"], list(tools.values()))
+
+
+@pytest.mark.slow
+async def test_the_bundled_models_forced_git_calls_run_in_the_copy(local_backend: aa.LocalBackend, repo: Path) -> None:
+    """The greedy bundled model's forced first call names the copy ('.', pinned) and runs there; train-mcp's
+    own token limit (128) leaves room for the call (at 48 a sampled argument could cut it)."""
+    config = _config(repo, pin_arg=["repo_path=."])
+    tools = await mcp_tools.load_tools(_server(config))
+    model = aa.TrainableModel(name="git-cwd", project="mcp-tests")
+    await model.register(local_backend)
+    agent = build_agent(
+        model.chat_model(temperature=0.0, max_tokens=config.max_tokens),
+        tools,
+        system_prompt=agent_prompt(config),
+        max_turns=2,
+        first_tool_choice="required",
+        max_arg_chars=config.max_arg_chars,
+        max_arg_items=config.max_arg_items,
+        pins=parse_pins(config.pin_arg, tools),
+    )
+    trajectory = await make_rollout(agent)(mcp_tools.Scenario(task="What is the status of the repository?", difficulty=1))
+    assert trajectory.metrics["first_turn_cut"] == 0.0, trajectory.messages
+    first = trajectory.tool_records[0]
+    assert first.arguments["repo_path"] == ".", first  # type: ignore[index]
+    assert not (first.is_error and "repository" in str(first.result)), first  # never a path failure
+    log = subprocess.run(["git", "-C", str(repo), "log", "--oneline"], capture_output=True, text=True, check=True)
+    assert log.stdout.count("\n") == 1  # the real repository kept its one commit
