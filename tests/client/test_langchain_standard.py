@@ -21,12 +21,12 @@ pytestmark = pytest.mark.slow
 NAME = "langchain-standard"
 
 #: Standard tests the bundled 135M base model fails for lack of a capability (not a bug of ours).
-TOOL_USE = "capability: the 135M base model does not choose to call a tool unforced (tool_choice='any'/auto)"
+TOOL_USE = "capability: the 135M base model does not choose to call a tool unforced (auto tool_choice)"
+UNICODE_CALL = "capability (unconfirmed): no complete forced call with Unicode arguments within 48 tokens"
 STRUCTURED = "capability: the 135M base model does not write the schema's JSON object within the token budget"
 CAPABILITY_XFAILS = {
-    "test_bind_runnables_as_tools": TOOL_USE,
     "test_agent_loop": TOOL_USE,
-    "test_unicode_tool_call_integration": TOOL_USE,
+    "test_unicode_tool_call_integration": UNICODE_CALL,
     "test_structured_output": STRUCTURED,
     "test_structured_output_async": STRUCTURED,
     "test_structured_output_pydantic_2_v1": STRUCTURED,
