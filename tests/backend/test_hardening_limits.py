@@ -300,7 +300,10 @@ async def test_a_full_server_answers_429_with_retry_after(limited_backend: Local
     await _until_idle(limited_backend)
     async with httpx.AsyncClient(base_url=limited_backend.base_url, timeout=120) as http:
         a, _a_lines = await _open_stream(http)
-        queued = asyncio.ensure_future(_chat(limited_backend, {"messages": HI, "max_tokens": 1}))
+        # As long as the stream: a one-token request needs no batch place, and a much shorter one
+        # preempts the stream's row (the engine's time slices), so neither would wait for the place.
+        queued_body = {"messages": HI, "max_tokens": 200, "min_tokens": 200}
+        queued = asyncio.ensure_future(_chat(limited_backend, queued_body))
         try:
             too_many_choices = await _chat(limited_backend, {"messages": HI, "n": 2, "max_tokens": 1})
             assert too_many_choices.status_code == 429, too_many_choices.text

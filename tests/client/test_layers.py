@@ -44,6 +44,8 @@ ALLOWED: dict[str, set[str]] = {
 BENCH_SEAMS: dict[str, str] = {
     "art_adapters.apps._demo_agent": "the demo's own agent, scenarios and check, measured as the demo runs them",
     "art_adapters.apps._train_mcp": "train-mcp's own agent, rollout and generator settings, measured as is",
+    "art_adapters.apps._cli": "train-mcp's own options, so bench/train_mcp_time.py parses a command line as the CLI does",
+    "art_adapters.apps._options": "the CLI's own option-to-config builder, used with those options by the same bench",
     "mcp_tools._compat": "a bench-only MCP server starts as the shipped servers do (mcp 1.x/2.x shim)",
     "mcp_tools.servers._runner": "a bench-only MCP server runs under the shipped servers' command line",
 }
