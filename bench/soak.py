@@ -236,7 +236,9 @@ async def run(args: argparse.Namespace) -> None:
             backend: aa.Backend = aa.RemoteBackend(args.url, api_key=args.api_key)
         else:
             # export_roots=[]: the server exports under its run directory only (export_anywhere: a 403)
-            local = await aa.LocalBackend(run_dir=Path(tmp) / "backend", api_key=args.api_key, export_roots=[]).start()
+            local = await aa.LocalBackend(
+                run_dir=Path(tmp) / "backend", api_key=args.api_key, export_roots=[], extra_args=args.server_arg
+            ).start()
             backend = local
         try:
             await prepare(backend)
@@ -253,6 +255,7 @@ async def run(args: argparse.Namespace) -> None:
             attack = results[0]
             memory_after = rss_mb(pid)
             await asyncio.sleep(2.0)  # let cut streams and cancelled requests wind down
+            memory_settled = rss_mb(pid)
             stats = await backend.request("GET", "/art/stats")
             leases = stats.get("adapters", {}).get("leases", {})
             lost = 0
@@ -285,7 +288,13 @@ async def run(args: argparse.Namespace) -> None:
               f"p99 idle {i99 * 1000:8.1f} ms  attack {a99 * 1000:8.1f} ms   p99 ratio {a99 / i99:5.2f} (goal <= 3)")  # fmt: skip
     if memory_before and memory_after:
         growth = (memory_after - memory_before) / memory_before
-        print(f"server memory {memory_before:.0f} -> {memory_after:.0f} MiB: {growth:+.1%} (goal < 10%)")
+        print(f"server memory {memory_before:.0f} -> {memory_after:.0f} MiB: {growth:+.1%} (goal < 10%); "
+              f"2 s after the clients stopped {memory_settled:.0f} MiB "
+              f"({(memory_settled - memory_before) / memory_before:+.1%})")  # fmt: skip
+    cache = _find(stats, "prefix_cache_bytes")
+    if cache is not None and memory_before and memory_after:
+        print(f"of the growth, the prefix cache holds {cache / 2**20:.0f} MiB "
+              f"(bounded by --prefix-cache-bytes, {_find(stats, 'prefix_cache_max_bytes', 0) / 2**20:.0f} MiB)")  # fmt: skip
     if stats.get("gc"):
         pauses = stats["gc"]
         print(f"server garbage collections by generation {pauses['collections']}, longest pause "
@@ -294,6 +303,18 @@ async def run(args: argparse.Namespace) -> None:
     print(f"acknowledged records not readable (goal 0): {lost} of {len(soak.completion_ids)}")
     print(f"samples: idle {len(idle['small'])}, under attack {len(attack['small'])} one-token completions; "
           f"mean /health under attack {statistics.fmean(attack['health']) * 1000:.1f} ms")  # fmt: skip
+
+
+def _find(tree: Any, key: str, default: Any = None) -> Any:
+    """The first value under ``key`` anywhere in a JSON tree (the stats' sections move)."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        for value in tree.values():
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return default
 
 
 def main() -> None:
@@ -308,6 +329,10 @@ def main() -> None:
     parser.add_argument("--normal-weight", type=float, default=3.0, help="weight of normal requests in the mix")
     parser.add_argument("--idle-samples", type=int, default=20)
     parser.add_argument("--train-mb", type=float, default=16.0, help="size of the train bodies for a missing model")
+    parser.add_argument(
+        "--server-arg", action="append", default=[], metavar="ARG",
+        help="an argument for the embedded backend's serve command (repeat), e.g. --server-arg=--prefix-cache-bytes=0",
+    )  # fmt: skip
     parser.add_argument("--without", action="append", default=[], choices=KINDS, help="leave this kind out (repeat)")
     asyncio.run(run(parser.parse_args()))
 
