@@ -272,16 +272,7 @@ class _WorkerRollout(BaseModel):
                 http_async_client=client,
                 include_response_headers=True,
             )
-            agent = build_agent(
-                chat,
-                tools,
-                system_prompt=agent_prompt(config),
-                max_turns=config.max_turns,
-                first_tool_choice=config.first_tool_choice,
-                max_arg_chars=config.max_arg_chars,
-                max_arg_items=config.max_arg_items,
-                pins=parse_pins(config.pin_arg, tools),
-            )
+            agent = configured_agent(config, chat, tools)
             return await make_rollout(agent)(scenario)
 
 
@@ -339,6 +330,23 @@ async def _scenarios(
 
 #: Added to the default system prompt when the server runs in a folder of its own (``--cwd``).
 CWD_HINT = " The tools work in one folder: when a tool asks for its path, pass '.'."
+
+
+def configured_agent(
+    config: TrainMcpConfig, chat_model: BaseChatModel, tools: Sequence[BaseTool]
+) -> CompiledStateGraph:
+    """:func:`build_agent` with ``config``'s prompt, turns, first-turn choice, argument bounds and pins:
+    the one agent the local rollouts, the evaluation and the Ray workers all run."""
+    return build_agent(
+        chat_model,
+        tools,
+        system_prompt=agent_prompt(config),
+        max_turns=config.max_turns,
+        first_tool_choice=config.first_tool_choice,
+        max_arg_chars=config.max_arg_chars,
+        max_arg_items=config.max_arg_items,
+        pins=parse_pins(config.pin_arg, tools),
+    )
 
 
 def agent_prompt(config: TrainMcpConfig) -> str:
@@ -460,16 +468,8 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
         train, val = mcp_tools.split_scenarios(scenarios, val_fraction=config.val_fraction, seed=config.seed)
         console.print(f"scenarios: {len(train)} train, {len(val)} validation ({scenarios_file})")
         def agent_at(temperature: float) -> CompiledStateGraph:  # on whatever step is latest when it runs
-            return build_agent(
-                model.chat_model(temperature=temperature, max_tokens=config.max_tokens),
-                tools,
-                system_prompt=agent_prompt(config),
-                max_turns=config.max_turns,
-                first_tool_choice=config.first_tool_choice,
-                max_arg_chars=config.max_arg_chars,
-                max_arg_items=config.max_arg_items,
-                pins=parse_pins(config.pin_arg, tools),
-            )
+            chat = model.chat_model(temperature=temperature, max_tokens=config.max_tokens)
+            return configured_agent(config, chat, tools)
 
         tally = ToolTally()
         rollout = tally.counting(make_rollout(agent_at(config.temperature)))
