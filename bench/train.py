@@ -79,7 +79,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     trainer = PeftTrainer(resolve_model_path("smollm2-135m-instruct"))
-    config = TrainConfig(micro_batch_size=args.micro_batch, learning_rate=1e-6, max_grad_norm=None)
+    config = TrainConfig(
+        micro_batch_size=args.micro_batch, micro_batch_tokens=None, learning_rate=1e-6, max_grad_norm=None
+    )  # rows only: the comparison is of sharing, not of the token budget
     trainer.ensure_adapter(config)
     model = trainer.model
     assert model is not None and trainer.optimizer is not None

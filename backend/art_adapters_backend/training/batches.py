@@ -12,7 +12,7 @@ import torch
 from .data import TrainingSequence
 
 __all__ = [
-    "MIN_SHARED_PREFIX", "Batch", "check_sequences", "micro_batches", "shared_prefix_length", "split_mini_batches",
+    "MIN_SHARED_PREFIX", "Batch", "check_sequences", "forwarded_tokens", "micro_batches", "shared_prefix_length", "split_mini_batches",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -146,25 +146,63 @@ def split_mini_batches(
 
 
 def micro_batches(
-    sequences: Sequence[TrainingSequence], size: int, pad_id: int, device: torch.device, share_prefix: bool = False
+    sequences: Sequence[TrainingSequence],
+    size: int,
+    pad_id: int,
+    device: torch.device,
+    share_prefix: bool = False,
+    max_tokens: int | None = None,
 ) -> list[Batch]:
-    """``sequences`` cut into right-padded micro-batches of ``size``, longest first; with
-    ``share_prefix`` each group's rows forward their shared prefix once (when long enough)."""
+    """``sequences`` cut into right-padded micro-batches, longest first; with ``share_prefix`` each
+    group's rows forward their shared prefix once (when long enough).
+
+    A micro-batch holds at most ``size`` sequences and, when ``max_tokens`` is set, forwards at most
+    that many tokens (:func:`forwarded_tokens`: its rows padded to the longest, a shared prefix
+    counted once); a sequence longer than ``max_tokens`` goes alone. What a backward pass keeps
+    grows with the tokens forwarded (about 2 MB a token for the bundled model in fp32 on CPU), so the
+    budget, not the row count, bounds a step's memory when sequences are long.
+    """
     if not share_prefix:
         ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
-        return [
-            Batch(ordered[i : i + size], pad_id, device)
-            for i in range(0, len(ordered), size)
-        ]
+        return [Batch(chunk, pad_id, device) for chunk in _packed(ordered, size, max_tokens, False)]
     by_group: dict[str, list[TrainingSequence]] = {}
     for seq in sequences:
         by_group.setdefault(seq.group_id, []).append(seq)
     batches = []
     for members in by_group.values():
         ordered = sorted(members, key=lambda s: len(s.token_ids), reverse=True)
-        for i in range(0, len(ordered), size):
-            chunk = ordered[i : i + size]
-            shared = shared_prefix_length(chunk) if len(chunk) > 1 else 0
-            prefix = shared if shared >= MIN_SHARED_PREFIX else 0
-            batches.append(Batch(chunk, pad_id, device, prefix))
+        for chunk in _packed(ordered, size, max_tokens, True):
+            batches.append(Batch(chunk, pad_id, device, _usable_prefix(chunk)))
     return batches
+
+
+def _usable_prefix(chunk: Sequence[TrainingSequence]) -> int:
+    """The shared prefix a micro-batch of ``chunk`` forwards once (0 when too short to be worth it)."""
+    shared = shared_prefix_length(chunk) if len(chunk) > 1 else 0
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def forwarded_tokens(chunk: Sequence[TrainingSequence], share_prefix: bool) -> int:
+    """Tokens one forward pass over ``chunk`` processes: ``prefix + rows x (longest - prefix)``."""
+    prefix = _usable_prefix(chunk) if share_prefix else 0
+    longest = max(len(s.token_ids) for s in chunk)
+    return prefix + len(chunk) * (longest - prefix)
+
+
+def _packed(
+    ordered: Sequence[TrainingSequence], size: int, max_tokens: int | None, share_prefix: bool
+) -> list[list[TrainingSequence]]:
+    """``ordered`` (longest first) cut greedily, in order, into chunks within ``size`` rows and ``max_tokens``."""
+    chunks: list[list[TrainingSequence]] = []
+    chunk: list[TrainingSequence] = []
+    for seq in ordered:
+        candidate = [*chunk, seq]
+        too_many = len(candidate) > size
+        too_long = max_tokens is not None and forwarded_tokens(candidate, share_prefix) > max_tokens
+        if chunk and (too_many or too_long):
+            chunks.append(chunk)
+            candidate = [seq]
+        chunk = candidate
+    if chunk:
+        chunks.append(chunk)
+    return chunks

@@ -189,7 +189,8 @@ class GrpoObjective(Objective):
             tokens = sum(s.loss_tokens for s in mini)
             if tokens:
                 batches = micro_batches(
-                    mini, config.micro_batch_size, trainer.pad_token_id, trainer.device, config.share_prefix
+                    mini, config.micro_batch_size, trainer.pad_token_id, trainer.device, config.share_prefix,
+                    max_tokens=config.micro_batch_tokens,
                 )
                 self.layout.append(Update(batches, tokens, BatchTotals(len(mini), tokens, config.max_tokens)))
         return [self.layout] * config.num_iterations

@@ -20,6 +20,7 @@ from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, Tr
 from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
+from ..freed_memory import return_freed_memory
 from .cancel import TrainingCancelledError
 from .checkpoints import CheckpointStore
 from .targets import lora_module_names, unknown_targets
@@ -186,6 +187,8 @@ class TrainingService:
         except BaseException:
             self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
             raise
+        finally:
+            return_freed_memory()  # the step's activations, freed, back to the OS (not kept by malloc)
         data = result.data.model_dump()
         dropped = data.pop("groups_dropped")
         metrics: dict[str, Any] = dict(data)

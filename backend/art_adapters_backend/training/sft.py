@@ -211,7 +211,10 @@ class SftObjective(Objective):
                 random.Random(config.seed + epoch).shuffle(order)
             passes.append([
                 Update(
-                    micro_batches(chunk, config.micro_batch_size, trainer.pad_token_id, trainer.device),
+                    micro_batches(
+                        chunk, config.micro_batch_size, trainer.pad_token_id, trainer.device,
+                        max_tokens=config.micro_batch_tokens,
+                    ),
                     sum(s.loss_tokens for s in chunk),
                 )
                 for chunk in (order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size))

@@ -162,7 +162,7 @@ class LoraTrainer(ABC):
         if bool((batch.temperatures == 1.0).all()):
             temperature = 1.0
         if batch.prefix_len:
-            return self._shared_prefix_logprobs(batch, temperature)
+            return self._shared_prefix_logprobs(batch, temperature, loss_only=loss_only and self.select_logits)
         if loss_only and self.select_logits:
             keep = logits_keep_mask(batch.loss_mask)  # (B, T)
             logits = self.model(
@@ -172,24 +172,37 @@ class LoraTrainer(ABC):
         logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
 
-    def _shared_prefix_logprobs(self, batch: Batch, temperature: torch.Tensor | float) -> torch.Tensor:
-        """(B, T') log-probs of the rows' own tokens, the shared prefix forwarded once (with grad)."""
+    def _shared_prefix_logprobs(
+        self, batch: Batch, temperature: torch.Tensor | float, *, loss_only: bool = False
+    ) -> torch.Tensor:
+        """(B, T') log-probs of the rows' own tokens, the shared prefix forwarded once (with grad).
+
+        The prefix's LM head runs on its last position only (it predicts each row's first own
+        token); with ``loss_only`` the rows' LM head runs only before their loss tokens, as in
+        :meth:`logprobs` (a (B, T', V) logits tensor and its gradient are gigabytes for long rows).
+        """
         assert self.model is not None
         rows = batch.input_ids.shape[0]
-        out = self.model(input_ids=batch.prefix_ids, use_cache=True)  # (1, L) once
+        out = self.model(input_ids=batch.prefix_ids, use_cache=True, logits_to_keep=1)  # (1, 1, V) once
         cache = out.past_key_values
         cache.batch_repeat_interleave(rows)  # (B, ...) views of the same keys/values: grads accumulate
+        first = out.logits[:, -1, :].expand(rows, -1)  # (B, V): predicts each row's first own token
+        pair = torch.cat([batch.prefix_ids[:, -1:].expand(rows, -1), batch.input_ids[:, :1]], dim=1)  # (B, 2)
+        pair_keep = torch.tensor([[True, False]], device=pair.device).expand(rows, -1)  # (B, 2)
+        head = kept_token_logprobs(first, pair, pair_keep, temperature)[:, 1:]  # (B, 1)
+        keep = logits_keep_mask(batch.loss_mask) if loss_only else None  # (B, T')
         rest = self.model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             past_key_values=cache,
             use_cache=False,
-        ).logits  # (B, T', V)
-        first = out.logits[:, -1:, :].expand(rows, -1, -1)  # (B, 1, V): predicts each row's first own token
-        last_prefix = batch.prefix_ids[:, -1:].expand(rows, -1)  # (B, 1)
-        logits = torch.cat([first, rest], dim=1)  # (B, T' + 1, V)
-        ids = torch.cat([last_prefix, batch.input_ids], dim=1)  # (B, T' + 1)
-        return token_logprobs(logits, ids, temperature)[:, 1:]  # (B, T')
+            **({"logits_to_keep": keep} if keep is not None else {}),
+        ).logits  # (N, V) with loss_only, else (B, T', V)
+        if keep is not None:
+            own = kept_token_logprobs(rest, batch.input_ids, keep, temperature)  # (B, T'), column 0 unset
+        else:
+            own = token_logprobs(rest, batch.input_ids, temperature)  # (B, T'), column 0 unset
+        return torch.cat([head, own[:, 1:]], dim=1)  # (B, T')
 
     @torch.no_grad()
     def score(
