@@ -299,6 +299,10 @@ async def run(args: argparse.Namespace) -> None:
         pauses = stats["gc"]
         print(f"server garbage collections by generation {pauses['collections']}, longest pause "
               f"{pauses['longest_pause_ms']} ms, {pauses['frozen_objects']} objects frozen at startup")  # fmt: skip
+    if stats.get("memory"):
+        returns = stats["memory"]
+        print(f"freed memory returned to the OS {returns['returns']} times "
+              f"({returns['returns_that_released']} released pages)")  # fmt: skip
     print(f"open adapter leases after the run (goal 0): {sum(leases.values()) if leases else 0}")
     print(f"acknowledged records not readable (goal 0): {lost} of {len(soak.completion_ids)}")
     print(f"samples: idle {len(idle['small'])}, under attack {len(attack['small'])} one-token completions; "

@@ -17,6 +17,7 @@ from .adapters import AdapterCache
 from .admission import AdmissionGate
 from .chat_template import ChatTemplate
 from .checkpoint_leases import CheckpointLeases
+from .freed_memory import FREED_MEMORY
 from .gc_pauses import PAUSES
 from .model_family import ModelFamily, resolve_model_family
 from .records import RecordStore
@@ -183,6 +184,7 @@ class ServerState:
             "models": len(self.registry.list()),
             "uptime_s": round(time.time() - self.started, 3),
             "gc": PAUSES.stats(),
+            "memory": FREED_MEMORY.stats(),
         }
 
     async def close(self) -> None:

@@ -20,7 +20,7 @@ from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, Tr
 from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
-from ..freed_memory import return_freed_memory
+from ..freed_memory import FREED_MEMORY
 from .cancel import TrainingCancelledError
 from .checkpoints import CheckpointStore
 from .targets import lora_module_names, unknown_targets
@@ -188,7 +188,7 @@ class TrainingService:
             self._trainer_on = None  # the adapter may be mid-update: reload from disk next time
             raise
         finally:
-            return_freed_memory()  # the step's activations, freed, back to the OS (not kept by malloc)
+            FREED_MEMORY.now()  # the step's activations, freed, back to the OS (not kept by malloc)
         data = result.data.model_dump()
         dropped = data.pop("groups_dropped")
         metrics: dict[str, Any] = dict(data)
