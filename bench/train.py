@@ -9,7 +9,9 @@ Measured in the same run, each after a warm-up, median of ``--repeats``:
 - ``shared``: the same step with ``share_prefix=True`` (the default): the prompt forwarded ONCE
   per micro-batch, its KV cache repeated for the completions, backward through it;
 - ``floor``: a plain PEFT forward + backward (cross-entropy on the completion tokens) over the
-  same padded tokens as ``ours``, no GRPO machinery: the cost of the tokens themselves.
+  same padded tokens as ``ours``, no GRPO machinery: the cost of the tokens themselves;
+- ``sft``: :meth:`PeftTrainer.sft_step` on the same sequences (one epoch, one update, the same
+  micro-batches as ``ours``): the shared update loop with the SFT objective.
 
 Tokens/s count every token of every sequence (G x (prompt + completion)), so the three are
 comparable; the ratios are printed. Not part of the tests. Usage: ``./dev bench train``.
@@ -28,7 +30,7 @@ from art_adapters_backend.bundled import resolve_model_path
 from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
-from art_adapters import TrainConfig
+from art_adapters import SFTConfig, TrainConfig
 
 
 def group(
@@ -99,6 +101,13 @@ def main() -> None:
     def shared() -> None:
         trainer.train_step(seqs, shared_config)
 
+    sft_config = SFTConfig(
+        micro_batch_size=args.micro_batch, micro_batch_tokens=None, batch_size=G, learning_rate=1e-6, max_grad_norm=None
+    )
+
+    def sft() -> None:
+        trainer.sft_step(seqs, sft_config)
+
     ids = torch.tensor([s.token_ids for s in seqs])  # (G, P + C)
     mask = torch.tensor([s.loss_mask for s in seqs], dtype=torch.float32)  # (G, P + C)
 
@@ -114,7 +123,7 @@ def main() -> None:
         trainer.optimizer.zero_grad(set_to_none=True)
 
     results = {}
-    for name, fn in (("ours", ours), ("shared", shared), ("floor", floor)):
+    for name, fn in (("ours", ours), ("shared", shared), ("floor", floor), ("sft", sft)):
         seconds = timed(fn, args.repeats)
         results[name] = tokens / seconds
         print(f"{name:>7}: {seconds:6.2f} s/step  {results[name]:8.1f} tokens/s")
@@ -125,6 +134,7 @@ def main() -> None:
     print(f"ours / floor   = {results['ours'] / results['floor']:.2f}  (no sharing vs plain PEFT fwd+bwd)")
     print(f"shared / ours  = {results['shared'] / results['ours']:.2f}  (what prefix sharing gives)")
     print(f"shared / floor = {results['shared'] / results['floor']:.2f}")
+    print(f"sft / floor    = {results['sft'] / results['floor']:.2f}  (the SFT objective on the same loop)")
 
 
 if __name__ == "__main__":

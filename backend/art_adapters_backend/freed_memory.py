@@ -1,14 +1,10 @@
-"""Hand freed memory back to the operating system (glibc's ``malloc_trim``): after a training step and
-after large request bodies.
+"""Hand freed memory back to the OS (glibc's ``malloc_trim``): after a training step and after large bodies.
 
-A backward pass on CPU allocates gigabytes of activations and frees them when the step ends, but
-glibc keeps freed heap pages mapped for reuse: measured on the notes server's step, a backend that
-peaked at 9.9 GB during training still held 9.9 GB ten minutes later, while serving needs about
-2 GB. On a shared machine that resident memory is what the out-of-memory killer sees. ``malloc_trim(0)``
-is glibc's documented call for giving those pages back; elsewhere (musl, macOS, Windows) this is a
-no-op. Request bodies of a megabyte or more (hostile or not: the soak's 4 MB tool lists, 60 MB train
-bodies) leave the same kind of freed pages behind; :data:`FREED_MEMORY` returns them in a worker
-thread after such a request, at most once a second, and counts it for ``/art/stats``.
+glibc keeps freed heap pages mapped for reuse: a backend that peaked at 9.9 GB in a training step still held
+9.9 GB ten minutes later (serving needs about 2 GB), and resident memory is what the out-of-memory killer
+sees. Request bodies of 1 MiB or more leave the same kind of pages; :data:`FREED_MEMORY` returns them in a
+worker thread after such a request, at most once a second, and counts it for ``/art/stats``. Where the C
+library is not glibc (musl, macOS, Windows) this is a no-op.
 """
 
 from __future__ import annotations
