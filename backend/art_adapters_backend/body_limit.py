@@ -13,7 +13,6 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError
-from .freed_memory import FREED_MEMORY
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 
@@ -105,8 +104,6 @@ class BodyLimitMiddleware:
             if started:
                 raise
             await _respond_413(exc, send)
-        finally:
-            FREED_MEMORY.after_body(received)  # a large body's freed pages back to the OS, not kept by malloc
 
 
 def _content_length(scope: Scope) -> int | None:
