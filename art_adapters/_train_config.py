@@ -125,11 +125,6 @@ class TrainConfig(AdapterConfig):
             (group by group), are cut into this many mini-batches of near-equal size (at most
             the number of sequences), one update each (TRL: ``steps_per_generation =
             mini_batches x gradient_accumulation_steps``). Default ``1``.
-        share_prefix: forward the prompt a group's sequences share ONCE per micro-batch (its KV
-            cache repeated for the rows, gradients flowing through it) instead of once per
-            sequence. Same loss and gradient to float precision; micro-batches then never mix
-            groups. Used when the shared part is at least 32 tokens. Default ``True``
-            (``bench/train.py``, 8 x (512 + 32) tokens on CPU: 3.6-7.6x tokens/s).
         credit: ``"trajectory"`` (default): every token of a trajectory gets its group-relative
             advantage. ``"turn"``: per-turn credit, each assistant turn's tokens get that turn's
             advantage, its turn reward normalised over all turns of the group (``docs/training.md``,
@@ -158,7 +153,6 @@ class TrainConfig(AdapterConfig):
     max_tokens: PositiveInt | None = None
     num_iterations: PositiveInt = 1
     mini_batches: PositiveInt = 1
-    share_prefix: bool = True
     credit: Literal["trajectory", "turn"] = "trajectory"
 
     @model_validator(mode="before")

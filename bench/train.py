@@ -10,8 +10,8 @@ Measured in the same run, each after a warm-up, median of ``--repeats``:
   per micro-batch, its KV cache repeated for the completions, backward through it;
 - ``floor``: a plain PEFT forward + backward (cross-entropy on the completion tokens) over the
   same padded tokens as ``ours``, no GRPO machinery: the cost of the tokens themselves;
-- ``sft``: :meth:`PeftTrainer.sft_step` on the same sequences (one epoch, one update, the same
-  micro-batches as ``ours``): the shared update loop with the SFT objective.
+- ``sft``: :meth:`PeftTrainer.sft_step` on the same sequences (one epoch, one update, the prompt
+  shared as in ``shared``): the same update loop with the SFT objective.
 
 Tokens/s count every token of every sequence (G x (prompt + completion)), so the three are
 comparable; the ratios are printed. Not part of the tests. Usage: ``./dev bench train``.
@@ -134,7 +134,7 @@ def main() -> None:
     print(f"ours / floor   = {results['ours'] / results['floor']:.2f}  (no sharing vs plain PEFT fwd+bwd)")
     print(f"shared / ours  = {results['shared'] / results['ours']:.2f}  (what prefix sharing gives)")
     print(f"shared / floor = {results['shared'] / results['floor']:.2f}")
-    print(f"sft / floor    = {results['sft'] / results['floor']:.2f}  (the SFT objective on the same loop)")
+    print(f"sft / shared   = {results['sft'] / results['shared']:.2f}  (the SFT objective on the same loop)")
 
 
 if __name__ == "__main__":

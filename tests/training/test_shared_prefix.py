@@ -12,7 +12,7 @@ from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 from art_adapters_backend.training.batches import shared_prefix_length
 
-from art_adapters import TrainConfig
+from art_adapters import SFTConfig, TrainConfig
 
 PROMPT = 48
 
@@ -84,3 +84,33 @@ def test_shared_prefix_step_equals_the_full_step(bundled_path: Path) -> None:
     update_shared = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
     cosine = torch.nn.functional.cosine_similarity(update_full, update_shared, dim=0).item()
     assert update_full.abs().max() > 1e-4 and cosine > 0.999, cosine
+
+
+@pytest.mark.slow
+def test_an_sft_step_shares_the_prefix_too_and_equals_the_full_step(bundled_path: Path) -> None:
+    """SFT goes through the same update loop and micro-batches: its sequences (one group) forward a shared
+    prompt once, with the same loss, gradient norm and update as forwarding each in full."""
+    trainer = PeftTrainer(bundled_path)
+    sft = SFTConfig(learning_rate=1e-3, batch_size=4, micro_batch_size=4, seed=1)
+    trainer.ensure_adapter(TrainConfig(**sft.adapter_settings()))
+    assert trainer.model is not None and trainer.optimizer is not None
+    seqs = [s.model_copy(update={"group_id": "sft"}) for s in _group(int(trainer.model.config.vocab_size))]
+    params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+    start = {n: p.detach().clone() for n, p in params.items()}
+    optimizer_state = copy.deepcopy(trainer.optimizer.state_dict())
+
+    full = trainer.sft_step(seqs, sft.model_copy(update={"share_prefix": False}))
+    after_full = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(start[n])
+    trainer.optimizer.load_state_dict(optimizer_state)
+    trainer.steps_done -= 1
+    shared = trainer.sft_step(seqs, sft)  # share_prefix=True is the default
+
+    assert (full.micro_batches, shared.micro_batches) == (1, 1)
+    assert abs(shared.loss - full.loss) < 1e-5 and full.loss > 0
+    assert abs(shared.grad_norm - full.grad_norm) < 1e-4 * max(1.0, full.grad_norm)
+    after_shared = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
+    cosine = torch.nn.functional.cosine_similarity(after_full, after_shared, dim=0).item()
+    assert after_full.abs().max() > 1e-4 and cosine > 0.999, cosine

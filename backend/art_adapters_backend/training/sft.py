@@ -213,7 +213,7 @@ class SftObjective(Objective):
                 Update(
                     micro_batches(
                         chunk, config.micro_batch_size, trainer.pad_token_id, trainer.device,
-                        max_tokens=config.micro_batch_tokens,
+                        config.share_prefix, max_tokens=config.micro_batch_tokens,
                     ),
                     sum(s.loss_tokens for s in chunk),
                 )
