@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 @cache
-def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or ``None`` where the C library has none."""
     if not sys.platform.startswith("linux"):
         return None
@@ -35,7 +36,7 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         return None
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int
-    return function
+    return function  # type: ignore[no-any-return]
 
 
 def return_freed_memory() -> bool:
