@@ -11,16 +11,11 @@ import sys
 
 import httpx
 import pytest
-from art_adapters_backend.freed_memory import return_freed_memory
+from art_adapters_backend.freed_memory import FreedMemory, return_freed_memory
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 
 GLIBC = sys.platform.startswith("linux") and ctypes.util.find_library("c") is not None
-
-
-def _rss() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
 
 
 @pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's; elsewhere return_freed_memory is a no-op")
@@ -28,9 +23,9 @@ def test_freed_heap_pages_go_back_to_the_os() -> None:
     chunks = [bytearray(b"x" * 60_000) for _ in range(3_000)]  # 180 MB of heap (each under the mmap threshold)
     pin = bytearray(b"y" * 60_000)  # allocated last: the freed chunks are not the top of the heap
     del chunks[::2]  # freed, but every other chunk still in use: glibc's free() cannot trim them itself
-    held = _rss()
+    held = FreedMemory().stats()["rss_bytes"]
     assert return_freed_memory() is True
-    after = _rss()
+    after = FreedMemory().stats()["rss_bytes"]
     assert held - after > 50_000_000, (held, after)  # ~90 MB freed; most of its pages go back
     assert len(pin) == 60_000 and len(chunks) == 1_500
 

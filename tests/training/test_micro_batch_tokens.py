@@ -7,7 +7,6 @@ Why: a notes-server step (16 sequences of ~800 tokens, 4 rows a micro-batch) too
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
 from art_adapters import SFTConfig, TrainConfig
+
+from tests.helpers.same_start import from_one_start, off_policy
 
 CPU = torch.device("cpu")
 
@@ -71,25 +72,12 @@ def test_a_step_cut_by_tokens_equals_the_step_cut_by_rows(bundled_path: Path) ->
         for g in range(2)
         for i, (own, adv) in enumerate(zip([9, 6, 12, 4], [1.0, -0.5, 0.25, -0.75], strict=True))
     ]
-    scored = trainer.score(seqs, base)  # off-policy old log-probs so the ratio is not exactly 1
-    seqs = [
-        s.model_copy(update={"old_logprobs": [lp + 0.2 * ((t % 3) - 1) if m else None
-                                              for t, (lp, m) in enumerate(zip(row, s.loss_mask, strict=True))]})
-        for s, row in zip(seqs, scored, strict=True)
-    ]  # fmt: skip
-    params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
-    start = {n: p.detach().clone() for n, p in params.items()}
-    optimizer_state = copy.deepcopy(trainer.optimizer.state_dict())
-
-    by_rows = trainer.train_step(seqs, base)
-    after_rows = torch.cat([p.detach().flatten() - start[n].flatten() for n, p in params.items()])
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    trainer.optimizer.load_state_dict(optimizer_state)
-    trainer.steps_done -= 1
-    by_tokens = trainer.train_step(seqs, base.model_copy(update={"micro_batch_tokens": 90}))  # prefix + 2 rows
-    after_tokens = torch.cat([p.detach().flatten() - start[n].flatten() for n, p in params.items()])
+    seqs = off_policy(trainer, seqs, base, 0.2)  # so the ratio is not exactly 1
+    by_rows, after_rows, by_tokens, after_tokens = from_one_start(
+        trainer,
+        lambda: trainer.train_step(seqs, base),
+        lambda: trainer.train_step(seqs, base.model_copy(update={"micro_batch_tokens": 90})),  # prefix + 2 rows
+    )
 
     assert (by_rows.micro_batches, by_tokens.micro_batches) == (2, 4)
     assert by_tokens.padded_tokens <= by_rows.padded_tokens + 2 * 60  # each group's prompt forwarded twice

@@ -3,7 +3,6 @@ same loss, KL, gradient norm and updated LoRA weights as forwarding every sequen
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ from art_adapters_backend.training.peft_trainer import PeftTrainer
 from art_adapters_backend.training.batches import shared_prefix_length
 
 from art_adapters import SFTConfig, TrainConfig
+
+from tests.helpers.same_start import from_one_start, off_policy
 
 PROMPT = 48
 
@@ -53,26 +54,12 @@ def test_shared_prefix_step_equals_the_full_step(bundled_path: Path) -> None:
     base = TrainConfig(learning_rate=1e-3, beta=0.05, micro_batch_size=4, seed=1)
     trainer.ensure_adapter(base)
     assert trainer.model is not None and trainer.optimizer is not None
-    seqs = _group(int(trainer.model.config.vocab_size))
-    # Off-policy old log-probs (current ones shifted) so the ratio and clipping are exercised.
-    scored = trainer.score(seqs, base)
-    seqs = [
-        s.model_copy(update={"old_logprobs": [lp + 0.3 * ((t % 3) - 1) if m else None
-                                              for t, (lp, m) in enumerate(zip(row, s.loss_mask, strict=True))]})
-        for s, row in zip(seqs, scored, strict=True)
-    ]  # fmt: skip
-    params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
-    start = {n: p.detach().clone() for n, p in params.items()}
-    optimizer_state = copy.deepcopy(trainer.optimizer.state_dict())
-
-    full = trainer.train_step(seqs, base.model_copy(update={"share_prefix": False}))
-    after_full = {n: p.detach().clone() for n, p in params.items()}
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    trainer.optimizer.load_state_dict(optimizer_state)
-    trainer.steps_done -= 1
-    shared = trainer.train_step(seqs, base.model_copy(update={"share_prefix": True}))
+    seqs = off_policy(trainer, _group(int(trainer.model.config.vocab_size)), base, 0.3)
+    full, update_full, shared, update_shared = from_one_start(
+        trainer,
+        lambda: trainer.train_step(seqs, base.model_copy(update={"share_prefix": False})),
+        lambda: trainer.train_step(seqs, base.model_copy(update={"share_prefix": True})),
+    )
 
     assert shared.padded_tokens < full.padded_tokens  # the prompt was forwarded once, not 4 times
     assert shared.clip_fraction == full.clip_fraction and shared.clip_fraction > 0
@@ -80,8 +67,6 @@ def test_shared_prefix_step_equals_the_full_step(bundled_path: Path) -> None:
     assert abs(shared.grad_norm - full.grad_norm) < 1e-4 * max(1.0, full.grad_norm)
     # Adam's first update is ~lr x sign(grad), so compare the update directions (entries whose
     # gradient is ~0 may flip sign on float noise; the step as a whole must agree).
-    update_full = torch.cat([(after_full[n] - start[n]).flatten() for n in params])
-    update_shared = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
     cosine = torch.nn.functional.cosine_similarity(update_full, update_shared, dim=0).item()
     assert update_full.abs().max() > 1e-4 and cosine > 0.999, cosine
 
@@ -95,22 +80,14 @@ def test_an_sft_step_shares_the_prefix_too_and_equals_the_full_step(bundled_path
     trainer.ensure_adapter(TrainConfig(**sft.adapter_settings()))
     assert trainer.model is not None and trainer.optimizer is not None
     seqs = [s.model_copy(update={"group_id": "sft"}) for s in _group(int(trainer.model.config.vocab_size))]
-    params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
-    start = {n: p.detach().clone() for n, p in params.items()}
-    optimizer_state = copy.deepcopy(trainer.optimizer.state_dict())
-
-    full = trainer.sft_step(seqs, sft.model_copy(update={"share_prefix": False}))
-    after_full = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    trainer.optimizer.load_state_dict(optimizer_state)
-    trainer.steps_done -= 1
-    shared = trainer.sft_step(seqs, sft)  # share_prefix=True is the default
+    full, after_full, shared, after_shared = from_one_start(
+        trainer,
+        lambda: trainer.sft_step(seqs, sft.model_copy(update={"share_prefix": False})),
+        lambda: trainer.sft_step(seqs, sft),  # share_prefix=True is the default
+    )
 
     assert (full.micro_batches, shared.micro_batches) == (1, 1)
     assert abs(shared.loss - full.loss) < 1e-5 and full.loss > 0
     assert abs(shared.grad_norm - full.grad_norm) < 1e-4 * max(1.0, full.grad_norm)
-    after_shared = torch.cat([(p.detach() - start[n]).flatten() for n, p in params.items()])
     cosine = torch.nn.functional.cosine_similarity(after_full, after_shared, dim=0).item()
     assert after_full.abs().max() > 1e-4 and cosine > 0.999, cosine

@@ -161,25 +161,31 @@ class LoraTrainer(ABC):
         temperature: torch.Tensor | float = batch.temperatures
         if bool((batch.temperatures == 1.0).all()):
             temperature = 1.0
+        keep = logits_keep_mask(batch.loss_mask) if loss_only and self.select_logits else None  # (B, T)
         if batch.prefix_len:
-            return self._shared_prefix_logprobs(batch, temperature, loss_only=loss_only and self.select_logits)
-        if loss_only and self.select_logits:
-            keep = logits_keep_mask(batch.loss_mask)  # (B, T)
-            logits = self.model(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
-            ).logits  # (N, V)
-            return kept_token_logprobs(logits, batch.input_ids, keep, temperature)
-        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits, batch.input_ids, temperature)  # (B, T)
+            return self._shared_prefix_logprobs(batch, temperature, keep)
+        return self._forward_logprobs(batch.input_ids, temperature, keep, attention_mask=batch.attention_mask)
+
+    def _forward_logprobs(
+        self, input_ids: torch.Tensor, temperature: torch.Tensor | float, keep: torch.Tensor | None, **inputs: Any
+    ) -> torch.Tensor:
+        """(B, T) log-probs of ``input_ids`` from one forward pass (position 0 is 0.0); with ``keep``
+        the LM head runs only where it is True (transformers' boolean ``logits_to_keep``), elsewhere 0.0."""
+        assert self.model is not None
+        if keep is None:
+            logits = self.model(input_ids=input_ids, **inputs).logits  # (B, T, V)
+            return token_logprobs(logits, input_ids, temperature)
+        logits = self.model(input_ids=input_ids, logits_to_keep=keep, **inputs).logits  # (N, V)
+        return kept_token_logprobs(logits, input_ids, keep, temperature)
 
     def _shared_prefix_logprobs(
-        self, batch: Batch, temperature: torch.Tensor | float, *, loss_only: bool = False
+        self, batch: Batch, temperature: torch.Tensor | float, keep: torch.Tensor | None
     ) -> torch.Tensor:
         """(B, T') log-probs of the rows' own tokens, the shared prefix forwarded once (with grad).
 
         The prefix's LM head runs on its last position only (it predicts each row's first own
-        token); with ``loss_only`` the rows' LM head runs only before their loss tokens, as in
-        :meth:`logprobs` (a (B, T', V) logits tensor and its gradient are gigabytes for long rows).
+        token); with ``keep`` (B, T') the rows' LM head runs only there, as in :meth:`logprobs`
+        (a (B, T', V) logits tensor and its gradient are gigabytes for long rows).
         """
         assert self.model is not None
         rows = batch.input_ids.shape[0]
@@ -190,18 +196,14 @@ class LoraTrainer(ABC):
         pair = torch.cat([batch.prefix_ids[:, -1:].expand(rows, -1), batch.input_ids[:, :1]], dim=1)  # (B, 2)
         pair_keep = torch.tensor([[True, False]], device=pair.device).expand(rows, -1)  # (B, 2)
         head = kept_token_logprobs(first, pair, pair_keep, temperature)[:, 1:]  # (B, 1)
-        keep = logits_keep_mask(batch.loss_mask) if loss_only else None  # (B, T')
-        rest = self.model(
-            input_ids=batch.input_ids,
+        own = self._forward_logprobs(
+            batch.input_ids,
+            temperature,
+            keep,
             attention_mask=batch.attention_mask,
             past_key_values=cache,
             use_cache=False,
-            **({"logits_to_keep": keep} if keep is not None else {}),
-        ).logits  # (N, V) with loss_only, else (B, T', V)
-        if keep is not None:
-            own = kept_token_logprobs(rest, batch.input_ids, keep, temperature)  # (B, T'), column 0 unset
-        else:
-            own = token_logprobs(rest, batch.input_ids, temperature)  # (B, T'), column 0 unset
+        )  # (B, T'), column 0 unset
         return torch.cat([head, own[:, 1:]], dim=1)  # (B, T')
 
     @torch.no_grad()
