@@ -17,13 +17,16 @@ from art_adapters_backend.engine.constraint import GrammarCache
 from art_adapters_backend.engine.torch_engine import TorchEngine
 from art_adapters_backend.errors import ServerBusyError
 
+from tests.helpers.slow_grammar import pattern_schema, slow_pattern_length
 
-def slow(i: int) -> Constraint:
-    """A schema xgrammar takes about a second or more to compile (a long bounded string), distinct per ``i``."""
-    return Constraint(json_schema={
-        "type": "object", "properties": {"a": {"type": "string", "minLength": 1, "maxLength": 2000 + i}},
-        "required": ["a"],
-    })  # fmt: skip
+
+#: How long each slow constraint takes to compile here (seconds), whatever the xgrammar release.
+SLOW_COMPILE_S = 1.5
+
+
+def slow(tokenizer: Any, i: int) -> Constraint:
+    """A schema xgrammar takes at least ``SLOW_COMPILE_S`` to compile, distinct per ``i``."""
+    return Constraint(json_schema=pattern_schema(slow_pattern_length(tokenizer, SLOW_COMPILE_S), variant=i))
 
 
 QUICK = Constraint(json_schema={"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]})
@@ -46,8 +49,9 @@ async def _default_pool_delay() -> float:
 
 
 @pytest.mark.slow
-async def test_slow_compiles_leave_the_default_pool_free(model_path: Path) -> None:
+async def test_slow_compiles_leave_the_default_pool_free(model_path: Path, tokenizer: Any) -> None:
     """With a 2-thread default pool, 3 slow constrained requests once held it for seconds."""
+    constraints = [slow(tokenizer, i) for i in range(3)]
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
     threads = torch.get_num_threads()
@@ -55,8 +59,8 @@ async def test_slow_compiles_leave_the_default_pool_free(model_path: Path) -> No
     await engine.start()
     try:
         params = SamplingParams(max_tokens=1, temperature=0.0)
-        requests = [asyncio.create_task(engine.generate(GenerationRequest([1, 2, 3], params, constraint=slow(i))))
-                    for i in range(3)]  # fmt: skip
+        requests = [asyncio.create_task(engine.generate(GenerationRequest([1, 2, 3], params, constraint=constraint)))
+                    for constraint in constraints]  # fmt: skip
         await asyncio.sleep(0.2)  # all three submitted and compiling or queued
         assert not any(task.done() for task in requests)
         delay = await _default_pool_delay()
@@ -70,17 +74,18 @@ async def test_slow_compiles_leave_the_default_pool_free(model_path: Path) -> No
 
 
 async def test_too_many_waiting_compiles_are_a_429_and_cached_ones_still_answer(tokenizer: Any) -> None:
+    slow(tokenizer, 0)  # measure the slow schema's size before the clock matters
     cache = GrammarCache(tokenizer, len(tokenizer), [int(tokenizer.eos_token_id)], threads=1, max_waiting=2)
     try:
         quick = await cache.compile_async(QUICK)
-        running = [asyncio.create_task(cache.compile_async(slow(10 + i))) for i in range(2)]
+        running = [asyncio.create_task(cache.compile_async(slow(tokenizer, 10 + i))) for i in range(2)]
         await asyncio.sleep(0.05)
         with pytest.raises(ServerBusyError, match="2 output constraints .* being compiled") as refused:
-            await cache.compile_async(slow(20))
+            await cache.compile_async(slow(tokenizer, 20))
         assert refused.value.status_code == 429 and refused.value.response_headers() == {"Retry-After": "1"}
         assert await cache.compile_async(QUICK) is quick  # cached: no wait, no refusal
         await asyncio.gather(*running)
-        assert await cache.compile_async(slow(20)) is not None  # room again once they end
+        assert await cache.compile_async(slow(tokenizer, 20)) is not None  # room again once they end
     finally:
         cache.close()
 

@@ -19,6 +19,9 @@ import httpx
 import pytest
 
 from art_adapters import LocalBackend
+from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
+
+from tests.helpers.slow_grammar import pattern_schema, slow_pattern_length
 
 MODEL = "smollm2-135m-instruct"
 HI = [{"role": "user", "content": "Say hi."}]
@@ -84,10 +87,9 @@ async def test_duplicate_tool_names_are_named_within_the_cap(local_backend: Loca
 # ---- Medium 6: grammar compilation cannot starve prompt rendering -----------------------------
 
 
-def _slow_schema(variant: int) -> dict[str, Any]:
-    """Seconds to compile as a forced call (bounded strings); ``variant`` defeats the grammar cache."""
-    props = {f"p{i}": {"type": "string", "minLength": 5, "maxLength": 200 + variant} for i in range(30)}
-    return {"type": "object", "properties": props, "required": list(props)}
+#: How long each forced call's grammar takes to compile here (seconds): a plain completion
+#: started a second after them must be answered before the first of them is compiled.
+FORCED_COMPILE_S = 6.0
 
 
 @pytest.mark.slow
@@ -95,9 +97,10 @@ async def test_a_plain_completion_is_answered_while_forced_calls_compile(local_b
     # Forced calls compile their grammars in the event loop's default pool, one per thread (6 on 2
     # cores); rendering and record writes used the same pool, so a plain completion waited for a
     # compile to end (each took ~30 s here with 60-property schemas: a plain completion timed out).
+    length = slow_pattern_length(load_tokenizer(resolve_model_path(BUNDLED_MODEL)), FORCED_COMPILE_S)
     forced = [
         asyncio.ensure_future(_chat(local_backend, {
-            "messages": HI, "tools": [_tool("fill", _slow_schema(variant))],
+            "messages": HI, "tools": [_tool("fill", pattern_schema(length, variant))],
             "tool_choice": {"type": "function", "function": {"name": "fill"}}, "max_tokens": 1,
         }))
         for variant in range(DEFAULT_POOL_THREADS)
