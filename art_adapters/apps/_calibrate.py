@@ -13,10 +13,10 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -25,10 +25,12 @@ from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, 
 from art_adapters.files import write_atomic
 from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
 
-from ._options import exit_on, field_help, quiet_http_logs
+from ._options import Setting, build_config, config_command, exit_on, quiet_http_logs
 
 __all__ = [
     "CALIBRATE_HELP",
+    "CALIBRATE_OPTIONS",
+    "CalibrateCommand",
     "CalibrationRow",
     "calibrate_command",
     "calibrate_groups",
@@ -239,84 +241,76 @@ def calibration_table(rows: Sequence[CalibrationRow]) -> Table:
     return table
 
 
-#: The RULER settings ``calibrate`` offers take their defaults and help from RulerConfig.
-_RULER = RulerConfig.model_fields
+class CalibrateCommand(BaseModel):
+    """The settings of ``art-adapters calibrate``, each a command-line option (its help is the description)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    groups_file: Path = Field(description="Trajectory groups with verifiable rewards.")
+    judge_model: list[str] = Field(
+        default_factory=list, description="A judge model (repeat to compare several)."
+    )
+    judge_base_url: list[str] = Field(
+        default_factory=list, description="The judges' endpoint: one for all, or one per --judge-model."
+    )
+    judge_api_key: list[str] = Field(
+        default_factory=list, repr=False, description="The endpoints' key: one for all, or one per judge."
+    )
+    rubric: list[Path] = Field(
+        default_factory=list, description="A rubric (text, or .json RulerConfig settings); repeat to compare."
+    )
+    ruler: RulerConfig = Field(default_factory=RulerConfig, description="The RULER settings of every pass.")
+    out: Path | None = Field(default=None, description="Also write the rows as JSON here.")
 
 
-def calibrate_command(
-    groups_file: Annotated[
-        Path, typer.Argument(metavar="GROUPS.jsonl", help="Trajectory groups with verifiable rewards.")
-    ],
-    judge_model: Annotated[
-        list[str] | None,
-        typer.Option("--judge-model", metavar="MODEL", help="A judge model (repeat to compare several)."),
-    ] = None,
-    judge_base_url: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--judge-base-url",
-            metavar="URL",
-            help="The judges' endpoint: one for all, or one per --judge-model.",
-        ),
-    ] = None,
-    judge_api_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--judge-api-key", metavar="KEY", help="The endpoints' key: one for all, or one per judge."
-        ),
-    ] = None,
-    rubric: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--rubric",
-            metavar="FILE",
-            help="A rubric (text, or .json RulerConfig settings); repeat to compare.",
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int, typer.Option(min=1, help=field_help(RulerConfig, "max_concurrency"))
-    ] = _RULER["max_concurrency"].default,
-    judge_timeout_s: Annotated[
-        float, typer.Option(min=0.001, help=field_help(RulerConfig, "judge_timeout_s"))
-    ] = _RULER["judge_timeout_s"].default,
-    max_retries: Annotated[
-        int, typer.Option(min=0, help=field_help(RulerConfig, "max_retries"))
-    ] = _RULER["max_retries"].default,
-    cache: Annotated[
-        bool, typer.Option("--cache/--no-cache", help="Reuse cached judge answers (RulerConfig.cache).")
-    ] = _RULER["cache"].default,
-    out: Annotated[
-        Path | None, typer.Option("--out", metavar="PATH", help="Also write the rows as JSON here.")
-    ] = None,
-) -> None:
+#: ``calibrate``'s options, in help order: the command's settings, and RulerConfig's with RulerConfig's
+#: defaults and help.
+CALIBRATE_OPTIONS = [
+    Setting("groups_file", argument=True, extra={"metavar": "GROUPS.jsonl"}),
+    Setting("judge_model", extra={"metavar": "MODEL"}),
+    Setting("judge_base_url", extra={"metavar": "URL"}),
+    Setting("judge_api_key", extra={"metavar": "KEY"}),
+    Setting("rubric", extra={"metavar": "FILE"}),
+    Setting("ruler.max_concurrency"),
+    Setting("ruler.judge_timeout_s"),
+    Setting("ruler.max_retries"),
+    Setting(
+        "ruler.cache",
+        decls=("--cache/--no-cache",),
+        annotation=bool,
+        extra={"help": "Reuse cached judge answers (RulerConfig.cache)."},
+    ),
+    Setting("out", extra={"metavar": "PATH"}),
+]
+
+
+@config_command(CalibrateCommand, CALIBRATE_OPTIONS, ranges=True)
+def calibrate_command(**options: Any) -> None:
     """Compare judges and rubrics on saved groups (see ``CALIBRATE_HELP``)."""
     quiet_http_logs()
     console = Console()
+    with exit_on(console, ValueError):  # pydantic's ValidationError: a value the model refuses
+        command = build_config(CalibrateCommand, options, CALIBRATE_OPTIONS)
     with exit_on(console, ConfigError):
         try:
-            loaded = load_groups(groups_file)
+            loaded = load_groups(command.groups_file)
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read {groups_file}: {exc}") from exc
-        groups = reference_groups(loaded, str(groups_file))
-        judges = judges_from_flags(judge_model or [], judge_base_url or [], judge_api_key or [])
-        rubrics = rubrics_from_files(rubric or [])
-        config = RulerConfig(
-            max_concurrency=max_concurrency,
-            judge_timeout_s=judge_timeout_s,
-            max_retries=max_retries,
-            cache=cache,
-        )
+            raise ConfigError(f"cannot read {command.groups_file}: {exc}") from exc
+        groups = reference_groups(loaded, str(command.groups_file))
+        judges = judges_from_flags(command.judge_model, command.judge_base_url, command.judge_api_key)
+        rubrics = rubrics_from_files(command.rubric)
         passes = len(judges) * len(rubrics)
         with console.status(f"scoring {len(groups)} groups with {passes} judge/rubric pairs..."):
-            rows = asyncio.run(calibrate_groups(groups, judges, rubrics, config))
+            rows = asyncio.run(calibrate_groups(groups, judges, rubrics, command.ruler))
     console.print(calibration_table(rows))
     for row in rows:
         for reason in row.reasons:
             where = f"{escape(row.judge)} / {escape(row.rubric)}"
             console.print(f"[yellow]{where}: unscored {escape(reason)}[/yellow]")
-    if out is not None:
-        write_atomic(out, json.dumps([r.model_dump(mode="json") for r in rows], indent=2).encode("utf-8"))
-        console.print(f"rows written to {escape(str(out))}")
+    if command.out is not None:
+        rows_json = json.dumps([r.model_dump(mode="json") for r in rows], indent=2)
+        write_atomic(command.out, rows_json.encode("utf-8"))
+        console.print(f"rows written to {escape(str(command.out))}")
     if not any(r.calibration for r in rows):
         console.print("[red]no judge could be calibrated: no scored group had two rewards to compare[/red]")
         raise typer.Exit(code=1)

@@ -26,6 +26,9 @@ def is_loopback(host: str) -> bool:
 class ServeConfig(BaseModel):
     """Settings of ``art-adapters serve`` / ``python -m art_adapters_backend serve``.
 
+    Each field is a ``serve`` flag of the same name (``--allowed-host`` and ``--export-root``, repeated,
+    fill the two tuples), its help the field's ``description``; ``limits`` gives one flag per bound.
+
     Attributes:
         host: address to bind. Default ``127.0.0.1``. Any non-loopback address (e.g.
             ``0.0.0.0``) requires ``api_key``.
@@ -84,30 +87,96 @@ class ServeConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    run_dir: Path = Path(".art/backend")
-    base_model: str = Field(default="smollm2-135m-instruct", min_length=1)
-    api_key: SecretStr | None = None
-    allowed_hosts: tuple[str, ...] = ()
-    export_roots: tuple[Path, ...] = ()
-    port_file: Path | None = None
-    parent_pid: PositiveInt | None = None
-    max_batch_size: PositiveInt = 8
-    prefix_cache_bytes: int = Field(default=256 << 20, ge=0)
-    max_loaded_adapters: PositiveInt = 8
-    device: str = "cpu"
-    cache_dir: Path | None = None
-    default_max_tokens: PositiveInt = 512
-    max_n: PositiveInt = 16
-    limits: ServeLimits = Field(default_factory=ServeLimits)
-    graceful_shutdown_s: float = Field(default=5.0, ge=0)
-    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
-    engine: Literal["torch", "vllm"] = "torch"
-    trainer: Literal["peft", "unsloth"] = "peft"
-    chat_template: str | None = None
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to bind. Anything but 127.0.0.1/localhost requires --api-key.",
+    )
+    port: int = Field(default=8000, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
+    run_dir: Path = Field(
+        default=Path(".art/backend"),
+        description="Run directory: registry, token records, checkpoints. Survives restarts.",
+    )
+    base_model: str = Field(
+        default="smollm2-135m-instruct",
+        min_length=1,
+        description="Base model: 'smollm2-135m-instruct' (bundled), a Hugging Face model folder, or a Hub id "
+        "already in the local Hugging Face cache (nothing is downloaded).",
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="Require this key (Authorization: Bearer) on every request."
+    )
+    allowed_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="Without --api-key only requests addressed to 127.0.0.1, localhost or [::1] (and "
+        "loopback browser Origins) are answered, a guard against DNS rebinding; also accept this host name "
+        "(repeat; '*': any). Ignored with --api-key.",
+    )
+    export_roots: tuple[Path, ...] = Field(
+        default=(),
+        description="POST /art/models/{name}/export writes only under RUN_DIR/exports and these folders "
+        "(repeat). Default: none besides RUN_DIR/exports.",
+    )
+    port_file: Path | None = Field(
+        default=None, description="Write the bound port to this file once serving (useful with --port 0)."
+    )
+    parent_pid: PositiveInt | None = Field(
+        default=None,
+        description="Stop when the process with this pid ends, however it ends (also when a pipe given as "
+        "stdin closes); LocalBackend passes its own.",
+    )
+    engine: Literal["torch", "vllm"] = Field(
+        default="torch",
+        description="Inference engine: 'torch' (CPU/CUDA, in process) or 'vllm' (CUDA, own process).",
+    )
+    trainer: Literal["peft", "unsloth"] = Field(
+        default="peft", description="LoRA trainer: 'peft' or 'unsloth' (CUDA)."
+    )
+    device: str = Field(default="cpu", description="Torch device of the engine and trainer: 'cpu', 'cuda'.")
+    max_batch_size: PositiveInt = Field(
+        default=8, description="Most sequences decoded together (requests join a running batch)."
+    )
+    prefix_cache_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        description="Memory (bytes) for the torch engine's prefix cache: prompts' keys and values reused by "
+        "later prompts that start the same way under the same weights (name@step); 0 turns it off.",
+    )
+    max_loaded_adapters: PositiveInt = Field(
+        default=8, description="Most LoRA checkpoints kept in memory; the least recently used idle one goes."
+    )
+    default_max_tokens: PositiveInt = Field(
+        default=512, description="New tokens per choice when a request sets no max_tokens."
+    )
+    max_n: PositiveInt = Field(default=16, description="Largest 'n' (choices per request) accepted.")
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Cache of the bundled model's converted weights (default ~/.cache/art-adapters).",
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
+        default="info", description="Server log level."
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="Jinja chat template file (or the template text) rendering every prompt, as vLLM's "
+        "--chat-template. Default: the model's own; for the bundled model, the tool template shipped "
+        "with it.",
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="Tool-call syntax, as vLLM's --tool-call-parser: hermes, llama3_json. Default: from the "
+        "template.",
+    )
+    reasoning_parser: str | None = Field(
+        default=None,
+        description="Reasoning syntax, as vLLM's --reasoning-parser: qwen3, deepseek_r1. Default: from the "
+        "template.",
+    )
+    graceful_shutdown_s: float = Field(
+        default=5.0, ge=0, description="Seconds in-flight requests get to finish on SIGTERM."
+    )
+    limits: ServeLimits = Field(
+        default_factory=ServeLimits, description="Bounds on requests, each its own flag (see ServeLimits)."
+    )
 
     @model_validator(mode="after")
     def _check_exposure(self) -> ServeConfig:

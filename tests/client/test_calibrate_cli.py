@@ -185,16 +185,36 @@ def test_the_table_has_two_columns_per_rubric_dimension() -> None:
 
 
 def test_the_ruler_options_take_their_defaults_and_help_from_ruler_config() -> None:
-    import inspect
-    import typing
+    import typer
 
-    from art_adapters.apps._calibrate import calibrate_command
+    from art_adapters.apps._calibrate import CalibrateCommand
     from art_adapters.apps._options import field_help
     from art_adapters.ruler import RulerConfig
 
-    parameters = inspect.signature(calibrate_command).parameters
+    params = {p.name: p for p in typer.main.get_command(app).commands["calibrate"].params}
     for name in ("max_concurrency", "judge_timeout_s", "max_retries", "cache"):
-        assert parameters[name].default == RulerConfig.model_fields[name].default, name
-    hints = typing.get_type_hints(calibrate_command, include_extras=True)
+        assert params[name].default == RulerConfig.model_fields[name].default, name
     for name in ("max_concurrency", "judge_timeout_s", "max_retries"):
-        assert hints[name].__metadata__[0].help == field_help(RulerConfig, name), name
+        assert params[name].help == field_help(RulerConfig, name), name
+    assert (params["max_concurrency"].min, params["max_retries"].min) == (1, 0)  # RulerConfig's bounds
+    assert params["cache"].opts == ["--cache"] and params["cache"].secondary_opts == ["--no-cache"]
+    for name in ("judge_model", "judge_base_url", "judge_api_key", "rubric", "out"):
+        assert params[name].help == CalibrateCommand.model_fields[name].description, name
+        assert params[name].opts == ["--" + name.replace("_", "-")], name
+    assert params["judge_model"].multiple and params["groups_file"].required
+
+
+def test_the_ruler_options_reach_the_ruler_config_of_every_pass() -> None:
+    import typer
+
+    from art_adapters.apps._calibrate import CALIBRATE_OPTIONS, CalibrateCommand
+    from art_adapters.apps._options import build_config
+
+    command = typer.main.get_command(app).commands["calibrate"]
+    argv = ["g.jsonl", "--judge-model", "a", "--judge-model", "b", "--max-concurrency", "3",
+            "--judge-timeout-s", "9.5", "--max-retries", "0", "--no-cache", "--out", "rows.json"]  # fmt: skip
+    parsed = build_config(CalibrateCommand, command.make_context("calibrate", argv).params, CALIBRATE_OPTIONS)
+    assert parsed.groups_file == Path("g.jsonl") and parsed.judge_model == ["a", "b"]
+    assert parsed.out == Path("rows.json") and parsed.rubric == []
+    ruler = parsed.ruler
+    assert (ruler.max_concurrency, ruler.judge_timeout_s, ruler.max_retries, ruler.cache) == (3, 9.5, 0, False)

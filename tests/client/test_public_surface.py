@@ -26,6 +26,7 @@ PUBLIC_PACKAGES = [
     "mcp_tools.servers",
 ]
 PUBLIC_MODULES = [
+    "art_adapters.cli_options",
     "art_adapters.files",
     "art_adapters.structured_output",
     "mcp_tools.servers.calculator",
