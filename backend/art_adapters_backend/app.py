@@ -11,6 +11,7 @@ from .auth import ApiKeyMiddleware
 from .body_limit import BodyLimitMiddleware
 from .errors import install_error_handlers
 from .host_check import HostOriginMiddleware
+from .quiet_memory import QuietMemoryMiddleware
 from .routes_art import health_router
 from .routes_art import router as art_router
 from .routes_export import router as export_router
@@ -42,6 +43,8 @@ def create_app(state: ServerState) -> FastAPI:
     # 413 past --max-request-bytes (training: --max-train-request-bytes), before the body is parsed
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes,
                        max_train_bytes=limits.max_train_request_bytes)  # fmt: skip
+    # what a burst of requests freed goes back to the OS once the server is quiet
+    app.add_middleware(QuietMemoryMiddleware, quiet_s=state.config.quiet_memory_return_s)
     app.include_router(health_router)
     app.include_router(openai_router)
     app.include_router(responses_router)

@@ -71,6 +71,9 @@ class ServeConfig(BaseModel):
         limits: bounds on requests (body size, schemas, output, concurrency, training settings),
             each its own ``serve`` flag; see :class:`~.limits.ServeLimits`.
         graceful_shutdown_s: seconds to let in-flight requests finish on SIGTERM. Default 5.
+        quiet_memory_return_s: once no request (``/health`` and ``/art/stats`` aside) has run for this many seconds,
+            the memory requests freed is handed back to the OS (glibc keeps it otherwise; see
+            :mod:`.quiet_memory`). 0 never does. Default 1.
         log_level: uvicorn's log level. Default ``info``.
         engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
             subprocess on a CUDA GPU, slept during training steps).
@@ -173,6 +176,11 @@ class ServeConfig(BaseModel):
     )
     graceful_shutdown_s: float = Field(
         default=5.0, ge=0, description="Seconds in-flight requests get to finish on SIGTERM."
+    )
+    quiet_memory_return_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds without requests after which freed memory goes back to the OS (0: never).",
     )
     limits: ServeLimits = Field(
         default_factory=ServeLimits, description="Bounds on requests, each its own flag (see ServeLimits)."
