@@ -9,7 +9,7 @@ module is the one place that knows those keys: everything else reads and writes 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -243,7 +243,7 @@ class TrajectoryJudgement(BaseModel):
             metadata[_TURNS] = list(self.turn_scores)
 
     @classmethod
-    def forget_dimensions(cls, trajectory: Trajectory, names: list[str]) -> None:
+    def forget_dimensions(cls, trajectory: Trajectory, names: Iterable[str]) -> None:
         """Remove the stored scores of the rubric dimensions ``names`` from ``trajectory``."""
         for name in names:
             trajectory.metrics.pop(cls.dimension_metric(name), None)
