@@ -49,7 +49,15 @@ if _TYPE_CHECKING:
     from ._scorers import Scorer, combined_scorer, ruler_scorer, verifiable_scorer
     from ._tool_reward import tool_use_reward
     from .observe import trajectories_from_langfuse, trajectories_from_otlp_json
-    from .ruler import RulerConfig, combine_rewards, ruler_score_group, ruler_score_groups
+    from .ruler import (
+        GroupJudgement,
+        JudgeVerdict,
+        RulerConfig,
+        TrajectoryJudgement,
+        combine_rewards,
+        ruler_score_group,
+        ruler_score_groups,
+    )
 
 __version__ = "0.1.0"
 
@@ -79,7 +87,10 @@ _LAZY: dict[str, str] = {
     "RunProgress": "._runner",
     "run_groups": "._runner",
     "run_groups_sync": "._runner",
+    "GroupJudgement": ".ruler",
+    "JudgeVerdict": ".ruler",
     "RulerConfig": ".ruler",
+    "TrajectoryJudgement": ".ruler",
     "combine_rewards": ".ruler",
     "ruler_score_group": ".ruler",
     "ruler_score_groups": ".ruler",
@@ -98,11 +109,13 @@ __all__ = [
     "CheckpointInfo",
     "ConfigError",
     "EvalReport",
+    "GroupJudgement",
     "HackingMonitor",
     "HackingMonitorConfig",
     "HackingWarning",
     "History",
     "JudgeError",
+    "JudgeVerdict",
     "LocalBackend",
     "LoopConfig",
     "LoopResult",
@@ -130,6 +143,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryCallbackHandler",
     "TrajectoryGroup",
+    "TrajectoryJudgement",
     "TrajectorySpanProcessor",
     "__version__",
     "calibrate",

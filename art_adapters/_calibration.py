@@ -2,8 +2,8 @@
 
 RULER's scores are comparable within one group only, so both measures are taken inside each group
 and then combined over groups. The reference is the reward a trajectory had before RULER scored it
-(``metrics["independent_reward"]``, e.g. a verifiable check); the judged score is
-``metrics["ruler_score"]`` and, per rubric dimension, ``metrics["ruler_<dimension>"]``. Pure functions:
+(``TrajectoryJudgement.independent_reward``, e.g. a verifiable check); the judged score is its
+``score`` and, per rubric dimension, its ``dimensions``. Pure functions:
 the training loop adds :meth:`Calibration.row` to each metrics row; ``art-adapters calibrate`` compares
 judges or rubrics on saved groups.
 """
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, Field
 
 from ._trajectory import Trajectory, TrajectoryGroup
+from .ruler import TrajectoryJudgement
 
 __all__ = [
     "REFERENCE_METRIC",
@@ -30,12 +31,10 @@ __all__ = [
     "spearman",
 ]
 
-#: The judged score compared with the reference.
-SCORE_METRIC = "ruler_score"
+#: The judged score compared with the reference (the metric of ``TrajectoryJudgement.score``).
+SCORE_METRIC = TrajectoryJudgement.SCORE_METRIC
 #: The reference: the reward a trajectory had before RULER (a verifiable reward).
-REFERENCE_METRIC = "independent_reward"
-#: Per-trajectory metrics named ``ruler_*`` that are not rubric dimensions.
-_NOT_DIMENSIONS = frozenset({SCORE_METRIC})
+REFERENCE_METRIC = TrajectoryJudgement.REFERENCE_METRIC
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -132,8 +131,8 @@ class Calibration(BaseModel):
     """RULER against the verifiable reward on a set of groups, overall and per rubric dimension.
 
     Attributes:
-        overall: ``metrics["ruler_score"]`` against the reference.
-        dimensions: ``dimension -> Agreement`` of ``metrics["ruler_<dimension>"]`` against the
+        overall: the judged score (``TrajectoryJudgement.score``) against the reference.
+        dimensions: ``dimension -> Agreement`` of each ``TrajectoryJudgement.dimensions`` score against the
             reference, for every dimension the trajectories carry.
         groups: the groups holding at least two trajectories with both a score and a reference.
         trajectories: the trajectories with both.
@@ -180,14 +179,9 @@ def _number(value: object) -> float | None:
 
 
 def dimensions_of(trajectories: Iterable[Trajectory]) -> list[str]:
-    """The rubric dimensions the trajectories carry: every numeric ``metrics["ruler_<d>"]`` but the score."""
-    found = {
-        key.removeprefix("ruler_")
-        for t in trajectories
-        for key, value in t.metrics.items()
-        if key.startswith("ruler_") and key not in _NOT_DIMENSIONS and _number(value) is not None
-    }
-    return sorted(found)
+    """The rubric dimensions the judged trajectories carry (:attr:`TrajectoryJudgement.dimensions`)."""
+    judged = (TrajectoryJudgement.read(t) for t in trajectories)
+    return sorted({name for j in judged if j is not None for name in j.dimensions})
 
 
 def _agreement(pairs_by_group: list[tuple[list[float], list[float]]]) -> Agreement:
@@ -230,7 +224,8 @@ def calibrate(
     trajectories = [t for g in groups for t in g.trajectories]
     dimensions = {}
     for name in dimensions_of(trajectories):
-        by_group = [p for g in groups if len((p := _paired(g, f"ruler_{name}", reference))[0]) >= 2]
+        metric = TrajectoryJudgement.dimension_metric(name)
+        by_group = [p for g in groups if len((p := _paired(g, metric, reference))[0]) >= 2]
         if by_group:
             dimensions[name] = _agreement(by_group)
     return Calibration(

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from ._calibration import calibrate
 from ._trajectory import Message, Trajectory, TrajectoryGroup
+from .ruler import TrajectoryJudgement
 
 __all__ = [
     "HackingMonitor",
@@ -53,7 +54,7 @@ class HackingMonitorConfig(BaseModel):
             (``LoopResult.stopped`` says which). Default False: warn and go on.
         reward_rise: warn (``reward_vs_verifiable``) when the reward's mean rises by at least this
             (absolute) while the verifiable reward falls by ``verifiable_drop``. Default 0.05.
-        verifiable_drop: the fall of the verifiable reward's mean (``metrics["independent_reward"]``,
+        verifiable_drop: the fall of the verifiable reward's mean (``TrajectoryJudgement.independent_reward``,
             absolute) that, with a ``reward_rise``, warns. Default 0.05.
         calibration_drop: warn (``calibration``) when RULER's Spearman rank correlation with the
             verifiable reward falls by at least this from the baseline. Default 0.3.
@@ -67,7 +68,7 @@ class HackingMonitorConfig(BaseModel):
         tool_error_rise: warn (``tool_errors``) when the share of tool calls that failed rises by at
             least this (absolute). Default 0.2.
         agreement_drop: warn (``judge_agreement``) when the judges' agreement
-            (``metrics["judge_agreement"]``, ensembles only) falls by at least this. Default 0.15.
+            (``TrajectoryJudgement.agreement``, ensembles only) falls by at least this. Default 0.15.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -152,19 +153,20 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
-def _metric(trajectory: Trajectory, name: str) -> float | None:
-    value = trajectory.metrics.get(name)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _judged(trajectory: Trajectory, field: Callable[[TrajectoryJudgement], float | None]) -> float | None:
+    """``field`` of what RULER left on ``trajectory``; ``None`` when no judge scored it."""
+    judged = TrajectoryJudgement.read(trajectory)
+    return field(judged) if judged is not None else None
 
 
 def step_signals(groups: Sequence[TrajectoryGroup], ngram: int = 3) -> dict[str, float]:
     """The monitored numbers of one step's rollouts (a signal without data is left out).
 
-    ``reward`` (mean reward), ``verifiable`` (mean ``metrics["independent_reward"]``), ``spearman``
+    ``reward`` (mean reward), ``verifiable`` (mean ``TrajectoryJudgement.independent_reward``), ``spearman``
     (RULER vs that reward, :func:`~art_adapters._calibration.calibrate`), ``answer_chars`` (mean
     length of the last assistant message), ``repetition`` (mean :func:`repeated_ngram_fraction` of
     each rollout's assistant text), ``tool_calls`` (per rollout), ``tool_error_rate`` (failed / run
-    tool calls) and ``judge_agreement`` (mean ``metrics["judge_agreement"]``).
+    tool calls) and ``judge_agreement`` (mean ``TrajectoryJudgement.agreement``).
     """
     trajectories = [t for g in groups for t in g.trajectories]
     records = [r for t in trajectories for r in t.tool_records]
@@ -175,13 +177,13 @@ def step_signals(groups: Sequence[TrajectoryGroup], ngram: int = 3) -> dict[str,
     calibration = calibrate(groups)
     found: dict[str, float | None] = {
         "reward": _mean(float(t.reward) if t.reward is not None else None for t in trajectories),
-        "verifiable": _mean(_metric(t, "independent_reward") for t in trajectories),
+        "verifiable": _mean(_judged(t, lambda j: j.independent_reward) for t in trajectories),
         "spearman": calibration.overall.spearman if calibration is not None else None,
         "answer_chars": _mean(float(len(a)) for a in answers if a is not None),
         "repetition": _mean(repeated_ngram_fraction(text, ngram) for text in assistant_text),
         "tool_calls": _mean(float(_tool_calls(t)) for t in trajectories),
         "tool_error_rate": sum(r.is_error for r in records) / len(records) if records else None,
-        "judge_agreement": _mean(_metric(t, "judge_agreement") for t in trajectories),
+        "judge_agreement": _mean(_judged(t, lambda j: j.agreement) for t in trajectories),
     }
     return {k: v for k, v in found.items() if v is not None}
 
@@ -207,13 +209,13 @@ class HackingMonitor:
         """Record ``step``'s signals and return the warnings they raise (each also logged).
 
         A step without rollouts (nothing sampled, e.g. an SFT step) is not recorded, nor is a step
-        no judge scored (no trajectory with ``metrics["ruler_score"]``): a verifiable reward cannot
+        no judge scored (no trajectory with a ``TrajectoryJudgement``): a verifiable reward cannot
         be pleased instead of solved, and a policy that learns to answer more briefly under it is not
         hacking anything (the demo's verifiable check raised such a length warning before).
         """
         if not self.config.enabled:
             return []
-        if not any("ruler_score" in t.metrics for g in groups for t in g.trajectories):
+        if not any(TrajectoryJudgement.read(t) is not None for g in groups for t in g.trajectories):
             return []
         signals = self._last = step_signals(groups, self.config.ngram)
         if not signals:

@@ -8,13 +8,21 @@ wraps a reward function, :func:`ruler_scorer` asks RULER's judge (or an ensemble
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from ._config import resolve_config
 from ._errors import ConfigError
 from ._trajectory import Trajectory, TrajectoryGroup
-from .ruler import JudgeChangeMonitor, RulerConfig, combine_rewards, judge_identity, ruler_score_groups
+from .ruler import (
+    GroupJudgement,
+    JudgeChangeMonitor,
+    RulerConfig,
+    TrajectoryJudgement,
+    combine_rewards,
+    judge_identity,
+    ruler_score_groups,
+)
 
 __all__ = ["Scorer", "combined_scorer", "has_spread", "ruler_scorer", "unscored_reason", "verifiable_scorer"]
 
@@ -38,9 +46,9 @@ def unscored_reason(group: TrajectoryGroup) -> str | None:
     """Why ``group`` cannot be trained on as scored, or ``None`` when every trajectory has a reward."""
     if group.metadata.get("scorer_error"):
         return f"reward function: {group.metadata['scorer_error']}"
-    ruler = group.metadata.get("ruler")
-    if isinstance(ruler, Mapping) and ruler.get("status") == "unscored":
-        return f"judge: {ruler.get('reason')}"
+    judgement = GroupJudgement.read(group)
+    if judgement is not None and judgement.status == "unscored":
+        return f"judge: {judgement.reason}"
     if not group.trajectories:
         return f"no trajectory ({len(group.exceptions)} rollouts failed)"
     missing = sum(t.reward is None for t in group.trajectories)
@@ -119,7 +127,7 @@ def ruler_scorer(
     (:func:`~art_adapters.ruler_score_groups`).
 
     Pass exactly one of ``judge`` and ``judges``; an ensemble aggregates its judges' scores
-    (``aggregate``, ``samples``) and gives each trajectory ``metrics["judge_agreement"]``, which the
+    (``aggregate``, ``samples``) and gives each trajectory ``TrajectoryJudgement.agreement``, which the
     metrics rows carry as ``judge_agreement_mean``. ``config`` and the keyword ``options`` are
     :class:`~art_adapters.RulerConfig` settings (checked now); ``swallow_exceptions`` defaults to
     True here, so a group the judge cannot score is reported as unscored instead of stopping the loop.
@@ -172,8 +180,8 @@ def combined_scorer(
     """RULER and a verifiable reward mixed: ``weight * ruler + (1 - weight) * verifiable``.
 
     ``reward(trajectory, scenario) -> float`` is the verifiable reward; it stays in each
-    trajectory's ``metrics["independent_reward"]``, so the rows carry RULER's calibration against it
-    (``calibration_spearman``...) even with ``weight=1`` (RULER alone trains). ``judge`` or
+    trajectory's ``TrajectoryJudgement.independent_reward``, so the rows carry RULER's calibration
+    against it (``calibration_spearman``...) even with ``weight=1`` (RULER alone trains). ``judge`` or
     ``judges`` (exactly one), ``monitor``, ``config`` and ``options`` are as for :func:`ruler_scorer`.
 
     Raises:
@@ -188,7 +196,7 @@ def combined_scorer(
 
     async def score(groups: list[TrajectoryGroup], scenarios: list[Any]) -> list[TrajectoryGroup]:
         scored = await ruler(await verifiable(groups, scenarios), scenarios)
-        weights = {"ruler_score": weight, "independent_reward": 1 - weight}
+        weights = {TrajectoryJudgement.SCORE_METRIC: weight, TrajectoryJudgement.REFERENCE_METRIC: 1 - weight}
         return [g if unscored_reason(g) else combine_rewards(g, weights) for g in scored]
 
     return score

@@ -23,7 +23,13 @@ from rich.table import Table
 
 from art_adapters import Calibration, ConfigError, Trajectory, TrajectoryGroup, calibrate, load_groups
 from art_adapters.files import write_atomic
-from art_adapters.ruler import RulerConfig, judge_from_env, ruler_score_groups
+from art_adapters.ruler import (
+    GroupJudgement,
+    RulerConfig,
+    TrajectoryJudgement,
+    judge_from_env,
+    ruler_score_groups,
+)
 
 from ._options import Setting, build_config, config_command, exit_on, quiet_http_logs
 
@@ -153,11 +159,10 @@ def rubrics_from_files(paths: Sequence[Path]) -> list[tuple[str, dict[str, Any]]
 def _reference(trajectory: Trajectory) -> Trajectory:
     """A copy carrying only its verifiable reward as ``reward`` (RULER keeps it as ``independent_reward``)."""
     copy = trajectory.model_copy(deep=True)
-    if "ruler_score" in copy.metrics:  # scored by RULER before: its reward is that score
-        copy.reward = copy.metrics.get("independent_reward")  # type: ignore[assignment]
-    stale = ("independent_reward", "judge_agreement")
-    for key in [k for k in copy.metrics if k.startswith("ruler_") or k in stale]:
-        del copy.metrics[key]
+    judged = TrajectoryJudgement.read(copy)
+    if judged is not None:  # scored by RULER before: its reward is that score
+        copy.reward = judged.independent_reward
+    TrajectoryJudgement.forget(copy)
     return copy
 
 
@@ -195,10 +200,11 @@ async def calibrate_groups(
             given = {field: getattr(base, field) for field in base.model_fields_set}
             ruler = RulerConfig(**{**given, **settings, "swallow_exceptions": True})
             scored = await ruler_score_groups(list(groups), judge, config=ruler)
-            failed = [g for g in scored if (g.metadata.get("ruler") or {}).get("status") != "scored"]
+            judgements = [(g, GroupJudgement.read(g)) for g in scored]
+            failed = [(g, j) for g, j in judgements if j is None or not j.is_scored]
             rows.append(CalibrationRow(
                 judge=line, rubric=name, groups=len(scored), unscored=len(failed),
-                reasons=[f"{g.id}: {(g.metadata.get('ruler') or {}).get('reason')}" for g in failed],
+                reasons=[f"{g.id}: {j.reason if j is not None else None}" for g, j in failed],
                 calibration=calibrate(scored),
             ))  # fmt: skip
     return rows

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from art_adapters import (
+    GroupJudgement,
     Scorer,
     TrajectoryGroup,
     combined_scorer,
@@ -54,10 +54,10 @@ def make_scorer(reward: Reward, judge: Any, ruler_options: dict[str, Any], weigh
         scored = await combined(groups, scenarios)
         out = []
         for original, group, scenario in zip(groups, scored, scenarios, strict=True):
-            ruler = group.metadata.get("ruler")
-            if isinstance(ruler, Mapping) and ruler.get("status") == "unscored":
+            judgement = GroupJudgement.read(group)
+            if judgement is not None and judgement.status == "unscored":
                 (group,) = await tools([original], [scenario])
-                why = f"tools only: the judge did not score it ({ruler.get('reason')})"
+                why = f"tools only: the judge did not score it ({judgement.reason})"
                 group.metadata["reward_fallback"] = why
             out.append(group)
         return out

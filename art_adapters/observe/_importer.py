@@ -21,6 +21,7 @@ from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory
 from art_adapters.observe._otlp_json import spans_from_otlp_json
 from art_adapters.observe._times import iso_ns
+from art_adapters.ruler import TrajectoryJudgement
 
 __all__ = ["trajectories_from_langfuse", "trajectories_from_otlp_json", "trajectories_from_spans"]
 
@@ -108,10 +109,11 @@ def _restore(trajectory: Trajectory, root: ReadableSpan | None, spans: Sequence[
         name = a.get(_P + "score.name")
         value = a.get(_P + "score.value")
         if name == "ruler" and isinstance(value, int | float):
-            trajectory.metrics["ruler_score"] = float(value)
+            # the restored metrics may hold the rest of the judgement (dimensions, agreement): kept
+            judged = TrajectoryJudgement.read(trajectory) or TrajectoryJudgement(score=float(value))
             comment = a.get(_P + "score.comment")
-            if isinstance(comment, str):
-                trajectory.metadata["ruler_explanation"] = comment
+            update = {"score": float(value)} | ({"explanation": comment} if isinstance(comment, str) else {})
+            judged.model_copy(update=update).write(trajectory)
 
 
 # -- Langfuse --------------------------------------------------------------------------------

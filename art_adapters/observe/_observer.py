@@ -472,7 +472,7 @@ class Observer:
         Each score is an evaluator span in the rollout's trace (value, explanation as
         ``gen_ai.evaluation.explanation`` and a ``gen_ai.evaluation.result`` event) and,
         with the Langfuse SDK, a Langfuse score with the explanation as its comment; a score a
-        judge gave names the group's judges (``group.metadata["ruler"]["judges"]``: span
+        judge gave names the group's judges (``GroupJudgement.judges``: span
         attributes ``art_adapters.judge.*``, Langfuse score metadata ``judge_ids``, ``judges``).
         """
         sent = 0

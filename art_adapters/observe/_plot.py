@@ -11,6 +11,7 @@ from typing import Any
 
 from art_adapters._errors import ConfigError
 from art_adapters.observe._metrics import METRICS_FILE, MetricsHistory
+from art_adapters.ruler import TrajectoryJudgement
 
 __all__ = ["plot_run"]
 
@@ -46,13 +47,18 @@ _JUDGE_CHARTS = (
 _DIMENSIONS_CHART = "ruler_dimensions"
 
 
+#: A rubric dimension's column: the mean of its metric (``TrajectoryJudgement.dimension_metric``).
+_DIMENSION_PREFIX = TrajectoryJudgement.dimension_metric("")
+
+
 def _dimension_keys(history: MetricsHistory) -> list[str]:
-    """The ``ruler_<dimension>_mean`` columns of the history (not ``ruler_score_mean``), sorted."""
+    """The ``ruler_<dimension>_mean`` columns of the history (not the score's), sorted."""
+    score = f"{TrajectoryJudgement.SCORE_METRIC}_mean"
     keys = {
         key
         for row in history.rows()
         for key in row
-        if key.startswith("ruler_") and key.endswith("_mean") and key != "ruler_score_mean"
+        if key.startswith(_DIMENSION_PREFIX) and key.endswith("_mean") and key != score
     }
     return sorted(keys)
 
@@ -174,7 +180,8 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
             written.append(path)
         plt.close(fig)
 
-    dimensions = [(key, key.removeprefix("ruler_").removesuffix("_mean")) for key in _dimension_keys(history)]
+    keys = _dimension_keys(history)
+    dimensions = [(key, key.removeprefix(_DIMENSION_PREFIX).removesuffix("_mean")) for key in keys]
     judged = [(_DIMENSIONS_CHART, "RULER rubric dimensions (mean score)", "score", dimensions)]
     judged += [(stem, title, ylabel, list(keys)) for stem, title, ylabel, keys in _JUDGE_CHARTS]
     for stem, title, ylabel, series in judged:

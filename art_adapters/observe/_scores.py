@@ -1,8 +1,8 @@
 """The scores a trajectory carries, each with the identity of the judge that gave it (pure: no I/O).
 
-RULER leaves a score (``metrics["ruler_score"]``), one per rubric dimension (``ruler_<dimension>``)
-and, for an ensemble, the judges' agreement and verdicts (``metadata["ruler_judges"]``); the group
-names the judges (``group.metadata["ruler"]["judges"]``, one identity record each). This module
+RULER leaves a score, one per rubric dimension and, for an ensemble, the judges' agreement and
+verdicts (:class:`~art_adapters.ruler.TrajectoryJudgement`); the group names the judges
+(:attr:`~art_adapters.ruler.GroupJudgement.judges`, one identity record each). This module
 turns them into named scores (``ruler``, ``reward``, ``ruler.<dimension>``, ``judge_agreement``) for
 the evaluator spans and the Langfuse scores, each carrying its judge's identity.
 """
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from art_adapters._trajectory import Trajectory, TrajectoryGroup
+from art_adapters.ruler import GroupJudgement, JudgeVerdict, TrajectoryJudgement
 
 __all__ = [
     "AGREEMENT_SCORE",
@@ -28,15 +29,13 @@ __all__ = [
     "trajectory_scores",
 ]
 
-#: A rubric dimension ``d`` (``metrics["ruler_d"]``) is the score ``ruler.d``.
+#: A rubric dimension ``d`` (``TrajectoryJudgement.dimensions["d"]``) is the score ``ruler.d``.
 DIMENSION_PREFIX = "ruler."
 
-#: The name of the judge-agreement score (ensembles: ``metrics["judge_agreement"]``).
+#: The name of the judge-agreement score (ensembles: ``TrajectoryJudgement.agreement``).
 AGREEMENT_SCORE = "judge_agreement"
 
 _PREFIX = "art_adapters"
-#: ``ruler_*`` metrics that are not rubric dimensions.
-_NOT_DIMENSIONS = frozenset({"ruler_score"})
 
 
 @dataclass(frozen=True)
@@ -68,34 +67,26 @@ def _number(value: Any) -> float | None:
 
 
 def group_judges(group: TrajectoryGroup) -> tuple[Mapping[str, Any], ...]:
-    """The identities of the judges that scored ``group`` (``metadata["ruler"]["judges"]``), or ``()``."""
-    ruler = group.metadata.get("ruler")
-    judges = ruler.get("judges") if isinstance(ruler, Mapping) else None
-    if not isinstance(judges, list):
+    """The identities of the judges that scored ``group`` (``GroupJudgement.judges`` with ids), or ``()``."""
+    judgement = GroupJudgement.read(group)
+    if judgement is None:
         return ()
-    return tuple(j for j in judges if isinstance(j, Mapping) and isinstance(j.get("id"), str))
+    return tuple(j for j in judgement.judges if isinstance(j.get("id"), str))
 
 
-def _verdicts(trajectory: Trajectory) -> list[Mapping[str, Any]]:
-    """Each ensemble judge's verdict of ``trajectory`` (``metadata["ruler_judges"]``); empty otherwise."""
-    entries = trajectory.metadata.get("ruler_judges")
-    if not isinstance(entries, list):
-        return []
-    return [e for e in entries if isinstance(e, Mapping) and isinstance(e.get("judge"), str)]
-
-
-def _judges_of(trajectory: Trajectory, judges: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    """The distinct identities that judged ``trajectory``, in the order they judged.
+def _judges_of(
+    judged: TrajectoryJudgement, judges: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any], ...]:
+    """The distinct identities that judged a trajectory (``judged``), in the order they judged.
 
     An ensemble's verdicts name their judges' ids: the records of ``judges`` with those ids (a
     bare ``{"id": ...}`` for an id it lacks); a single judge (or one model sampled several times):
     the distinct records of ``judges``.
     """
     known = {str(j["id"]): j for j in judges if isinstance(j.get("id"), str)}
-    verdicts = _verdicts(trajectory)
-    if not verdicts:
+    if not judged.verdicts:
         return tuple(known.values())
-    ids = dict.fromkeys(str(v["judge"]) for v in verdicts)
+    ids = dict.fromkeys(v.judge for v in judged.verdicts)
     return tuple(known.get(i, {"id": i}) for i in ids)
 
 
@@ -105,9 +96,9 @@ def _who(identity: Mapping[str, Any]) -> str:
 
 
 def _per_judge(
-    verdicts: list[Mapping[str, Any]],
+    verdicts: list[JudgeVerdict],
     judges: tuple[Mapping[str, Any], ...],
-    value: Callable[[Mapping[str, Any]], Any],
+    value: Callable[[JudgeVerdict], Any],
 ) -> str:
     """``"model (judge id) 0.80; model (judge id) #1 0.60"``: each verdict's ``value(verdict)``."""
     by_id = {str(j.get("id")): j for j in judges}
@@ -116,17 +107,17 @@ def _per_judge(
         own = _number(value(verdict))
         if own is None:
             continue
-        who = _who(by_id.get(str(verdict["judge"]), {"id": verdict["judge"]}))
-        sample = verdict.get("sample")
+        who = _who(by_id.get(verdict.judge, {"id": verdict.judge}))
+        sample = verdict.sample
         parts.append(f"{who}{f' #{sample}' if sample is not None else ''} {own:.2f}")
     return "; ".join(parts)
 
 
 def _dimension_comment(
-    name: str, verdicts: list[Mapping[str, Any]], judges: tuple[Mapping[str, Any], ...]
+    name: str, verdicts: list[JudgeVerdict], judges: tuple[Mapping[str, Any], ...]
 ) -> str | None:
     if verdicts:
-        each = _per_judge(verdicts, judges, lambda v: (v.get("dimensions") or {}).get(name))
+        each = _per_judge(verdicts, judges, lambda v: (v.dimensions or {}).get(name))
         return f"{name}: mean of {len(verdicts)} judges: {each}" if each else None
     if judges:
         return f"{name} by " + ", ".join(_who(j) for j in judges)
@@ -150,11 +141,10 @@ def score_records(
     (a verifiable one, or mixed by ``reward_weights``) carries no judge.
     """
     scores: list[ScoreRecord] = []
-    raw = trajectory.metrics.get("ruler_score")
-    ruler = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
-    who = _judges_of(trajectory, list(judges or ())) if ruler is not None else ()
-    explanation = trajectory.metadata.get("ruler_explanation")
-    comment = explanation if isinstance(explanation, str) else None
+    judged = TrajectoryJudgement.read(trajectory)
+    ruler = judged.score if judged is not None else None
+    who = _judges_of(judged, list(judges or ())) if judged is not None else ()
+    comment = judged.explanation if judged is not None else None
     if ruler is not None:
         scores.append(ScoreRecord("ruler", ruler, comment, who))
     if trajectory.reward is not None:
@@ -162,20 +152,16 @@ def score_records(
         scores.append(
             ScoreRecord("reward", float(trajectory.reward), comment if mine else None, who if mine else ())
         )
-    if ruler is None:
+    if judged is None:
         return scores
-    verdicts = _verdicts(trajectory)
-    for key in sorted(trajectory.metrics):
-        value = _number(trajectory.metrics[key])
-        if not key.startswith("ruler_") or key in _NOT_DIMENSIONS or value is None:
-            continue
-        name = key.removeprefix("ruler_")
+    verdicts = judged.verdicts or []
+    for name, value in sorted(judged.dimensions.items()):
         scores.append(
             ScoreRecord(DIMENSION_PREFIX + name, value, _dimension_comment(name, verdicts, who), who)
         )
-    agreement = _number(trajectory.metrics.get("judge_agreement"))
+    agreement = _number(judged.agreement)
     if agreement is not None:
-        each = _per_judge(verdicts, who, lambda v: v.get("score"))
+        each = _per_judge(verdicts, who, lambda v: v.score)
         note = f"1 - (max - min) of {len(verdicts)} judges' scores: {each}" if each else None
         scores.append(ScoreRecord(AGREEMENT_SCORE, agreement, note, who))
     return scores

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from art_adapters._trajectory import Message, RolloutFailure, ToolCallRecord, Trajectory, TrajectoryGroup
+from art_adapters.ruler import TrajectoryJudgement
 from art_adapters.observe._scores import group_judges, judge_attributes, score_records, trajectory_scores
 
 __all__ = [
@@ -558,13 +559,12 @@ def score_attributes(trajectory: Trajectory) -> dict[str, AttributeValue]:
     if trajectory.reward is not None:
         attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
         attrs["langfuse.trace.metadata.reward"] = float(trajectory.reward)
-    ruler = trajectory.metrics.get("ruler_score")
-    if isinstance(ruler, int | float) and not isinstance(ruler, bool):
-        attrs[f"{_PREFIX}.ruler.score"] = float(ruler)
-    explanation = trajectory.metadata.get("ruler_explanation")
-    if isinstance(explanation, str) and explanation:
-        attrs[f"{_PREFIX}.judge.explanation"] = explanation
-        attrs["gen_ai.evaluation.explanation"] = explanation
+    judged = TrajectoryJudgement.read(trajectory)
+    if judged is not None:
+        attrs[f"{_PREFIX}.ruler.score"] = judged.score
+        if judged.explanation:
+            attrs[f"{_PREFIX}.judge.explanation"] = judged.explanation
+            attrs["gen_ai.evaluation.explanation"] = judged.explanation
     # The pipelined loop's verdict on the rollout (LoopConfig.max_staleness): the checkpoint it
     # sampled from, how many steps behind it was when trained or dropped, and which of the two.
     for key in ("policy_version", "staleness", "pipeline"):

@@ -5,13 +5,14 @@
     scored = await ruler_score_group(group, judge=judge)
     groups = await ruler_score_groups(groups, judge=judge, config=RulerConfig(swallow_exceptions=True))
 
-Ensembles (``judges=``), rubric dimensions, judge-change monitors and the cache: docs/ruler.md.
+What a pass leaves (GroupJudgement, TrajectoryJudgement), ensembles, dimensions, monitors: docs/ruler.md.
 """
 
 from ._answer import JudgeScore
 from ._cache import RulerCache
 from ._config import RulerConfig
 from ._identity import judge_identity
+from ._judgement import GroupJudgement, JudgeVerdict, TrajectoryJudgement
 from ._judge_env import judge_from_env, judges_from_env
 from ._judges import LangChainJudge, LiteLLMJudge
 from ._monitor import JudgeChangeMonitor
@@ -20,13 +21,16 @@ from ._score import combine_rewards, ruler_score_group, ruler_score_groups
 
 __all__ = [
     "DEFAULT_RUBRIC",
+    "GroupJudgement",
     "JudgeChangeMonitor",
     "JudgeRequest",
     "JudgeScore",
+    "JudgeVerdict",
     "LangChainJudge",
     "LiteLLMJudge",
     "RulerCache",
     "RulerConfig",
+    "TrajectoryJudgement",
     "build_request",
     "combine_rewards",
     "judge_from_env",

@@ -1,6 +1,6 @@
 """Who judged: a judge's identity (model, endpoint, sampling, rubric) as a small stable record.
 
-Every scored group carries the identities of its judges (``group.metadata["ruler"]["judges"]``), so
+Every scored group carries the identities of its judges (:attr:`GroupJudgement.judges`), so
 a score can be traced to the judge that gave it and a run that changed judges can be told apart
 from one that did not (:class:`~art_adapters.ruler.JudgeChangeMonitor`). Pure: no I/O.
 """

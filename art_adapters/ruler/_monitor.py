@@ -7,24 +7,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._trajectory import TrajectoryGroup
+from ._judgement import GroupJudgement
 
 __all__ = ["JudgeChangeMonitor"]
 
 logger = logging.getLogger(__name__)
 
 
-def _ids(group: TrajectoryGroup) -> tuple[str, ...] | None:
-    ruler = group.metadata.get("ruler")
-    judges = ruler.get("judges") if isinstance(ruler, dict) else None
-    if not isinstance(judges, list) or not judges:
-        return None
-    return tuple(str(j.get("id")) for j in judges if isinstance(j, dict))
+def _judges(group: TrajectoryGroup) -> list[dict[str, Any]] | None:
+    """The group's judge identities, or ``None`` when it records none."""
+    judgement = GroupJudgement.read(group)
+    return judgement.judges if judgement is not None and judgement.judges else None
 
 
 class JudgeChangeMonitor:
     """One run's record of who judged it; warns (``logging``) when a group was judged by someone else.
 
-    The first group it sees that carries judge identities (``group.metadata["ruler"]["judges"]``,
+    The first group it sees that carries judge identities (:attr:`~art_adapters.ruler.GroupJudgement.judges`,
     written by :func:`~art_adapters.ruler_score_group`) sets the run's judges; every later group whose
     judges differ (another model, endpoint, temperature, ``samples``, rubric or dimensions; see
     :func:`~art_adapters.ruler.judge_identity`) logs one warning per new set of judges, and the
@@ -55,18 +54,18 @@ class JudgeChangeMonitor:
         """Compare the groups' judges with the run's; return the changes found now (one line each)."""
         found: list[str] = []
         for group in groups:
-            ids = _ids(group)
-            if ids is None:
+            judges = _judges(group)
+            if judges is None:
                 continue
+            ids = tuple(str(j.get("id")) for j in judges)
             if self._baseline_ids is None:
                 self._baseline_ids = ids
-                self.baseline = [dict(j) for j in group.metadata["ruler"]["judges"]]
+                self.baseline = [dict(j) for j in judges]
                 self._seen.add(ids)
                 continue
             if ids in self._seen:
                 continue
             self._seen.add(ids)
-            judges = group.metadata["ruler"]["judges"]
             models = ", ".join(f"{j.get('model')} ({j.get('id')})" for j in judges)
             before = ", ".join(f"{j.get('model')} ({j.get('id')})" for j in self.baseline or [])
             line = (

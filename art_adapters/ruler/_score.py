@@ -18,12 +18,13 @@ from .._config import resolve_config
 from .._errors import ConfigError, JudgeError
 from .._gather import gather_or_cancel
 from .._redact import redact_text
-from .._trajectory import TrajectoryGroup
+from .._trajectory import Trajectory, TrajectoryGroup
 from ._answer import InvalidAnswer, JudgeScore, parse_answer
 from ._cache import RulerCache
 from ._config import RulerConfig
 from ._ensemble import aggregate, agreement, mean_pairwise_tau
 from ._identity import adapter_identity
+from ._judgement import GroupJudgement, JudgeVerdict, TrajectoryJudgement
 from ._judges import Judge, resolve_judge
 from ._monitor import JudgeChangeMonitor
 from ._prompt import JudgeRequest, build_request
@@ -123,40 +124,38 @@ async def _ask(
 def _apply(group: TrajectoryGroup, request: JudgeRequest, scores: dict[str, JudgeScore]) -> None:
     for index, trajectory in enumerate(group.trajectories):
         verdict = scores[request.label_of(index)]
-        # Scored by RULER before (another rubric or judge): its reward is that score, and the
-        # independent reward (if it had one) is already kept; do not overwrite it with the old score.
-        if trajectory.reward is not None and "ruler_score" not in trajectory.metrics:
-            trajectory.metrics["independent_reward"] = trajectory.reward
-        trajectory.metrics["ruler_score"] = verdict.score
+        TrajectoryJudgement(
+            score=verdict.score,
+            explanation=verdict.explanation,
+            label=verdict.trajectory_id,
+            dimensions=dict(verdict.dimensions or {}),
+            turn_scores=list(verdict.turn_scores or []) if request.per_turn else None,
+            independent_reward=_independent_reward(trajectory),
+        ).write(trajectory)
         trajectory.reward = verdict.score
-        _forget_ensemble(trajectory)
-        if verdict.dimensions is not None:
-            for name, value in verdict.dimensions.items():
-                trajectory.metrics[f"ruler_{name}"] = value
-        trajectory.metadata["ruler_explanation"] = verdict.explanation
-        trajectory.metadata["ruler_label"] = verdict.trajectory_id
         line = f"RULER score {verdict.score:.3f}: {verdict.explanation}"
         if request.per_turn:
             assert verdict.turn_scores is not None  # parse_answer and the cache check it
-            trajectory.metadata["turn_rewards"] = list(verdict.turn_scores)
             line += " (turns: " + ", ".join(f"{s:.3f}" for s in verdict.turn_scores) + ")"
         trajectory.logs.append(line)
 
 
-def _forget_ensemble(trajectory: Any) -> None:
-    """Drop what an earlier ensemble scoring left that this scoring would not overwrite."""
-    trajectory.metrics.pop("judge_agreement", None)
-    trajectory.metadata.pop("ruler_judges", None)
+def _independent_reward(trajectory: Trajectory) -> float | None:
+    """The reward to keep as the independent one: the trajectory's, unless RULER scored it before.
+
+    Scored by RULER before (another rubric or judge), its reward is that score and the independent
+    reward (if it had one) is already kept; ``None`` leaves it as it is.
+    """
+    return trajectory.reward if TrajectoryJudgement.read(trajectory) is None else None
 
 
 def _forget_dimensions(group: TrajectoryGroup, ruler: RulerConfig) -> None:
-    """Drop the ``ruler_<dim>`` metrics of an earlier scoring's dimensions that this one does not score."""
-    earlier = group.metadata.get("ruler")
-    old = earlier.get("dimensions") if isinstance(earlier, dict) else None
+    """Drop the scores of an earlier scoring's dimensions that this one does not score."""
+    earlier = GroupJudgement.read(group)
+    old = earlier.dimensions if earlier is not None else None
     stale = [name for name in old or {} if name not in (ruler.dimensions or {})]
     for trajectory in group.trajectories:
-        for name in stale:
-            trajectory.metrics.pop(f"ruler_{name}", None)
+        TrajectoryJudgement.forget_dimensions(trajectory, stale)
 
 
 @dataclass
@@ -202,13 +201,13 @@ def _members(judge: Any, judges: Sequence[Any] | None, ruler: RulerConfig) -> li
     ]
 
 
-def _unscored(reason: str, name: str, identities: list[dict[str, Any]]) -> dict[str, Any]:
-    """``metadata["ruler"]`` of a group left unscored: why, and by whom."""
-    return {"status": "unscored", "reason": reason, "judge": name, "judges": identities}
+def _unscored(reason: str, name: str, identities: list[dict[str, Any]]) -> GroupJudgement:
+    """The judgement of a group left unscored: why, and by whom."""
+    return GroupJudgement(status="unscored", reason=reason, judge=name, judges=identities)
 
 
 def _judge_name(members: list[_Member]) -> str:
-    """``metadata["ruler"]["judge"]``: the judge's ``model_id``; for an ensemble its distinct ones, joined."""
+    """:attr:`GroupJudgement.judge`: the judge's ``model_id``; for an ensemble its distinct ones, joined."""
     return ", ".join(dict.fromkeys(m.adapter.model_id for m in members))
 
 
@@ -271,42 +270,38 @@ def _apply_ensemble(
         label = labels[index]
         mine = [verdict[label] for verdict in verdicts]
         pairs = list(zip(members, mine, strict=True))
-        if trajectory.reward is not None and "ruler_score" not in trajectory.metrics:
-            trajectory.metrics["independent_reward"] = trajectory.reward
-        trajectory.metrics["ruler_score"] = combined[index]
-        trajectory.reward = combined[index]
-        trajectory.metrics["judge_agreement"] = agreed[index]
-        if request.dimensions is not None:
-            for name in request.dimensions:
-                trajectory.metrics[f"ruler_{name}"] = statistics.fmean(
-                    v.dimensions[name] for v in mine if v.dimensions is not None
-                )
-        entries = []
-        for member, verdict in pairs:
-            entry: dict[str, Any] = {
-                "judge": member.identity["id"], "score": verdict.score, "explanation": verdict.explanation
-            }  # fmt: skip
-            if member.sample is not None:
-                entry["sample"] = member.sample
-            if verdict.dimensions is not None:
-                entry["dimensions"] = dict(verdict.dimensions)
-            entries.append(entry)
-        trajectory.metadata["ruler_judges"] = entries
-        explanations = [f"{_member_name(m)}: {v.explanation}" for m, v in pairs]
-        trajectory.metadata["ruler_explanation"] = "\n".join(explanations)
-        trajectory.metadata["ruler_label"] = label
-        line = (
-            f"RULER score {combined[index]:.3f} ({method} of {len(members)} judges, agreement "
-            f"{agreed[index]:.2f}): " + "; ".join(f"{_member_name(m)} {v.score:.3f}" for m, v in pairs)
-        )
+        turn_scores = None
         if request.per_turn:
             turn_lists: list[list[float]] = []
             for verdict in mine:
                 assert verdict.turn_scores is not None  # parse_answer and the cache check it
                 turn_lists.append(verdict.turn_scores)
-            trajectory.metadata["turn_rewards"] = [
-                statistics.fmean(column) for column in zip(*turn_lists, strict=True)
-            ]
+            turn_scores = [statistics.fmean(column) for column in zip(*turn_lists, strict=True)]
+        dimensions = {
+            name: statistics.fmean(v.dimensions[name] for v in mine if v.dimensions is not None)
+            for name in request.dimensions or {}
+        }
+        TrajectoryJudgement(
+            score=combined[index],
+            explanation="\n".join(f"{_member_name(m)}: {v.explanation}" for m, v in pairs),
+            label=label,
+            dimensions=dimensions,
+            turn_scores=turn_scores,
+            independent_reward=_independent_reward(trajectory),
+            agreement=agreed[index],
+            verdicts=[
+                JudgeVerdict(
+                    judge=member.identity["id"], score=verdict.score, explanation=verdict.explanation,
+                    sample=member.sample, dimensions=verdict.dimensions,
+                )
+                for member, verdict in pairs
+            ],
+        ).write(trajectory)  # fmt: skip
+        trajectory.reward = combined[index]
+        line = (
+            f"RULER score {combined[index]:.3f} ({method} of {len(members)} judges, agreement "
+            f"{agreed[index]:.2f}): " + "; ".join(f"{_member_name(m)} {v.score:.3f}" for m, v in pairs)
+        )
         trajectory.logs.append(line)
     return tau
 
@@ -363,7 +358,8 @@ async def ruler_score_group(
         scores are the judges' means, and ``group.metadata["ruler"]`` adds ``"aggregate"`` and
         ``"kendall_tau"`` (the mean pairwise Kendall tau-b of the judges' scores; ``None`` when
         undefined). One judge failing fails the group (raised, or unscored with
-        ``swallow_exceptions``).
+        ``swallow_exceptions``). Read all of it back typed with :meth:`GroupJudgement.read` and
+        :meth:`TrajectoryJudgement.read`.
 
     Raises:
         JudgeError: no valid answer after the retries (unless ``swallow_exceptions``).
@@ -394,7 +390,7 @@ async def _score(
     name = _judge_name(members)
     if not scored.trajectories:
         reason = f"no trajectories to score ({len(scored.exceptions)} rollout(s) failed)"
-        scored.metadata["ruler"] = _unscored(reason, name, identities)
+        _unscored(reason, name, identities).write(scored)
         logger.warning("RULER: %s has %s", _describe(group), reason)
         return scored
 
@@ -416,29 +412,30 @@ async def _score(
     except JudgeError as exc:
         if not ruler.swallow_exceptions:
             raise
-        scored.metadata["ruler"] = _unscored(str(exc), name, identities)
+        _unscored(str(exc), name, identities).write(scored)
         return scored
 
     hits = [hit for _, _, hit in results]
     _forget_dimensions(scored, ruler)
-    scored.metadata["ruler"] = {
-        "status": "scored",
-        "judge": name,
-        "cache_hit": all(hits),
-        "attempts": sum(attempts for _, attempts, _ in results),
-        "distinct_trajectories": len(request.labels),
-        "shared_prefix_messages": request.prefix_messages,
-    }
+    judgement = GroupJudgement(
+        status="scored",
+        judge=name,
+        cache_hit=all(hits),
+        attempts=sum(attempts for _, attempts, _ in results),
+        distinct_trajectories=len(request.labels),
+        shared_prefix_messages=request.prefix_messages,
+    )
     if len(members) == 1:
         _apply(scored, request, results[0][0])
     else:
         tau = _apply_ensemble(scored, request, members, [scores for scores, _, _ in results], ruler.aggregate)
-        scored.metadata["ruler"].update(aggregate=ruler.aggregate, kendall_tau=tau, cache_hits=sum(hits))
-    scored.metadata["ruler"]["judges"] = identities
+        judgement.aggregate, judgement.kendall_tau, judgement.cache_hits = ruler.aggregate, tau, sum(hits)
+    judgement.judges = identities
     if request.per_turn:
-        scored.metadata["ruler"]["per_turn"] = True
+        judgement.per_turn = True
     if request.dimensions is not None:
-        scored.metadata["ruler"]["dimensions"] = dict(request.dimensions)
+        judgement.dimensions = dict(request.dimensions)
+    judgement.write(scored)
     if ruler.reward_weights is not None:
         scored = combine_rewards(scored, ruler.reward_weights)
     return scored

@@ -8,6 +8,7 @@ those worth training. :mod:`.groups` gives them GRPO's advantages; :mod:`.sft` t
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +28,7 @@ __all__ = [
     "RecordLookup",
     "Renderer",
     "TrainingSequence",
+    "TurnRewards",
     "TurnRewardsError",
     "names_policy",
     "trainable_sequences",
@@ -63,6 +65,53 @@ class NothingTrainableError(ValueError):
 
 class TurnRewardsError(BadRequestError, ValueError):
     """``credit="turn"`` on a trajectory without valid ``metadata["turn_rewards"]`` (HTTP 400); names it."""
+
+
+#: Where a trajectory carries its per-turn rewards: ``ruler_score_group(..., per_turn=True)`` puts them there.
+_TURN_REWARDS = "turn_rewards"
+
+
+class TurnRewards(BaseModel):
+    """A scored trajectory's per-turn rewards (``metadata["turn_rewards"]``), read and checked once.
+
+    Attributes:
+        rewards: one finite number per assistant message of the trajectory's ``messages``, in order.
+    """
+
+    rewards: list[float]
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, *, where: str, group_id: str) -> TurnRewards:
+        """The turn rewards of ``trajectory`` (at ``where`` in the request, in group ``group_id``).
+
+        Raises:
+            TurnRewardsError: none, not a list of finite numbers, or not one per assistant message;
+                the message names the trajectory, where it is and what to change.
+        """
+        rewards = trajectory.metadata.get(_TURN_REWARDS)
+        expected = sum(message.role == "assistant" for message in trajectory.messages)
+        if rewards is None:
+            problem = f"has no metadata[{_TURN_REWARDS!r}]"
+        elif not isinstance(rewards, list) or any(
+            isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) for r in rewards
+        ):
+            problem = f"has metadata[{_TURN_REWARDS!r}] = {rewards!r}, not a list of finite numbers"
+        elif len(rewards) != expected:
+            problem = (
+                f"has {len(rewards)} turn reward(s) in metadata[{_TURN_REWARDS!r}] but {expected} assistant "
+                "message(s) in its messages"
+            )
+        else:
+            return cls(rewards=[float(r) for r in rewards])
+        fix = (
+            "score the group with ruler_score_group(..., per_turn=True) (or set one reward per assistant "
+            "message of messages), or train it with credit='trajectory'"
+        )
+        raise TurnRewardsError(
+            f"credit='turn': trajectory {trajectory.id!r} ({where}, group {group_id!r}) {problem}; {fix}",
+            param=f"{where}.metadata.{_TURN_REWARDS}",
+            code="missing_turn_rewards",
+        )
 
 
 class TrainingSequence(BaseModel):

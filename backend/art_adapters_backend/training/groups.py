@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from art_adapters import Trajectory, TrajectoryGroup
+from art_adapters import TrajectoryGroup
 
 from .data import (
     BuildMetrics,
@@ -23,7 +23,7 @@ from .data import (
     RecordLookup,
     Renderer,
     TrainingSequence,
-    TurnRewardsError,
+    TurnRewards,
     trainable_sequences,
     trajectory_sequences,
 )
@@ -34,61 +34,37 @@ __all__ = ["build_sequences", "check_turn_rewards"]
 logger = logging.getLogger(__name__)
 
 
-def _turn_count(trajectory: Trajectory) -> int:
-    """Assistant messages of the main history: the turns ``metadata["turn_rewards"]`` scores."""
-    return sum(message.role == "assistant" for message in trajectory.messages)
-
-
-def check_turn_rewards(groups: Sequence[TrajectoryGroup]) -> None:
-    """Check that every scored trajectory carries per-turn rewards (``credit="turn"``).
+def check_turn_rewards(groups: Sequence[TrajectoryGroup]) -> list[list[TurnRewards | None]]:
+    """Check that every scored trajectory carries per-turn rewards (``credit="turn"``); return them.
 
     A trajectory with a ``reward`` must have ``metadata["turn_rewards"]``: a list of finite numbers,
     one per assistant message of its main history (``messages``), in order, as
-    ``ruler_score_group(..., per_turn=True)`` stores them. Unscored trajectories are not checked
-    (they are skipped, as under per-trajectory credit).
+    ``ruler_score_group(..., per_turn=True)`` stores them (:class:`.data.TurnRewards`). Unscored
+    trajectories are not checked (they are skipped, as under per-trajectory credit).
+
+    Returns:
+        Per group, per trajectory: its :class:`.data.TurnRewards`, or ``None`` when it is unscored.
 
     Raises:
         TurnRewardsError: (a ``ValueError``; HTTP 400 through the train API) naming the first
             trajectory that fails, where it is in the request and what to change.
     """
-    for g, group in enumerate(groups):
-        for t, trajectory in enumerate(group.trajectories):
-            if trajectory.reward is None:
-                continue
-            where = f"groups[{g}].trajectories[{t}]"
-            rewards = trajectory.metadata.get("turn_rewards")
-            expected = _turn_count(trajectory)
-            fix = (
-                "score the group with ruler_score_group(..., per_turn=True) (or set one reward per assistant "
-                "message of messages), or train it with credit='trajectory'"
-            )
-            if rewards is None:
-                problem = "has no metadata['turn_rewards']"
-            elif not isinstance(rewards, list) or any(
-                isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) for r in rewards
-            ):
-                problem = f"has metadata['turn_rewards'] = {rewards!r}, not a list of finite numbers"
-            elif len(rewards) != expected:
-                problem = (
-                    f"has {len(rewards)} turn reward(s) in metadata['turn_rewards'] but {expected} assistant "
-                    "message(s) in its messages"
-                )
-            else:
-                continue
-            raise TurnRewardsError(
-                f"credit='turn': trajectory {trajectory.id!r} ({where}, group {group.id!r}) {problem}; {fix}",
-                param=f"{where}.metadata.turn_rewards",
-                code="missing_turn_rewards",
-            )
+    return [
+        [
+            TurnRewards.of(trajectory, where=f"groups[{g}].trajectories[{t}]", group_id=group.id)
+            if trajectory.reward is not None
+            else None
+            for t, trajectory in enumerate(group.trajectories)
+        ]
+        for g, group in enumerate(groups)
+    ]
 
 
-def _turn_advantages(scored: Sequence[Trajectory], scale: bool) -> list[list[float] | None] | None:
-    """Per-turn advantages of one group: its turn rewards pooled and normalised, split back per
-    trajectory (``None`` when they are all equal: no signal). Turn rewards were checked before."""
-    counts = [len(t.metadata["turn_rewards"]) for t in scored]
-    rewards = torch.tensor(
-        [float(r) for t in scored for r in t.metadata["turn_rewards"]], dtype=torch.float64
-    )  # (sum of turns,)
+def _turn_advantages(scored: Sequence[TurnRewards], scale: bool) -> list[list[float] | None] | None:
+    """Per-turn advantages of one group: its scored trajectories' turn rewards pooled and normalised,
+    split back per trajectory (``None`` when they are all equal: no signal)."""
+    counts = [len(t.rewards) for t in scored]
+    rewards = torch.tensor([r for t in scored for r in t.rewards], dtype=torch.float64)  # (sum of turns,)
     if is_zero_variance(rewards):
         return None
     flat = group_advantages(rewards, scale=scale).tolist()
@@ -188,13 +164,12 @@ def build_sequences(
     """
     if credit not in ("trajectory", "turn"):
         raise ValueError(f"credit must be 'trajectory' or 'turn', got {credit!r}")
-    if credit == "turn":
-        check_turn_rewards(groups)
+    turn_rewards = check_turn_rewards(groups) if credit == "turn" else [[] for _ in groups]
     metrics = BuildMetrics(groups=len(groups))
     dropped: Counter[str] = Counter()
     sequences: list[TrainingSequence] = []
     used_rewards: list[float] = []
-    for group in groups:
+    for group, turns in zip(groups, turn_rewards, strict=True):
         scored = [t for t in group.trajectories if t.reward is not None]
         metrics.trajectories_unscored += len(group.trajectories) - len(scored)
         if len(scored) < 2:
@@ -205,7 +180,7 @@ def build_sequences(
             raise ValueError(f"group {group.id!r} has a non-finite reward: {rewards.tolist()}")
         per_turn: list[list[float] | None] = [None] * len(scored)
         if credit == "turn":
-            per_turn = _turn_advantages(scored, scale_rewards)
+            per_turn = _turn_advantages([r for r in turns if r is not None], scale_rewards)
             if per_turn is None:
                 dropped["zero_variance"] += 1
                 continue
