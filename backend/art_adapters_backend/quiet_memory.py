@@ -9,6 +9,7 @@ so it is done only once no request (probes aside) has run for ``quiet_s`` second
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,7 +29,7 @@ class QuietMemoryMiddleware:
 
     Only when no request is in progress then and none started since, and only after requests
     ran (an idle server is not trimmed again and again); ``/health`` and ``/art/stats`` do not
-    count. The return runs in a worker thread.
+    count. A full garbage collection comes first (cycles freed too); both run in a worker thread.
 
     Args:
         app: the wrapped application.
@@ -62,8 +63,12 @@ class QuietMemoryMiddleware:
         if self._active or self._started != started or self._returning:
             return  # work came since (its own end schedules a check), or a return is running
         self._returning = True
-        task = asyncio.ensure_future(asyncio.to_thread(self.freed.now))
+        task = asyncio.ensure_future(asyncio.to_thread(self._collect_and_return))
         task.add_done_callback(self._returned)
+
+    def _collect_and_return(self) -> bool:
+        gc.collect()  # cyclic garbage first, so its pages go back too
+        return self.freed.now()
 
     def _returned(self, task: asyncio.Future[bool]) -> None:
         self._returning = False
