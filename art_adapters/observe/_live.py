@@ -18,12 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from art_adapters._trajectory import RolloutFailure, Trajectory
-from art_adapters.observe._spans import (
-    RolloutContext,
-    rollout_attributes,
-    score_attributes,
-    trajectory_spans,
-)
+from art_adapters.observe._live_attributes import rollout_attributes, score_attributes
+from art_adapters.observe._spans import RolloutContext, trajectory_spans
 
 if TYPE_CHECKING:
     from art_adapters.observe._observer import Observer
