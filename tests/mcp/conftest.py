@@ -12,7 +12,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
 
 from mcp_tools.servers import server_command
-from tests.helpers.processes import wait_for_line
+from tests.helpers.processes import announced_url
 
 
 @contextmanager
@@ -25,16 +25,8 @@ def http_server(name: str, *args: str, port_file: Path | None = None) -> Iterato
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    try:
-        line = wait_for_line(process, process.stdout, "listening on", f"server {name}")
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with announced_url(process, f"server {name}") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
