@@ -14,6 +14,7 @@ import pytest
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import Message
+from tests.helpers.models import registered
 
 PROMPT = "Name a colour."
 
@@ -43,8 +44,7 @@ async def _group(model: TrainableModel) -> TrajectoryGroup:
 async def test_a_client_retry_after_a_timeout_gets_the_first_step_not_a_second(
     local_backend: LocalBackend,
 ) -> None:
-    model = TrainableModel(name=f"idem-{uuid.uuid4().hex[:6]}", project="idempotency")
-    await model.register(local_backend)
+    model = await registered(local_backend, f"idem-{uuid.uuid4().hex[:6]}", "idempotency")
     group = await _group(model)
 
     # Every attempt gives up after 0.5 s, long before the step ends; the client sends the same

@@ -13,6 +13,7 @@ import pytest
 from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
 from art_adapters._trajectory import Message
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
 
 
 async def _scored_group(model: TrainableModel) -> dict:
@@ -39,8 +40,7 @@ async def _scored_group(model: TrainableModel) -> dict:
 async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_without_a_groups_file(
     fake_backend: FakeBackend,
 ) -> None:
-    model = TrainableModel(name=f"bad-data-{uuid.uuid4().hex[:6]}", project="hardening")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, f"bad-data-{uuid.uuid4().hex[:6]}", "hardening")
     group = await _scored_group(model)
     groups_dir = fake_backend.run_dir / "models" / model.name / "groups"
 
