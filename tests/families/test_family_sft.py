@@ -216,9 +216,8 @@ async def test_per_turn_credit_trains_a_step_on_the_same_runs(
         run.model_copy(update={"metadata": {**run.metadata, "turn_rewards": rewards}})
         for run, rewards in zip(captured["runs"], turn_rewards, strict=True)
     ]
-    result = await captured["model"].train(
-        [TrajectoryGroup(trajectories=runs)], config=TrainConfig(learning_rate=family_lr(family), credit="turn")
-    )
+    config = TrainConfig(learning_rate=family_lr(family), credit="turn")
+    result = await captured["model"].train([TrajectoryGroup(trajectories=runs)], config=config)
     assert result.trained and result.step == cispo.step + 1, result
     assert (result.metrics["record_turns"], result.metrics["fallback_turns"]) == (8, 0), result.metrics
     assert result.metrics["grad_norm"] > 0

@@ -35,6 +35,7 @@ from art_adapters import (
 )
 from art_adapters._trajectory import Trajectory
 from tests.helpers.models import registered
+from tests.helpers.openai_tools import add_tool
 from tests.helpers.tiny_models import save_random_model, tiny_config
 
 #: Bump when the tiny model's recipe changes, so a stale cached folder is not reused.
@@ -111,22 +112,8 @@ LLAMA3_JSON_TEMPLATE = Path(__file__).parents[1] / "families" / "templates" / "l
 
 #: The system prompt and the tools of the test requests.
 SYSTEM = "You are a terse calculator assistant."
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            # Bounded: a random model's unbounded integer may run on past max_tokens.
-            "properties": {
-                "a": {"type": "integer", "minimum": 0, "maximum": 1000},
-                "b": {"type": "integer", "minimum": 0, "maximum": 1000},
-            },
-            "required": ["a", "b"],
-        },
-    },
-}
+#: Bounded: a random model's unbounded integer may run on past max_tokens.
+ADD = add_tool(maximum=1000)
 SET_MODE = {
     "type": "function",
     "function": {
