@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,19 @@ def http_server(name: str, *args: str, port_file: Path | None = None) -> Iterato
     )
     with announced_url(process, f"server {name}") as url:
         yield url
+
+
+#: The one entity of :func:`memory_file`.
+SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
+
+
+@pytest.fixture
+def memory_file(tmp_path: Path) -> Path:
+    """A memory file holding one entity, as server-memory writes it (JSON lines)."""
+    path = tmp_path / "data" / "memory.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(SEED) + "\n", encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="session")
