@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from art_adapters import Backend, TrainableModel
 
-__all__ = ["registered"]
+__all__ = ["registered", "unique_name"]
+
+
+def unique_name(prefix: str) -> str:
+    """``<prefix>-<8 hex digits>``: a model name no other test on a shared backend uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 async def registered(backend: Backend, name: str, project: str, **fields: Any) -> TrainableModel:

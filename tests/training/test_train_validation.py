@@ -10,30 +10,16 @@ import uuid
 import httpx
 import pytest
 
-from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
-from art_adapters._trajectory import Message
+from art_adapters import TrainableModel
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.models import registered
+from tests.helpers.sampled_groups import sampled_group
 
 
 async def _scored_group(model: TrainableModel) -> dict:
     """Two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON."""
-    client = model.openai_client()
-    response = await client.chat.completions.create(
-        model=model.served_name(), messages=[{"role": "user", "content": "Name a colour."}],
-        n=2, temperature=1.0, max_tokens=4, seed=1,
-    )  # fmt: skip
-    await client.close()
-    trajectories = [
-        Trajectory(
-            messages=[Message(role="user", content="Name a colour."),
-                      Message(role="assistant", content=c.message.content, completion_id=response.id,
-                              choice_index=c.index)],
-            reward=float(c.index),
-        )  # fmt: skip
-        for c in response.choices
-    ]
-    return TrajectoryGroup(trajectories=trajectories).model_dump(mode="json")
+    group = await sampled_group(model, 2, lambda c: float(c.index), max_tokens=4, seed=1)
+    return group.model_dump(mode="json")
 
 
 @pytest.mark.slow
