@@ -10,16 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from art_adapters import TrainableModel
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.models import registered
 from tests.helpers.sampled_groups import sampled_group
-
-
-async def _scored_group(model: TrainableModel) -> dict:
-    """Two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON."""
-    group = await sampled_group(model, 2, lambda c: float(c.index), max_tokens=4, seed=1)
-    return group.model_dump(mode="json")
 
 
 @pytest.mark.slow
@@ -27,7 +20,9 @@ async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_witho
     fake_backend: FakeBackend,
 ) -> None:
     model = await registered(fake_backend, f"bad-data-{uuid.uuid4().hex[:6]}", "hardening")
-    group = await _scored_group(model)
+    # two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON
+    sampled = await sampled_group(model, 2, lambda c: float(c.index), max_tokens=4, seed=1)
+    group = sampled.model_dump(mode="json")
     groups_dir = fake_backend.run_dir / "models" / model.name / "groups"
 
     def with_reward(value: float) -> dict:
