@@ -62,14 +62,16 @@ async def llama3_json_backend(
         yield backend
 
 
-def _on_tiny_qwen3(request: pytest.FixtureRequest, name: str, backend: str, **serving: Any) -> Family:
-    """A family served from the tiny Qwen3 folder by the ``backend`` fixture (``serving``: the rest)."""
+def _on_tiny_qwen3(
+    request: pytest.FixtureRequest, name: str, backend: LocalBackend, **serving: Any
+) -> Family:
+    """A family served from the tiny Qwen3 folder by ``backend`` (``serving``: the rest of it)."""
     from transformers import AutoTokenizer
 
     path: Path = request.getfixturevalue("qwen3_path")
     return Family(
         name=name,
-        backend=request.getfixturevalue(backend),
+        backend=backend,
         base_model=str(path),
         tokenizer=AutoTokenizer.from_pretrained(str(path)),
         **serving,
@@ -80,7 +82,7 @@ def _qwen3(request: pytest.FixtureRequest) -> Family:
     return _on_tiny_qwen3(
         request,
         "qwen3",
-        "qwen3_backend",
+        request.getfixturevalue("qwen3_backend"),
         chat_template=qwen3_chat_template(),
         tool_call_parser="hermes",
         reasoning_parser="qwen3",
@@ -110,7 +112,7 @@ def _llama3_json_flags(request: pytest.FixtureRequest) -> Family:
     return _on_tiny_qwen3(
         request,
         "llama3-json-flags",
-        "llama3_json_backend",
+        request.getfixturevalue("llama3_json_backend"),
         chat_template=LLAMA3_JSON_TEMPLATE.read_text(encoding="utf-8"),
         tool_call_parser="llama3_json",
         reasoning_parser=None,
