@@ -161,6 +161,19 @@ def calculator_policy(messages: list[BaseMessage]) -> AIMessage:
     return AIMessage(content=f"The results are {' and '.join(results[-2:])}.")
 
 
+def call_once(name: str, args: dict[str, Any], call_id: str, answer: Callable[[str], str]) -> Policy:
+    """A policy that calls the tool ``name`` with ``args`` once, then answers ``answer(its last result)``."""
+
+    def policy(messages: list[BaseMessage]) -> AIMessage:
+        results = [m.text for m in messages if m.type == "tool"]
+        if not results:
+            call = {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+            return AIMessage(content="", tool_calls=[call])
+        return AIMessage(content=answer(results[-1]))
+
+    return policy
+
+
 def react_agent(model, tools, **kwargs):
     """``langgraph.prebuilt.create_react_agent`` (deprecated in LangGraph 1.x, still what many graphs use)."""
     from langgraph.prebuilt import create_react_agent
