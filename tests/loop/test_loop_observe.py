@@ -12,13 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from art_adapters._loop import train_loop
 from art_adapters._scorers import verifiable_scorer
 from art_adapters.observe import ObserveConfig, Observer
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.models import registered
+from tests.helpers.observers import in_memory_observer
 from tests.loop.test_loop import brevity, loop_config, make_rollout, scenarios
 
 
@@ -26,8 +25,7 @@ async def test_every_rollout_of_the_run_is_one_scored_trace_labelled_with_its_st
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
     model = await registered(fake_backend, "loop-traced", "loop-tests")
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="traced"), span_exporter=exporter)
+    observer, exporter = in_memory_observer("traced")
     result = await train_loop(
         model, make_rollout(model), scenarios("t", 4), score=verifiable_scorer(brevity),
         val_scenarios=scenarios("v", 2), config=loop_config(tmp_path / "run", steps=2, eval_every=0),

@@ -24,6 +24,7 @@ from art_adapters._trajectory import load_groups
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.models import registered
+from tests.helpers.observers import in_memory_observer
 from tests.loop.test_loop import brevity, make_rollout, scenarios
 
 
@@ -224,13 +225,8 @@ def test_demo_and_train_mcp_take_max_staleness() -> None:
 async def test_live_traces_show_each_rollouts_policy_version_and_staleness(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from art_adapters.observe import ObserveConfig, Observer
-
     model = await registered(fake_backend, "pipe-traced", "loop-tests")
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="pipe-traced"), span_exporter=exporter)
+    observer, exporter = in_memory_observer("pipe-traced")
     result = await train_loop(
         model, make_rollout(model, keep_model=True), scenarios("o", 8), score=verifiable_scorer(brevity),
         config=pipelined(tmp_path, 3), observer=observer,
