@@ -1,12 +1,39 @@
-"""Server subprocesses in tests: wait for one to announce itself, and stop it (kill if it lingers)."""
+"""Subprocesses in tests: run a Python child to success, wait for a server to announce itself, stop one."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
+
+
+def run_python(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    tail: int = 4000,
+) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` with this interpreter, run to the end with its output captured (text).
+
+    Asserts it exited 0, showing the last ``tail`` characters of its stderr otherwise.
+    """
+    result = subprocess.run(
+        [sys.executable, *args],
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-tail:]
+    return result
 
 
 def wait_for_line(process: subprocess.Popen[str], stream: IO[str] | None, marker: str, what: str) -> str:
