@@ -15,11 +15,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
 from art_adapters import TrainConfig
 from tests.helpers.processes import run_python
+from tests.helpers.toy_sequences import completion_sequence
 
 pytestmark = [
     pytest.mark.slow,
@@ -63,17 +63,7 @@ def test_unsloth_trains_and_writes_a_plain_peft_adapter(
     ):
         prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
         completion = tokenizer.encode(answer, add_special_tokens=False)  # type: ignore[attr-defined]
-        n = len(prompt) + len(completion)
-        seqs.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * len(prompt) + [1] * len(completion),
-                old_logprobs=[None] * n,
-                advantage=advantage,
-                group_id="g",
-                trajectory_id=str(i),
-            )
-        )
+        seqs.append(completion_sequence(prompt, completion, advantage, "g", str(i)))
     seqs_file = tmp_path / "seqs.json"
     seqs_file.write_text(json.dumps([s.model_dump() for s in seqs]))
     Path(f"{seqs_file}.config").write_text(config.model_dump_json())
