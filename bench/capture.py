@@ -34,27 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
 
 from art_adapters import TrajectoryCallbackHandler, TrajectorySpanProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.helpers
-from tests.helpers.capture_fakes import PolicyChatModel, calculator_policy, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@tool
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
 
 
 class Setup:

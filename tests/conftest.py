@@ -44,12 +44,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 async def local_backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalBackend]:
     """The real backend with the bundled model, started as a subprocess on 127.0.0.1."""
     run_dir: Path = tmp_path_factory.mktemp("shared-backend")
-    backend = LocalBackend(run_dir=run_dir)
-    await backend.start()
-    try:
+    async with LocalBackend(run_dir=run_dir) as backend:
         yield backend
-    finally:
-        await backend.close()
 
 
 @pytest.fixture(scope="session")

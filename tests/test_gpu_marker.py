@@ -12,20 +12,12 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers.marks import module_marks
+
 TESTS = Path(__file__).resolve().parent
 
 #: Calls in a skip condition that mean "only with a CUDA GPU".
 GPU_CHECKS = ("vllm_available(", "cuda.is_available(")
-
-
-def _module_marks(tree: ast.Module) -> str:
-    """The source of the module's ``pytestmark`` (empty without one)."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
-        ):
-            return ast.unparse(node.value)
-    return ""
 
 
 def _tests(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -45,7 +37,7 @@ def _gpu_tests() -> Iterator[tuple[str, bool, bool]]:
     """(test id, needs a GPU, carries the marker and a skip reason) for every test function."""
     for path in sorted(TESTS.rglob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        module = _module_marks(tree)
+        module = module_marks(tree)
         for test in _tests(tree):
             marks = module + "\n" + "\n".join(ast.unparse(d) for d in test.decorator_list)
             needs_gpu = any(check in marks for check in GPU_CHECKS) or _runs_on_cuda(test)

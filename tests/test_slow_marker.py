@@ -12,6 +12,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers.marks import module_marks
+
 TESTS = Path(__file__).resolve().parent
 
 #: Calls that start a backend process or load weights (bundled SmolLM2 or a family model).
@@ -49,15 +51,6 @@ def _uses(node: ast.AST) -> set[str]:
         if isinstance(call, ast.Call) and ast.unparse(call.func).endswith(("getfixturevalue", "usefixtures")):
             names |= {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
     return names
-
-
-def _module_marks(tree: ast.Module) -> str:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
-        ):
-            return ast.unparse(node.value)
-    return ""
 
 
 class _Tree:
@@ -117,7 +110,7 @@ def _slow_tests() -> Iterator[tuple[str, bool, bool]]:
     for path, module in tree.modules.items():
         if not path.name.startswith("test_"):
             continue
-        marks = _module_marks(module)
+        marks = module_marks(module)
         module_uses = _uses(ast.parse(marks)) if marks else set()
         for test in ast.walk(module):
             if not isinstance(test, ast.FunctionDef | ast.AsyncFunctionDef) or not test.name.startswith("test_"):

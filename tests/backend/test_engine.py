@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from art_adapters_backend.engine.base import (
 from art_adapters_backend.engine.constraint import ConstraintError
 from art_adapters_backend.engine.text import TextTracker
 from art_adapters_backend.engine.torch_engine import TorchEngine
+
+from tests.helpers.engines import started_engines
 
 ADD_CALL_SCHEMA = {
     "type": "object",
@@ -44,14 +47,9 @@ def model_path() -> Path:
 async def engine(model_path: Path) -> AsyncIterator[TorchEngine]:
     # One intra-op thread: on a 2-core machine shared with other busy processes, torch's
     # spinning worker threads make decoding 10x slower. Restored for the tests that follow.
-    threads = torch.get_num_threads()
-    engine = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=8, num_threads=1)
-    await engine.start()
-    try:
+    load = partial(TorchEngine.load, model_path, max_batch_size=8, num_threads=1)
+    async with started_engines(load) as (engine,):
         yield engine
-    finally:
-        await engine.close()
-        torch.set_num_threads(threads)
 
 
 def chat(engine: TorchEngine, text: str, system: str | None = None) -> list[int]:

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
 from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
 from art_adapters_backend.engine.text import TextTracker
 from art_adapters_backend.engine.torch_engine import TorchEngine
+
+from tests.helpers.engines import started_engines
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +27,11 @@ def model_path() -> Path:
 @pytest.fixture
 async def small(model_path: Path) -> AsyncIterator[TorchEngine]:
     """Two batch rows, 32-token prefill chunks, no prefix cache (every prompt computed)."""
-    threads = torch.get_num_threads()
-    engine = await asyncio.to_thread(
+    load = partial(
         TorchEngine.load, model_path, max_batch_size=2, num_threads=1, prefix_cache_bytes=0, prefill_chunk=32
     )
-    await engine.start()
-    try:
+    async with started_engines(load) as (engine,):
         yield engine
-    finally:
-        await engine.close()
-        torch.set_num_threads(threads)
 
 
 def prompt(engine: TorchEngine, text: str) -> list[int]:

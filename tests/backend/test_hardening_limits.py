@@ -23,6 +23,8 @@ from art_adapters_backend.limits import MAX_STOP_CHARS
 
 from art_adapters import LocalBackend
 
+from tests.helpers.health_poll import while_polling_health
+
 MODEL = "smollm2-135m-instruct"
 HI = [{"role": "user", "content": "Say hi."}]
 #: What /health may take while another request is being worked on (seconds; before the fixes:
@@ -69,21 +71,6 @@ def _tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
 
 
-async def _while_polling_health(backend: LocalBackend, work: Any) -> tuple[Any, float, float]:
-    """Run ``work`` (a coroutine) while polling ``/health``: (its result, its seconds, the slowest /health)."""
-    task = asyncio.ensure_future(work)
-    worst = 0.0
-    started = time.perf_counter()
-    async with httpx.AsyncClient(base_url=backend.base_url, timeout=120) as http:
-        while not task.done():
-            sent = time.perf_counter()
-            assert (await http.get("/health")).status_code == 200
-            worst = max(worst, time.perf_counter() - sent)
-            await asyncio.sleep(0.05)
-    result = await task
-    return result, time.perf_counter() - started, worst
-
-
 async def _chat(backend: LocalBackend, body: dict[str, Any], timeout: float = 120) -> httpx.Response:
     async with httpx.AsyncClient(base_url=backend.base_url, timeout=timeout) as http:
         return await http.post("/v1/chat/completions", json={"model": MODEL, **body})
@@ -105,7 +92,7 @@ async def test_a_deeply_nested_tool_schema_is_refused_at_once_and_health_stays_f
     tools = [_tool("deep_a", _nested(380)), _tool("deep_b", _nested(380))]
     body = {"messages": HI, "tools": tools, "max_tokens": 4}
     assert len(json.dumps(body)) > 40_000
-    response, seconds, worst = await _while_polling_health(local_backend, _chat(local_backend, body))
+    response, seconds, worst = await while_polling_health(local_backend, _chat(local_backend, body))
     print(f"two tools 380 deep: {seconds:.2f} s, slowest /health meanwhile {worst:.3f} s")
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -124,7 +111,7 @@ async def test_a_slow_schema_compiles_off_the_event_loop(limited_backend: LocalB
         "response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}},
         "max_tokens": 9000,  # past the context: refused once the schema and prompt are checked
     }
-    response, seconds, worst = await _while_polling_health(limited_backend, _chat(limited_backend, body))
+    response, seconds, worst = await while_polling_health(limited_backend, _chat(limited_backend, body))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "context_length_exceeded"
     print(f"nested schema request: {seconds:.2f} s, slowest /health meanwhile {worst:.3f} s")
@@ -135,7 +122,7 @@ async def test_a_slow_schema_compiles_off_the_event_loop(limited_backend: LocalB
 async def test_a_prompt_far_past_the_context_is_refused_before_tokenising(local_backend: LocalBackend) -> None:
     # 1.5 M characters (under the 4 MiB body limit): tokenising it took seconds on the event loop.
     body = {"messages": [{"role": "user", "content": "ab " * 500_000}], "max_tokens": 4}
-    response, seconds, worst = await _while_polling_health(local_backend, _chat(local_backend, body))
+    response, seconds, worst = await while_polling_health(local_backend, _chat(local_backend, body))
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and "characters" in error["message"], error

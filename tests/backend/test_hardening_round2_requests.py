@@ -21,6 +21,7 @@ import pytest
 from art_adapters import LocalBackend
 from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
 
+from tests.helpers.health_poll import while_polling_health
 from tests.helpers.slow_grammar import pattern_schema, slow_pattern_length
 
 MODEL = "smollm2-135m-instruct"
@@ -30,20 +31,6 @@ DEFAULT_POOL_THREADS = min(32, (os.cpu_count() or 1) + 4)
 #: What /health may take while another request is being worked on (seconds). Before the fixes
 #: 30,000 tools held it 7 to 15 s on this machine.
 HEALTH_LATENCY_S = 1.0
-
-
-async def _while_polling_health(backend: LocalBackend, work: Any) -> tuple[Any, float, float]:
-    """Run ``work`` while polling ``/health``: (its result, its seconds, the slowest /health)."""
-    task = asyncio.ensure_future(work)
-    worst = 0.0
-    started = time.perf_counter()
-    async with httpx.AsyncClient(base_url=backend.base_url, timeout=120) as http:
-        while not task.done():
-            sent = time.perf_counter()
-            assert (await http.get("/health")).status_code == 200
-            worst = max(worst, time.perf_counter() - sent)
-            await asyncio.sleep(0.05)
-    return await task, time.perf_counter() - started, worst
 
 
 async def _chat(backend: LocalBackend, body: dict[str, Any], timeout: float = 600) -> httpx.Response:
@@ -67,7 +54,7 @@ async def test_thirty_thousand_tools_are_refused_at_once_without_freezing_health
 ) -> None:
     # The report's request: 30,000 one-line tools (1 MB) froze /health 7.1 s (quadratic name check).
     body = {"messages": HI, "tools": [_tool(f"t{i}") for i in range(30_000)], "max_tokens": 1}
-    response, seconds, worst = await _while_polling_health(local_backend, _chat(local_backend, body))
+    response, seconds, worst = await while_polling_health(local_backend, _chat(local_backend, body))
     print(f"30,000 tools: {seconds:.2f} s, slowest /health meanwhile {worst:.3f} s")
     assert response.status_code == 400, response.text
     error = response.json()["error"]

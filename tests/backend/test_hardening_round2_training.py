@@ -20,6 +20,8 @@ import pytest
 
 from art_adapters import LocalBackend
 
+from tests.helpers.health_poll import while_polling_health
+
 MODEL = "smollm2-135m-instruct"
 PROMPT = "Name a colour."
 HEALTH_LATENCY_S = 1.0
@@ -55,19 +57,6 @@ def _trajectory(reward: float, answer: str = "Blue.") -> dict[str, Any]:
             "reward": reward}  # fmt: skip
 
 
-async def _while_polling_health(backend: LocalBackend, work: Any) -> tuple[Any, float]:
-    """Run ``work`` while polling ``/health``: (its result, the slowest /health)."""
-    task = asyncio.ensure_future(work)
-    worst = 0.0
-    async with httpx.AsyncClient(base_url=backend.base_url, timeout=120) as http:
-        while not task.done():
-            sent = time.perf_counter()
-            assert (await http.get("/health")).status_code == 200
-            worst = max(worst, time.perf_counter() - sent)
-            await asyncio.sleep(0.05)
-    return await task, worst
-
-
 async def _post(backend: LocalBackend, path: str, body: Any, key: str | None = None) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key else {})}
@@ -88,9 +77,9 @@ async def test_a_big_train_body_never_freezes_health(capped_backend: LocalBacken
     # The report's request: 60 MB to /art/models/nobody/train froze /health 13.7 s, then a 404.
     body = _big_train_body(300_000)  # 36 MB, within --max-train-request-bytes (64 MiB)
     assert len(body) > 35_000_000
-    unknown, worst_unknown = await _while_polling_health(capped_backend, _post(capped_backend, "/art/models/nobody/train", body))
+    unknown, _, worst_unknown = await while_polling_health(capped_backend, _post(capped_backend, "/art/models/nobody/train", body))
     assert unknown.status_code == 404, unknown.text
-    known, worst_known = await _while_polling_health(capped_backend, _post(capped_backend, "/art/models/capped/train", body))
+    known, _, worst_known = await while_polling_health(capped_backend, _post(capped_backend, "/art/models/capped/train", body))
     print(f"36 MB train body: slowest /health {worst_unknown:.3f} s (unknown model), {worst_known:.3f} s (parsed)")
     assert known.status_code == 400, known.text  # parsed in a worker thread, then past the cap
     assert known.json()["error"]["param"] == "groups[0].trajectories"

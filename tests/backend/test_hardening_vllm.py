@@ -8,11 +8,8 @@ No GPU or vLLM here: a stand-in for vLLM's HTTP server on 127.0.0.1 checks the b
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,8 @@ import pytest
 from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
 from art_adapters_backend.engine.vllm_engine import VllmEngine, vllm_environment
 from art_adapters_backend.errors import EngineUnavailableError
+
+from tests.helpers.json_server import QuietHandler, serve_in_thread
 
 KEY = "generated-key"
 
@@ -34,7 +33,7 @@ class StandIn:
         self.stall_s: dict[str, float] = {}
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 path = self.path.split("?")[0]
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -49,22 +48,10 @@ class StandIn:
                 elif path == "/v1/completions":
                     body = {"choices": [{"index": 0, "finish_reason": "length", "token_ids": [5],
                                          "logprobs": {"token_logprobs": [-0.5]}}]}  # fmt: skip
-                data = json.dumps(body).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # a stalled answer's client gave up (the timeout tests): nobody to answer
+                self.send_json(status, body)  # a stalled answer's client may have given up: no error
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_in_thread(Handler, "vllm-stand-in")
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 class Tokenizer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from art_adapters_backend.bundled import BUNDLED_MODEL, resolve_model_path
 from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
 from art_adapters_backend.engine.prefix_cache import BLOCK, PrefixCache
 from art_adapters_backend.engine.torch_engine import TorchEngine
+
+from tests.helpers.engines import started_engines
 
 SYSTEM = (
     "You are a careful assistant. Use the add tool for arithmetic, then answer with the result. "
@@ -92,17 +95,11 @@ def model_path() -> Path:
 @pytest.fixture(scope="module")
 async def engines(model_path: Path) -> AsyncIterator[tuple[TorchEngine, TorchEngine]]:
     """The bundled model with the prefix cache on, and with it off (the uncached path)."""
-    threads = torch.get_num_threads()
-    cached = await asyncio.to_thread(TorchEngine.load, model_path, num_threads=1, prefix_cache_bytes=64 << 20)
-    plain = await asyncio.to_thread(TorchEngine.load, model_path, num_threads=1, prefix_cache_bytes=0)
-    await cached.start()
-    await plain.start()
-    try:
+    async with started_engines(
+        partial(TorchEngine.load, model_path, num_threads=1, prefix_cache_bytes=64 << 20),
+        partial(TorchEngine.load, model_path, num_threads=1, prefix_cache_bytes=0),
+    ) as (cached, plain):
         yield cached, plain
-    finally:
-        await cached.close()
-        await plain.close()
-        torch.set_num_threads(threads)
 
 
 def render(engine: TorchEngine, messages: list[dict[str, str]]) -> list[int]:
@@ -207,17 +204,11 @@ async def test_tiny_qwen3_reuses_prefixes_with_the_uncached_logprobs() -> None:
     from tests.helpers.families_support import tiny_qwen3_path
 
     path = await asyncio.to_thread(tiny_qwen3_path)
-    threads = torch.get_num_threads()
-    cached = await asyncio.to_thread(TorchEngine.load, path, num_threads=1, prefix_cache_bytes=16 << 20)
-    plain = await asyncio.to_thread(TorchEngine.load, path, num_threads=1, prefix_cache_bytes=0)
-    await cached.start()
-    await plain.start()
-    try:
+    async with started_engines(
+        partial(TorchEngine.load, path, num_threads=1, prefix_cache_bytes=16 << 20),
+        partial(TorchEngine.load, path, num_threads=1, prefix_cache_bytes=0),
+    ) as (cached, plain):
         await assert_cached_equals_uncached(cached, plain)
-    finally:
-        await cached.close()
-        await plain.close()
-        torch.set_num_threads(threads)
 
 
 def test_bad_cache_settings_are_clear_errors() -> None:

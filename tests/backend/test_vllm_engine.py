@@ -17,7 +17,7 @@ import socketserver
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ from art_adapters_backend.model_family import ModelFamily, resolve_model_family
 from art_adapters_backend.openai_types import ChatCompletionRequest
 from art_adapters_backend.reasoning import get_reasoning_parser
 from art_adapters_backend.tool_parser import get_tool_parser
+
+from tests.helpers.json_server import QuietHandler
 
 LLAMA3_TEMPLATE = Path(__file__).parents[1] / "families" / "templates" / "llama3-json-tools.jinja"
 PARAMS = {
@@ -338,21 +340,12 @@ class FakeVllm:
         self.reply: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] = lambda body: (500, {})
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 fake.requests.append((self.path, body))
-                status, answer = fake.reply(body) if self.path == "/v1/completions" else (200, {})
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
+                self.send_json(*(fake.reply(body) if self.path == "/v1/completions" else (200, {})))
 
         self.server: socketserver.BaseServer
         if uds is not None:

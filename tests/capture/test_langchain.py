@@ -16,7 +16,7 @@ from langgraph.prebuilt import ToolNode
 import art_adapters as aa
 from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._trajectory import Trajectory
-from tests.helpers.capture_fakes import PolicyChatModel, completion_id_for, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, chain_graph, completion_id_for, react_agent
 
 QUESTION = {"messages": [("user", "what is 2 + 3 times 4")]}
 
@@ -211,15 +211,7 @@ def planner_graph(agent, summariser: PolicyChatModel, *, fail_after_summary: boo
             raise ValueError("summary rejected")
         return {"summary": str(reply.content)}
 
-    builder = StateGraph(State)
-    builder.add_node("plan", plan)
-    builder.add_node("agent", agent)
-    builder.add_node("summarise", summarise)
-    builder.add_edge(START, "plan")
-    builder.add_edge("plan", "agent")
-    builder.add_edge("agent", "summarise")
-    builder.add_edge("summarise", END)
-    return builder.compile()
+    return chain_graph(State, ("plan", plan), ("agent", agent), ("summarise", summarise))
 
 
 async def test_subgraph_and_several_model_nodes_keep_every_history(agent) -> None:

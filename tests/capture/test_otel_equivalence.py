@@ -25,6 +25,7 @@ from tests.capture.test_langchain import QUESTION, assert_calculator_run, planne
 from tests.capture.test_model_names import QUESTION as REVIEW_QUESTION
 from tests.capture.test_model_names import REVIEW, answer
 from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, calculator_policy, review_graph
+from tests.helpers.conversations import conversation
 from tests.helpers.langchain_instrumentations import instrumented_with
 
 
@@ -61,19 +62,8 @@ def capture(instrumented: TrajectorySpanProcessor) -> TrajectorySpanProcessor:
 
 def comparable(trajectory: Trajectory) -> dict:
     """What both capture paths must agree on (not ids, timings, or where a record came from)."""
-    return {
-        "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
-        "tools": trajectory.tools,
-        "histories": [
-            [m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories
-        ],
-        "tool_records": sorted(
-            (r.call_id, r.name, str(r.arguments), r.result, r.is_error) for r in trajectory.tool_records
-        ),
-        "error": trajectory.error,
-        "usage": {k: v for k, v in trajectory.metrics.items() if k.endswith("tokens")},
-        "model_calls": trajectory.metrics["model_calls"],
-    }
+    model_calls = trajectory.metrics["model_calls"]
+    return {**conversation(trajectory, errors=True, usage=True), "model_calls": model_calls}
 
 
 def test_react_agent_invoke(capture: TrajectorySpanProcessor, agent) -> None:

@@ -35,7 +35,13 @@ from tests.capture.test_model_names import REVIEW, answer
 from tests.capture.test_otel_equivalence import comparable as equivalence_comparable
 from tests.capture.test_otel_mcp import QUESTION as ADD_QUESTION
 from tests.capture.test_otel_mcp import add_once
-from tests.helpers.capture_fakes import NamedFakeChatModel, PolicyChatModel, react_agent, review_graph
+from tests.helpers.capture_fakes import (
+    NamedFakeChatModel,
+    PolicyChatModel,
+    call_once,
+    react_agent,
+    review_graph,
+)
 
 langfuse = pytest.importorskip("langfuse", reason="the Langfuse SDK is not installed")
 langfuse_langchain = pytest.importorskip("langfuse.langchain", reason="the Langfuse SDK is not installed")
@@ -147,13 +153,8 @@ def divide(a: int, b: int) -> float:
     return a / b
 
 
-def divide_by_zero(messages: list) -> AIMessage:
-    """Call ``divide(1, 0)`` once, then report what the tool said."""
-    results = [m.text for m in messages if m.type == "tool"]
-    if not results:
-        call = {"name": "divide", "args": {"a": 1, "b": 0}, "id": "call_div", "type": "tool_call"}
-        return AIMessage(content="", tool_calls=[call])
-    return AIMessage(content=f"the tool said: {results[-1][:40]}")
+#: Call ``divide(1, 0)`` once, then report what the tool said.
+divide_by_zero = call_once("divide", {"a": 1, "b": 0}, "call_div", lambda said: f"the tool said: {said[:40]}")
 
 
 def test_a_failing_tool_is_an_error_record(lf: Traced) -> None:

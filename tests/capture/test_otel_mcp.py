@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
 from opentelemetry.sdk.trace import TracerProvider
 
 import mcp_tools
@@ -21,19 +20,14 @@ from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from art_adapters._capture.otel import TrajectorySpanProcessor
 from art_adapters._trajectory import ToolCallRecord
 from mcp_tools.servers import server_command
-from tests.helpers.capture_fakes import PolicyChatModel, react_agent
+from tests.helpers.capture_fakes import PolicyChatModel, call_once, react_agent
 from tests.helpers.langchain_instrumentations import instrumented_with
 
 QUESTION = {"messages": [("user", "what is 2 + 3")]}
 
 
-def add_once(messages: list) -> AIMessage:
-    """Call ``add(2, 3)`` once, then answer with its result."""
-    results = [m.text for m in messages if m.type == "tool"]
-    if not results:
-        tool_call = {"name": "add", "args": {"a": 2, "b": 3}, "id": "call_add_2_3", "type": "tool_call"}
-        return AIMessage(content="", tool_calls=[tool_call])
-    return AIMessage(content=f"2 + 3 = {results[-1]}")
+#: Call ``add(2, 3)`` once, then answer with its result.
+add_once = call_once("add", {"a": 2, "b": 3}, "call_add_2_3", lambda result: f"2 + 3 = {result}")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -11,15 +12,22 @@ from art_adapters._capture.recorder import TrajectoryRecorder
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, Trajectory
 
+
+def add_turns(a: int, b: int, call_id: str) -> tuple[Message, Message, Message, Message]:
+    """"add a and b": the user's question, the assistant's ``add`` call, the tool's result, the answer."""
+    arguments = json.dumps({"a": a, "b": b})
+    call = Message(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id=call_id, function=FunctionCall(name="add", arguments=arguments))],
+    )
+    question = Message(role="user", content=f"add {a} and {b}")
+    result = Message(role="tool", content=str(a + b), tool_call_id=call_id)
+    return question, call, result, Message(role="assistant", content=str(a + b))
+
+
 SYSTEM = Message(role="system", content="be brief")
-USER = Message(role="user", content="add 1 and 2")
-CALL = Message(
-    role="assistant",
-    content="",
-    tool_calls=[ToolCall(id="c1", function=FunctionCall(name="add", arguments='{"a": 1, "b": 2}'))],
-)
-RESULT = Message(role="tool", content="3", tool_call_id="c1")
-FINAL = Message(role="assistant", content="3")
+USER, CALL, RESULT, FINAL = add_turns(1, 2, "c1")
 
 
 def answered(message: Message, completion_id: str) -> Message:
@@ -206,15 +214,7 @@ def test_an_mcp_record_from_the_tool_node_is_matched_by_tool_call_id() -> None:
 
 
 def test_assistant_turns_are_marked_generated_only_when_a_call_of_the_run_produced_them() -> None:
-    example_q = Message(role="user", content="add 2 and 2")
-    example_call = Message(
-        role="assistant",
-        content="",
-        tool_calls=[ToolCall(id="ex1", function=FunctionCall(name="add", arguments='{"a": 2, "b": 2}'))],
-    )
-    example_result = Message(role="tool", content="4", tool_call_id="ex1")
-    example_answer = Message(role="assistant", content="4")
-    few_shot = [SYSTEM, example_q, example_call, example_result, example_answer]
+    few_shot = [SYSTEM, *add_turns(2, 2, "ex1")]
 
     def fresh(messages: list[Message]) -> list[Message]:  # each call's input converted anew, as capture does
         return [m.model_copy(deep=True) for m in messages]

@@ -10,23 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from art_adapters import (
-    BackendRequestError,
-    LocalBackend,
-    TrainableModel,
-    TrainConfig,
-    Trajectory,
-    TrajectoryGroup,
-)
+from art_adapters import BackendRequestError, LocalBackend, TrainableModel, TrainConfig
 from art_adapters._errors import ConfigError
-from art_adapters._trajectory import Message
+from tests.helpers.models import registered, unique_name
+from tests.helpers.sampled_groups import sampled_group
 
 PROMPT = "Name a colour."
 TOLERANCE = 1e-4
@@ -35,28 +28,9 @@ TOLERANCE = 1e-4
 @pytest.fixture(scope="module")
 async def trained(local_backend: LocalBackend) -> TrainableModel:
     """A model with one real training step (step 1) on the shared backend."""
-    model = TrainableModel(name=f"export-{uuid.uuid4().hex[:8]}", project="export-tests")
-    await model.register(local_backend)
-    client = model.openai_client()
-    response = await client.chat.completions.create(
-        model=model.served_name(), messages=[{"role": "user", "content": PROMPT}], n=4, temperature=1.0,
-        max_tokens=6, seed=1,
-    )  # fmt: skip
-    await client.close()
+    model = await registered(local_backend, unique_name("export"), "export-tests")
     rewards = [1.0, 0.0, 0.5, 0.0]
-    group = TrajectoryGroup(
-        trajectories=[
-            Trajectory(
-                messages=[
-                    Message(role="user", content=PROMPT),
-                    Message(role="assistant", content=choice.message.content, completion_id=response.id,
-                            choice_index=choice.index),
-                ],  # fmt: skip
-                reward=rewards[choice.index],
-            )
-            for choice in response.choices
-        ]
-    )
+    group = await sampled_group(model, 4, lambda c: rewards[c.index], prompt=PROMPT, seed=1)
     # A large learning rate, so the adapter moves the logits far more than the tolerance.
     result = await model.train([group], config=TrainConfig(learning_rate=2e-3))
     assert result.trained and result.step == 1
@@ -164,25 +138,7 @@ async def test_deleting_a_step_waits_for_its_export(
     trained: TrainableModel, local_backend: LocalBackend, tmp_path: Path
 ) -> None:
     """``checkpoints/delete`` of a step being exported waits for the export instead of breaking it."""
-    client = trained.openai_client()
-    response = await client.chat.completions.create(
-        model=trained.served_name(), messages=[{"role": "user", "content": PROMPT}], n=2, temperature=1.0,
-        max_tokens=6, seed=2,
-    )  # fmt: skip
-    await client.close()
-    group = TrajectoryGroup(
-        trajectories=[
-            Trajectory(
-                messages=[
-                    Message(role="user", content=PROMPT),
-                    Message(role="assistant", content=choice.message.content, completion_id=response.id,
-                            choice_index=choice.index),
-                ],  # fmt: skip
-                reward=float(choice.index),
-            )
-            for choice in response.choices
-        ]
-    )
+    group = await sampled_group(trained, 2, lambda c: float(c.index), prompt=PROMPT, seed=2)
     result = await trained.train([group], config=TrainConfig(learning_rate=1e-4))
     assert result.trained
     old_step = result.step - 1

@@ -43,12 +43,10 @@ async def qwen3_backend(
     qwen3_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[LocalBackend]:
     """A real backend serving the tiny Qwen3 folder as given: no template or parser flags."""
-    backend = LocalBackend(run_dir=tmp_path_factory.mktemp("qwen3-backend"), base_model=str(qwen3_path))
-    await backend.start()
-    try:
+    async with LocalBackend(
+        run_dir=tmp_path_factory.mktemp("qwen3-backend"), base_model=str(qwen3_path)
+    ) as backend:
         yield backend
-    finally:
-        await backend.close()
 
 
 @pytest.fixture(scope="session")
@@ -56,27 +54,35 @@ async def llama3_json_backend(
     qwen3_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[LocalBackend]:
     """The tiny model served with ``--chat-template`` (a Llama 3.x-style file) and ``--tool-call-parser llama3_json``."""
-    backend = LocalBackend(
+    async with LocalBackend(
         run_dir=tmp_path_factory.mktemp("llama3-json-backend"),
         base_model=str(qwen3_path),
         extra_args=["--chat-template", str(LLAMA3_JSON_TEMPLATE), "--tool-call-parser", "llama3_json"],
-    )
-    await backend.start()
-    try:
+    ) as backend:
         yield backend
-    finally:
-        await backend.close()
 
 
-def _qwen3(request: pytest.FixtureRequest) -> Family:
+def _on_tiny_qwen3(
+    request: pytest.FixtureRequest, name: str, backend: LocalBackend, **serving: Any
+) -> Family:
+    """A family served from the tiny Qwen3 folder by ``backend`` (``serving``: the rest of it)."""
     from transformers import AutoTokenizer
 
     path: Path = request.getfixturevalue("qwen3_path")
     return Family(
-        name="qwen3",
-        backend=request.getfixturevalue("qwen3_backend"),
+        name=name,
+        backend=backend,
         base_model=str(path),
         tokenizer=AutoTokenizer.from_pretrained(str(path)),
+        **serving,
+    )
+
+
+def _qwen3(request: pytest.FixtureRequest) -> Family:
+    return _on_tiny_qwen3(
+        request,
+        "qwen3",
+        request.getfixturevalue("qwen3_backend"),
         chat_template=qwen3_chat_template(),
         tool_call_parser="hermes",
         reasoning_parser="qwen3",
@@ -103,14 +109,10 @@ def _smollm2(request: pytest.FixtureRequest) -> Family:
 
 
 def _llama3_json_flags(request: pytest.FixtureRequest) -> Family:
-    from transformers import AutoTokenizer
-
-    path: Path = request.getfixturevalue("qwen3_path")
-    return Family(
-        name="llama3-json-flags",
-        backend=request.getfixturevalue("llama3_json_backend"),
-        base_model=str(path),
-        tokenizer=AutoTokenizer.from_pretrained(str(path)),
+    return _on_tiny_qwen3(
+        request,
+        "llama3-json-flags",
+        request.getfixturevalue("llama3_json_backend"),
         chat_template=LLAMA3_JSON_TEMPLATE.read_text(encoding="utf-8"),
         tool_call_parser="llama3_json",
         reasoning_parser=None,

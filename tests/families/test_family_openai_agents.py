@@ -10,13 +10,17 @@ which the Agents SDK treats as a failed run (``ModelBehaviorError``: ``response.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup, TrajectorySpanProcessor
-from tests.helpers.families_support import SYSTEM, Family
+from art_adapters import TrajectorySpanProcessor
+from tests.helpers.families_support import (
+    SYSTEM,
+    Family,
+    family_model,
+    trains_step_1,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
 
@@ -56,10 +60,7 @@ async def test_an_agents_sdk_agent_trains_a_step_on_exact_tokens(
     from openai import AsyncOpenAI
 
     capture.pop_trajectories()
-    model = TrainableModel(
-        name=f"agents-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
-    )
-    await model.register(family.backend)
+    model = await family_model(family, "agents")
     client = AsyncOpenAI(base_url=family.backend.openai_base_url, api_key="unused", max_retries=0)
     agent = agents.Agent(
         name="calculator", instructions=SYSTEM, tools=[add], tool_use_behavior="stop_on_first_tool",
@@ -91,11 +92,4 @@ async def test_an_agents_sdk_agent_trains_a_step_on_exact_tokens(
         chat_record = await family.backend.get_token_record(chat.id)
         assert token_record["prompt_token_ids"] == chat_record["prompt_token_ids"]
     await client.close()
-    group = TrajectoryGroup(
-        trajectories=[run.model_copy(update={"reward": r}) for run, r in zip(runs, [1.0, 0.0], strict=True)]
-    )
-    lr = 5e-2 if family.name == "qwen3" else 1e-4
-    result = await model.train([group], config=TrainConfig(learning_rate=lr))
-    metrics = result.metrics
-    assert result.trained and result.step == 1, result
-    assert (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"]) == (2, 0, 0), metrics
+    await trains_step_1(model, family, runs, 2)

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from typing import Any
 
 import openai
 import pytest
 
-from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup
-from tests.helpers.families_support import SYSTEM, Family, add, assert_served_at_step_1, captured_add_run
+from tests.helpers.families_support import (
+    SYSTEM,
+    Family,
+    assert_served_at_step_1,
+    captured_add_run,
+    family_model,
+    forced_add_graph,
+    trains_step_1,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
 
@@ -93,34 +98,9 @@ async def test_a_streamed_forced_call_has_no_reasoning_item_and_the_same_record(
     assert text.startswith(family.forced_prefix) and record["stream"] is True
 
 
-def _responses_graph(model: TrainableModel) -> Any:
-    """The families' forced-``add`` graph with its chat models on the Responses API."""
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    options = {"use_responses_api": True, "temperature": 1.0}
-    call = model.chat_model(max_tokens=48, **options).bind_tools([add], tool_choice="add")
-    answer = model.chat_model(max_tokens=8, **options).bind_tools([add], tool_choice="none")
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        llm = answer if any(m.type == "tool" for m in state["messages"]) else call
-        return {"messages": [await llm.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([add]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
-
-
 async def test_a_graph_on_the_responses_api_trains_a_step_on_exact_tokens(family: Family) -> None:
-    model = TrainableModel(
-        name=f"resp-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
-    )
-    await model.register(family.backend)
-    graph = _responses_graph(model)
+    model = await family_model(family, "resp")
+    graph = forced_add_graph(model, responses_api=True)
     runs = [await captured_add_run(graph) for _ in range(2)]
     for run in runs:
         assistants = [m for m in run.messages if m.role == "assistant"]
@@ -132,13 +112,6 @@ async def test_a_graph_on_the_responses_api_trains_a_step_on_exact_tokens(family
             if message.role == "assistant":
                 record = await family.backend.get_token_record(message.completion_id or "")
                 assert record["prompt_token_ids"] == family.prompt_ids({"messages": messages[:i], "tools": tools})
-    group = TrajectoryGroup(
-        trajectories=[run.model_copy(update={"reward": r}) for run, r in zip(runs, [1.0, 0.0], strict=True)]
-    )
-    lr = 5e-2 if family.name == "qwen3" else 1e-4
-    result = await model.train([group], config=TrainConfig(learning_rate=lr))
-    metrics = result.metrics
-    assert result.trained and result.step == 1, result
-    assert (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"]) == (4, 0, 0), metrics
-    assert metrics["grad_norm"] > 0
+    result = await trains_step_1(model, family, runs, 4)
+    assert result.metrics["grad_norm"] > 0
     await assert_served_at_step_1(family, model)

@@ -15,7 +15,6 @@ several CISPO updates per GRPO step, and per-turn credit.
 from __future__ import annotations
 
 import math
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,10 @@ from tests.helpers.families_support import (
     SYSTEM,
     Family,
     assert_served_at_step_1,
+    assert_step_1_on_records,
     captured_add_run,
+    family_lr,
+    family_model,
     forced_add_graph,
     vllm_conversation,
     vllm_tools,
@@ -58,11 +60,6 @@ TEACHER: list[dict[str, Any]] = [
     {"role": "assistant", "content": "2 + 3 = 5."},
 ]
 ASSISTANT_TURNS = [2, 4]
-
-
-def _lr(family: Family) -> float:
-    """GRPO's learning rate: large on the random Qwen3 model (as in test_family_training)."""
-    return 5e-2 if family.name == "qwen3" else 1e-4
 
 
 def _ids(family: Family, messages: list[dict[str, Any]], *, generation_prompt: bool) -> list[int]:
@@ -105,10 +102,7 @@ def _base_loss(family: Family, sequences: list[tuple[list[int], list[int]]]) -> 
 @pytest.fixture(scope="session")
 async def sft(family: Family) -> dict[str, Any]:
     """One SFT step (two passes) of a fresh model on the teacher's trajectory (step 1)."""
-    model = TrainableModel(
-        name=f"sft-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
-    )
-    await model.register(family.backend)
+    model = await family_model(family, "sft")
     trajectory = Trajectory(
         messages=[Message.model_validate({**m, "model": "teacher"} if m["role"] == "assistant" else m)
                   for m in TEACHER],  # fmt: skip
@@ -183,10 +177,7 @@ async def test_the_sft_step_is_served_as_name_at_1(family: Family, sft: dict[str
 @pytest.fixture(scope="session")
 async def captured(family: Family) -> dict[str, Any]:
     """A fresh model and four captured graph runs of it (step 0), rewards [1, 0, 1, 0]."""
-    model = TrainableModel(
-        name=f"grpo-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
-    )
-    await model.register(family.backend)
+    model = await family_model(family, "grpo")
     graph = forced_add_graph(model, answer_tokens=6)
     runs = [await captured_add_run(graph) for _ in range(4)]
     runs = [run.model_copy(update={"reward": r}) for run, r in zip(runs, [1.0, 0.0, 1.0, 0.0], strict=True)]
@@ -196,15 +187,13 @@ async def captured(family: Family) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 async def cispo(family: Family, captured: dict[str, Any]) -> Any:
     """Step 1: two passes of two CISPO updates each on the captured runs."""
-    config = TrainConfig(learning_rate=_lr(family), num_iterations=2, mini_batches=2, loss_type="cispo")
+    config = TrainConfig(learning_rate=family_lr(family), num_iterations=2, mini_batches=2, loss_type="cispo")
     return await captured["model"].train([TrajectoryGroup(trajectories=captured["runs"])], config=config)
 
 
 async def test_a_grpo_step_makes_two_passes_of_two_cispo_updates(family: Family, cispo: Any) -> None:
+    assert_step_1_on_records(cispo, 8)
     metrics = cispo.metrics
-    assert cispo.trained and cispo.step == 1, cispo
-    built = (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"])
-    assert built == (8, 0, 0), metrics
     assert metrics["updates"] == 4, metrics
     for key in ("loss", "clip_low_fraction", "clip_high_fraction", "ratio_mean", "policy_shift"):
         assert math.isfinite(metrics[f"pass_1_{key}"]) and math.isfinite(metrics[f"pass_2_{key}"]), key
@@ -227,9 +216,8 @@ async def test_per_turn_credit_trains_a_step_on_the_same_runs(
         run.model_copy(update={"metadata": {**run.metadata, "turn_rewards": rewards}})
         for run, rewards in zip(captured["runs"], turn_rewards, strict=True)
     ]
-    result = await captured["model"].train(
-        [TrajectoryGroup(trajectories=runs)], config=TrainConfig(learning_rate=_lr(family), credit="turn")
-    )
+    config = TrainConfig(learning_rate=family_lr(family), credit="turn")
+    result = await captured["model"].train([TrajectoryGroup(trajectories=runs)], config=config)
     assert result.trained and result.step == cispo.step + 1, result
     assert (result.metrics["record_turns"], result.metrics["fallback_turns"]) == (8, 0), result.metrics
     assert result.metrics["grad_norm"] > 0

@@ -11,16 +11,23 @@ assigned by hand make one group.
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from art_adapters import TrainableModel, TrainConfig, TrajectoryGroup
+from art_adapters import TrainableModel
 from art_adapters._trajectory import Trajectory
-from tests.helpers.families_support import Family, assert_served_at_step_1, captured_add_run, forced_add_graph
+from tests.helpers.families_support import (
+    Family,
+    assert_served_at_step_1,
+    assert_step_1_on_records,
+    captured_add_run,
+    family_model,
+    forced_add_graph,
+    train_rewarded,
+)
 
 #: Real model families only: ``llama3-json-flags`` is the Qwen3 model under another template.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("family", ["qwen3", "smollm2"], indirect=True)]
@@ -42,21 +49,11 @@ async def _extends(family: Family, trajectory: Trajectory) -> bool:
 @pytest.fixture(scope="session")
 async def trained(family: Family) -> dict[str, Any]:
     """One training step of a fresh model on two captured graph runs of the family (step 1)."""
-    model = TrainableModel(
-        name=f"fam-{family.name}-{uuid.uuid4().hex[:6]}", project="families", base_model=family.base_model
-    )
-    await model.register(family.backend)
+    model = await family_model(family, "fam")
     graph = forced_add_graph(model)
     runs = [await captured_add_run(graph) for _ in range(2)]
     extends = [await _extends(family, run) for run in runs]
-    group = TrajectoryGroup(
-        trajectories=[
-            run.model_copy(update={"reward": reward}) for run, reward in zip(runs, [1.0, 0.0], strict=True)
-        ]
-    )
-    # A large learning rate on the random model, so the adapter moves its logits far past the tolerance.
-    lr = 5e-2 if family.name == "qwen3" else 1e-4
-    result = await model.train([group], config=TrainConfig(learning_rate=lr))
+    result = await train_rewarded(model, family, runs)
     return {"model": model, "runs": runs, "extends": extends, "result": result}
 
 
@@ -72,11 +69,8 @@ async def test_a_captured_graph_run_trains_one_step_on_exact_tokens(
         # Qwen3's template drops the call turn's (empty) thinking block when it renders the history,
         # so the answer turn's prompt does not extend what was sampled: one sequence per turn.
         assert extends == [False, False]
+    assert_step_1_on_records(result, 4)
     metrics = result.metrics
-    assert result.trained and result.step == 1, result
-    assert (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"]) == (4, 0, 0), (
-        metrics
-    )
     breaks = extends.count(False)
     print(f"{family.name}: {metrics['sequences']} sequences from 4 recorded turns, {breaks} prefix breaks")
     assert metrics["prefix_breaks"] == breaks and metrics["sequences"] == 2 + breaks, metrics

@@ -10,7 +10,8 @@ it names it the way ``ChatOpenAI`` does: in the call's invocation params and Lan
 (``llm_output["model_name"]`` and ``response_metadata["model_name"]``).
 
 ``NamedFakeChatModel`` is langchain-core's ``FakeMessagesListChatModel`` with a model name,
-and :func:`review_graph` a LangGraph graph in which two chat models share one conversation.
+:func:`review_graph` a LangGraph graph in which two chat models share one conversation, and
+:func:`chain_graph` any graph whose nodes run one after another.
 """
 
 from __future__ import annotations
@@ -160,6 +161,19 @@ def calculator_policy(messages: list[BaseMessage]) -> AIMessage:
     return AIMessage(content=f"The results are {' and '.join(results[-2:])}.")
 
 
+def call_once(name: str, args: dict[str, Any], call_id: str, answer: Callable[[str], str]) -> Policy:
+    """A policy that calls the tool ``name`` with ``args`` once, then answers ``answer(its last result)``."""
+
+    def policy(messages: list[BaseMessage]) -> AIMessage:
+        results = [m.text for m in messages if m.type == "tool"]
+        if not results:
+            call = {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+            return AIMessage(content="", tool_calls=[call])
+        return AIMessage(content=answer(results[-1]))
+
+    return policy
+
+
 def react_agent(model, tools, **kwargs):
     """``langgraph.prebuilt.create_react_agent`` (deprecated in LangGraph 1.x, still what many graphs use)."""
     from langgraph.prebuilt import create_react_agent
@@ -189,26 +203,29 @@ POLICY_SYSTEM = "Answer in one short sentence."
 REVIEW_SYSTEM = "You review answers. Say what to improve."
 
 
+def chain_graph(state: type, *nodes: tuple[str, Any]) -> Any:
+    """A compiled LangGraph graph over ``state`` that runs ``(name, node)`` pairs in order, START to END."""
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(state)
+    for name, node in nodes:
+        builder.add_node(name, node)
+    names = [START, *(name for name, _ in nodes), END]
+    for source, target in zip(names, names[1:], strict=False):
+        builder.add_edge(source, target)
+    return builder.compile()
+
+
 def review_graph(policy: Any, reviewer: Any) -> Any:
     """draft (policy) -> review (another model, its own system prompt) -> revise (policy), one message list.
 
     The reviewer's turn is in the conversation the policy answers last, so the run's main
     history holds both models' turns: ``system, user, draft, review, revision``.
     """
-    from langgraph.graph import END, START, StateGraph
-
     def draft(state: ReviewState) -> dict:
         return {"messages": [policy.invoke([SystemMessage(POLICY_SYSTEM), *state["messages"]])]}
 
     def review(state: ReviewState) -> dict:
         return {"messages": [reviewer.invoke([SystemMessage(REVIEW_SYSTEM), *state["messages"]])]}
 
-    builder = StateGraph(ReviewState)
-    builder.add_node("draft", draft)
-    builder.add_node("review", review)
-    builder.add_node("revise", draft)
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "revise")
-    builder.add_edge("revise", END)
-    return builder.compile()
+    return chain_graph(ReviewState, ("draft", draft), ("review", review), ("revise", draft))

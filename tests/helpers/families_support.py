@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,17 @@ from typing import Annotated, Any
 from langchain_core.tools import tool
 from pydantic import Field
 
-from art_adapters import LocalBackend, TrainableModel, TrajectoryCallbackHandler
+from art_adapters import (
+    LocalBackend,
+    TrainableModel,
+    TrainConfig,
+    TrainResult,
+    TrajectoryCallbackHandler,
+    TrajectoryGroup,
+)
 from art_adapters._trajectory import Trajectory
+from tests.helpers.models import registered
+from tests.helpers.openai_tools import add_tool
 from tests.helpers.tiny_models import save_random_model, tiny_config
 
 #: Bump when the tiny model's recipe changes, so a stale cached folder is not reused.
@@ -102,22 +112,8 @@ LLAMA3_JSON_TEMPLATE = Path(__file__).parents[1] / "families" / "templates" / "l
 
 #: The system prompt and the tools of the test requests.
 SYSTEM = "You are a terse calculator assistant."
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            # Bounded: a random model's unbounded integer may run on past max_tokens.
-            "properties": {
-                "a": {"type": "integer", "minimum": 0, "maximum": 1000},
-                "b": {"type": "integer", "minimum": 0, "maximum": 1000},
-            },
-            "required": ["a", "b"],
-        },
-    },
-}
+#: Bounded: a random model's unbounded integer may run on past max_tokens.
+ADD = add_tool(maximum=1000)
 SET_MODE = {
     "type": "function",
     "function": {
@@ -250,14 +246,16 @@ def add(a: Annotated[int, Field(ge=0, le=99)], b: Annotated[int, Field(ge=0, le=
     return a + b
 
 
-def forced_add_graph(model: TrainableModel, answer_tokens: int = 8) -> Any:
+def forced_add_graph(model: TrainableModel, answer_tokens: int = 8, responses_api: bool = False) -> Any:
     """agent -> (tool call?) tools -> agent -> end; the first turn must call ``add``, the second
-    answers with tools turned off (at most ``answer_tokens`` tokens)."""
+    answers with tools turned off (at most ``answer_tokens`` tokens). ``responses_api``: its chat
+    models call the Responses API instead of chat completions."""
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    call = model.chat_model(temperature=1.0, max_tokens=48).bind_tools([add], tool_choice="add")
-    answer = model.chat_model(temperature=1.0, max_tokens=answer_tokens).bind_tools([add], tool_choice="none")
+    options: dict[str, Any] = {"temperature": 1.0, **({"use_responses_api": True} if responses_api else {})}
+    call = model.chat_model(max_tokens=48, **options).bind_tools([add], tool_choice="add")
+    answer = model.chat_model(max_tokens=answer_tokens, **options).bind_tools([add], tool_choice="none")
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         llm = answer if any(m.type == "tool" for m in state["messages"]) else call
@@ -283,6 +281,48 @@ async def captured_add_run(graph: Any) -> Trajectory:
     assert trajectory is not None and trajectory.error is None
     assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
     return trajectory
+
+
+async def family_model(family: Family, prefix: str) -> TrainableModel:
+    """A fresh model of project ``families`` on ``family``'s backend and base model, named
+    ``<prefix>-<family>-<6 hex digits>``."""
+    name = f"{prefix}-{family.name}-{uuid.uuid4().hex[:6]}"
+    return await registered(family.backend, name, "families", base_model=family.base_model)
+
+
+def family_lr(family: Family) -> float:
+    """GRPO's learning rate: large on the random Qwen3 model, so the adapter moves its logits far
+    past the tolerance; 1e-4 elsewhere."""
+    return 5e-2 if family.name == "qwen3" else 1e-4
+
+
+async def train_rewarded(
+    model: TrainableModel, family: Family, runs: Sequence[Trajectory], rewards: Sequence[float] = (1.0, 0.0)
+) -> TrainResult:
+    """One GRPO step of ``model`` on ``runs`` as one group (run i rewarded ``rewards[i]``), at
+    :func:`family_lr`."""
+    group = TrajectoryGroup(
+        trajectories=[run.model_copy(update={"reward": r}) for run, r in zip(runs, rewards, strict=True)]
+    )
+    return await model.train([group], config=TrainConfig(learning_rate=family_lr(family)))
+
+
+def assert_step_1_on_records(result: TrainResult, record_turns: int) -> None:
+    """``result`` trained step 1 on ``record_turns`` turns, all built from token records (no
+    fallback, none missing)."""
+    metrics = result.metrics
+    assert result.trained and result.step == 1, result
+    built = (metrics["record_turns"], metrics["fallback_turns"], metrics["missing_records"])
+    assert built == (record_turns, 0, 0), metrics
+
+
+async def trains_step_1(
+    model: TrainableModel, family: Family, runs: Sequence[Trajectory], record_turns: int
+) -> TrainResult:
+    """:func:`train_rewarded` on ``runs``, asserting :func:`assert_step_1_on_records`."""
+    result = await train_rewarded(model, family, runs)
+    assert_step_1_on_records(result, record_turns)
+    return result
 
 
 async def assert_served_at_step_1(family: Family, model: TrainableModel) -> None:

@@ -22,8 +22,9 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any
+
+from tests.helpers.json_server import QuietHandler, ServedInThread
 
 Entry = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -79,7 +80,7 @@ def good_answer(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": scores([(label, 1 / (k + 1)) for k, label in enumerate(labels)])}
 
 
-class JudgeServer:
+class JudgeServer(ServedInThread):
     """The server; start with :meth:`start`, stop with :meth:`stop` (or use as a context manager)."""
 
     def __init__(self) -> None:
@@ -88,7 +89,6 @@ class JudgeServer:
         self.requests: list[dict[str, Any]] = []
         self.raw_bodies: list[str] = []
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
@@ -115,10 +115,7 @@ class JudgeServer:
         """Listen on a free port on 127.0.0.1, serving from a daemon thread."""
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
                 entry = server._next(json.loads(raw), raw)
@@ -143,32 +140,7 @@ class JudgeServer:
                         ],
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     }
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
+                self.send_json(status, payload)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="judge-server", daemon=True
-        ).start()
+        self._serve(Handler, "judge-server")
         return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -36,11 +36,11 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import threading
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+from tests.helpers.json_server import QuietHandler, ServedInThread
 
 PROJECT = "proj-stand-in"
 _FIELD_GROUPS = {
@@ -139,7 +139,7 @@ def v3_score(trace: dict[str, Any], number: int, score: dict[str, Any]) -> dict[
     }
 
 
-class LangfuseApiStandIn:
+class LangfuseApiStandIn(ServedInThread):
     """The stand-in server over a list of Langfuse trace exports (with observations and scores)."""
 
     def __init__(
@@ -168,7 +168,6 @@ class LangfuseApiStandIn:
         self.posts: dict[str, int] = {}
         #: answer the dataset endpoints with this status (500: a Langfuse that fails), ``None``: normally
         self.fail_datasets: int | None = None
-        self._httpd: ThreadingHTTPServer | None = None
         self.url = ""
 
     # -- the endpoints ---------------------------------------------------------------------
@@ -369,7 +368,7 @@ class LangfuseApiStandIn:
         """Serve on a free 127.0.0.1 port in a daemon thread."""
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 status, body = stand_in.answer(
@@ -377,7 +376,7 @@ class LangfuseApiStandIn:
                     parse_qs(parts.query, keep_blank_values=True),
                     self.headers.get("Authorization"),
                 )
-                self._reply(status, body)
+                self.send_json(status, body)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -388,33 +387,7 @@ class LangfuseApiStandIn:
                     urlsplit(self.path).path, body, self.headers.get("Authorization"),
                     self.headers.get("x-langfuse-ingestion-version"),
                 )
-                self._reply(status, answer)
+                self.send_json(status, answer)
 
-            def _reply(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self.url = self._serve(Handler, "langfuse-api")
         return self
-
-    def stop(self) -> None:
-        """Shut the server down."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -24,6 +24,8 @@ from typing import Self
 
 import httpx
 
+from tests.helpers.processes import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-phoenix"
 STAMP = VENV / ".art-adapters-complete"
@@ -151,10 +153,5 @@ class PhoenixServer:
     def stop(self) -> None:
         """Terminate the server (kill after 10 s)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_process(self.process)
         self.process = None

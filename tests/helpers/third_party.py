@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import wait_for_line
+from tests.helpers.processes import stop_process, wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = Path(os.environ.get("ART_ADAPTERS_NODE_PREFIX", REPO / ".venv" / "node")) / "node_modules" / ".bin"
@@ -69,9 +69,4 @@ def everything_http() -> Iterator[str]:
         threading.Thread(target=lambda: [None for _ in process.stderr or ()], daemon=True).start()
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)

@@ -1,4 +1,8 @@
-"""Test helper: four real conversations as training sequences for the trainer tests on the bundled model."""
+"""Test helper: training sequences for the trainer tests.
+
+:func:`completion_sequence` is one prompt + completion; :func:`toy_sequences` four real
+conversations of the bundled model.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,27 @@ TOY_CONVERSATIONS = [
 ]
 
 
+def completion_sequence(
+    prompt: list[int],
+    completion: list[int],
+    advantage: float,
+    group_id: str,
+    trajectory_id: str,
+    **fields: Any,
+) -> TrainingSequence:
+    """``prompt`` (masked out) + ``completion`` (masked in), old log-probs unknown (``None``);
+    ``fields``: the sequence's other fields (``temperature``...)."""
+    return TrainingSequence(
+        token_ids=prompt + completion,
+        loss_mask=[0] * len(prompt) + [1] * len(completion),
+        old_logprobs=[None] * (len(prompt) + len(completion)),
+        advantage=advantage,
+        group_id=group_id,
+        trajectory_id=trajectory_id,
+        **fields,
+    )
+
+
 def toy_sequences(tokenizer: Any, render: Any, group_of: Callable[[int], str]) -> list[TrainingSequence]:
     """:data:`TOY_CONVERSATIONS` as sequences: the rendered prompt (masked out) + the answer (masked in).
 
@@ -25,14 +50,5 @@ def toy_sequences(tokenizer: Any, render: Any, group_of: Callable[[int], str]) -
     for i, (question, answer, advantage) in enumerate(TOY_CONVERSATIONS):
         prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
         completion = tokenizer.encode(answer, add_special_tokens=False)
-        out.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * len(prompt) + [1] * len(completion),
-                old_logprobs=[None] * (len(prompt) + len(completion)),
-                advantage=advantage,
-                group_id=group_of(i),
-                trajectory_id=f"t{i}",
-            )
-        )
+        out.append(completion_sequence(prompt, completion, advantage, group_of(i), f"t{i}"))
     return out

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from langchain_openai import ChatOpenAI
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
 from art_adapters._calibration import (
@@ -27,10 +26,10 @@ from art_adapters._calibration import (
 )
 from art_adapters._loop import train_loop
 from art_adapters._scorers import combined_scorer
-from art_adapters.observe import ObserveConfig, Observer
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.judge_server import JudgeServer
+from tests.helpers.observers import in_memory_observer
 from tests.helpers.scripted_judges import LENGTH_RULE, judge_by, judge_dimensions, length_loving
 from tests.loop.test_loop import brevity, loop_config, make_rollout, scenarios
 
@@ -116,8 +115,7 @@ async def test_every_step_reports_ruler_against_the_verifiable_reward(
 ) -> None:
     model = TrainableModel(name=f"calibrated-{int(rho)}", project="loop-tests")
     await model.register(fake_backend)
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="calibrated"), span_exporter=exporter)
+    observer, exporter = in_memory_observer("calibrated")
     with JudgeServer() as server:
         server.reset(default=length_loving if rule is None else judge_by(rule))  # type: ignore[arg-type]
         judge = ChatOpenAI(base_url=server.url, api_key="t", model="scripted", max_retries=0, temperature=0)

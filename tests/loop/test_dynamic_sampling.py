@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from art_adapters import TrainableModel, Trajectory
+from art_adapters import Trajectory
 from art_adapters._dynamic_sampling import fill_batch
 from art_adapters._loop import next_batch, train_loop
 from art_adapters._scorers import has_spread, verifiable_scorer
 from art_adapters._trajectory import Message, TrajectoryGroup
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
 from tests.loop.test_loop import loop_config, make_rollout
 
 
@@ -36,8 +37,7 @@ def mixed(n_flat: int, n_varied: int) -> list[dict[str, Any]]:
 async def test_a_step_whose_groups_scored_alike_draws_fresh_scenarios_until_it_has_signal(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-dynamic", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-dynamic", "loop-tests")
     train = mixed(4, 4)
     first = [s["id"] for s in next_batch(train, 0, 2, seed=0)]
     seen_ids = [s["id"] for b in range(4) for s in next_batch(train, b, 2, seed=0)]
@@ -67,8 +67,7 @@ async def test_a_step_whose_groups_scored_alike_draws_fresh_scenarios_until_it_h
 async def test_dynamic_sampling_stops_at_its_budget_and_the_step_says_why_it_trained_nothing(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-dynamic-flat", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-dynamic-flat", "loop-tests")
     result = await train_loop(
         model, make_rollout(model), mixed(6, 0), score=verifiable_scorer(flat_or_brief),
         config=loop_config(tmp_path, steps=1, dynamic_sampling=2, max_untrained=1),

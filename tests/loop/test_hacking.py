@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from langchain_openai import ChatOpenAI
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
 from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
@@ -35,6 +34,7 @@ from art_adapters.observe import ObserveConfig, Observer
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
 from tests.helpers.judge_server import JudgeServer
+from tests.helpers.observers import in_memory_observer
 from tests.helpers.scripted_judges import length_loving
 from tests.loop.test_loop import brevity, loop_config, scenarios
 
@@ -179,8 +179,7 @@ async def _gamed_run(
 async def test_a_judge_that_rewards_length_is_caught_while_the_verifiable_reward_falls(
     fake_backend: FakeBackend, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="gamed"), span_exporter=exporter)
+    observer, exporter = in_memory_observer("gamed")
     with caplog.at_level(logging.WARNING):
         result, seen, _ = await _gamed_run(
             fake_backend, tmp_path, "gamed", HackingMonitorConfig(window=1), observer

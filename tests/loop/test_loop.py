@@ -23,6 +23,7 @@ from art_adapters._scorers import ruler_scorer, verifiable_scorer
 from art_adapters._trajectory import Message, load_groups
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
 
 
 class Interrupted(Exception):
@@ -33,7 +34,8 @@ def scenarios(prefix: str, n: int) -> list[dict[str, Any]]:
     return [{"id": f"{prefix}{i}", "a": 3 + i, "b": 11 + 2 * i} for i in range(n)]
 
 
-def make_rollout(model: TrainableModel) -> Any:
+def make_rollout(model: TrainableModel, keep_model: bool = False) -> Any:
+    """The a + b rollout; ``keep_model`` keeps the reply's ``model`` as the response names it (as capture)."""
     client = model.openai_client()
 
     async def rollout(scenario: dict[str, Any]) -> Trajectory:
@@ -48,7 +50,10 @@ def make_rollout(model: TrainableModel) -> Any:
             max_tokens=4,
         )
         choice = response.choices[0]
-        reply = Message(role="assistant", content=choice.message.content, completion_id=response.id)
+        reply = Message(
+            role="assistant", content=choice.message.content, completion_id=response.id,
+            model=response.model if keep_model else None,
+        )  # fmt: skip
         return Trajectory(messages=[*history, reply])
 
     return rollout
@@ -71,8 +76,7 @@ def loop_config(run_dir: Path, steps: int, **kw: Any) -> LoopConfig:
 async def test_resume_after_interruption_continues_and_evaluates_every_k(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-resume", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-resume", "loop-tests")
     train = scenarios("t", 8)
     first = next_batch(train, 0, 2, seed=0)[0]
     train[train.index(first)] = {"id": "bad", "a": 1, "b": 2}  # in the first batch
@@ -127,8 +131,7 @@ def closed_port() -> int:
 async def test_groups_the_judge_cannot_score_are_reported(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-unscored", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-unscored", "loop-tests")
     judge = ChatOpenAI(
         model="nobody", base_url=f"http://127.0.0.1:{closed_port()}/v1", api_key="x", max_retries=0, timeout=5
     )
@@ -150,8 +153,7 @@ async def test_groups_the_judge_cannot_score_are_reported(
 
 
 async def test_a_scorer_that_drops_groups_is_an_error(fake_backend: FakeBackend, tmp_path: Path) -> None:
-    model = TrainableModel(name="loop-drop", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-drop", "loop-tests")
 
     async def drops_one(groups: list[Any], scenarios: list[Any]) -> list[Any]:
         return groups[1:]
@@ -167,8 +169,7 @@ async def test_a_scorer_that_drops_groups_is_an_error(fake_backend: FakeBackend,
 async def test_rollouts_survive_a_scoring_crash_and_are_reused_not_rerun(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-reuse", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-reuse", "loop-tests")
     train, sample = scenarios("r", 4), make_rollout(model)
     calls = 0
 

@@ -12,23 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from art_adapters import TrainableModel
 from art_adapters._loop import train_loop
 from art_adapters._scorers import verifiable_scorer
 from art_adapters.observe import ObserveConfig, Observer
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
+from tests.helpers.observers import in_memory_observer
 from tests.loop.test_loop import brevity, loop_config, make_rollout, scenarios
 
 
 async def test_every_rollout_of_the_run_is_one_scored_trace_labelled_with_its_step(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="loop-traced", project="loop-tests")
-    await model.register(fake_backend)
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="traced"), span_exporter=exporter)
+    model = await registered(fake_backend, "loop-traced", "loop-tests")
+    observer, exporter = in_memory_observer("traced")
     result = await train_loop(
         model, make_rollout(model), scenarios("t", 4), score=verifiable_scorer(brevity),
         val_scenarios=scenarios("v", 2), config=loop_config(tmp_path / "run", steps=2, eval_every=0),
@@ -76,8 +73,7 @@ async def test_trackers_get_one_row_per_step_and_split(fake_backend: FakeBackend
 
     from art_adapters._loop_telemetry import LoopTelemetry
 
-    model = TrainableModel(name="loop-tracked", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "loop-tracked", "loop-tests")
     tracker = Recording()
     telemetry = LoopTelemetry(observer=Observer(ObserveConfig()), trackers=[tracker], model_name=model.name)
     config = loop_config(tmp_path / "run", steps=2, eval_every=1)

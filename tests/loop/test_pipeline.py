@@ -15,14 +15,16 @@ from typing import Any
 
 import pytest
 
-from art_adapters import ConfigError, TrainableModel, TrainConfig, Trajectory
+from art_adapters import ConfigError, TrainConfig, Trajectory
 from art_adapters._batch_store import GroupStore
 from art_adapters._loop import LoopConfig, train_loop
 from art_adapters._runner import RunConfig
 from art_adapters._scorers import verifiable_scorer
-from art_adapters._trajectory import Message, load_groups
+from art_adapters._trajectory import load_groups
 from art_adapters.observe._metrics import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
+from tests.helpers.observers import in_memory_observer
 from tests.loop.test_loop import brevity, make_rollout, scenarios
 
 
@@ -37,25 +39,6 @@ def pipelined(run_dir: Path | None, steps: int, **kw: Any) -> LoopConfig:
         "train": TrainConfig(learning_rate=1e-4, lora_rank=4, lora_alpha=8, seed=0), **kw,
     }  # fmt: skip
     return LoopConfig(**settings)
-
-
-def recording_rollout(model: TrainableModel) -> Any:
-    """test_loop's rollout, keeping each reply's ``model`` as the response names it (as capture does)."""
-    client = model.openai_client()
-
-    async def rollout(scenario: dict[str, Any]) -> Trajectory:
-        history = [
-            Message(role="system", content="Answer with only the number."),
-            Message(role="user", content=f"What is {scenario['a']} + {scenario['b']}?"),
-        ]
-        response = await client.chat.completions.create(
-            model=model.served_name(), messages=[m.to_openai() for m in history], temperature=1.0, max_tokens=4
-        )
-        content = response.choices[0].message.content
-        reply = Message(role="assistant", content=content, completion_id=response.id, model=response.model)
-        return Trajectory(messages=[*history, reply])
-
-    return rollout
 
 
 def events(run_dir: Path) -> list[dict[str, Any]]:
@@ -73,8 +56,7 @@ def test_max_staleness_is_a_count() -> None:
 async def test_a_slow_group_that_falls_too_far_behind_is_dropped_and_counted(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="pipe-stale", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-stale", "loop-tests")
     train = scenarios("p", 12)
     sample, release = make_rollout(model), asyncio.Event()
     slow_id: list[str] = []
@@ -112,10 +94,9 @@ async def test_a_slow_group_that_falls_too_far_behind_is_dropped_and_counted(
 async def test_rollouts_sample_the_newest_checkpoint_and_keep_its_exact_name(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="pipe-version", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-version", "loop-tests")
     result = await train_loop(
-        model, recording_rollout(model), scenarios("v", 8), score=verifiable_scorer(brevity),
+        model, make_rollout(model, keep_model=True), scenarios("v", 8), score=verifiable_scorer(brevity),
         config=pipelined(tmp_path, 3, max_staleness=2),
     )  # fmt: skip
     assert result.final_step == 3
@@ -132,8 +113,7 @@ async def test_rollouts_sample_the_newest_checkpoint_and_keep_its_exact_name(
 async def test_a_crash_mid_pipeline_keeps_sampled_groups_and_the_restart_trains_or_drops_them(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="pipe-crash", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-crash", "loop-tests")
     train, sample = scenarios("c", 12), make_rollout(model)
     rolled: list[str] = []
 
@@ -194,8 +174,7 @@ def test_a_training_step_that_landed_before_the_crash_closes_its_groups(tmp_path
 
 
 async def test_a_scorer_error_in_the_pipeline_stops_the_loop(fake_backend: FakeBackend, tmp_path: Path) -> None:
-    model = TrainableModel(name="pipe-scorer", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-scorer", "loop-tests")
 
     async def drops_one(groups: list[Any], scenarios: list[Any]) -> list[Any]:
         return []
@@ -208,8 +187,7 @@ async def test_a_scorer_error_in_the_pipeline_stops_the_loop(fake_backend: FakeB
 async def test_groups_without_a_reward_spread_never_count_and_the_loop_gives_up(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="pipe-flat", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-flat", "loop-tests")
     result = await train_loop(
         model, make_rollout(model), scenarios("f", 4), score=verifiable_scorer(lambda t, s: 1.0),
         config=pipelined(tmp_path, 2, max_untrained=2),
@@ -247,16 +225,10 @@ def test_demo_and_train_mcp_take_max_staleness() -> None:
 async def test_live_traces_show_each_rollouts_policy_version_and_staleness(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from art_adapters.observe import ObserveConfig, Observer
-
-    model = TrainableModel(name="pipe-traced", project="loop-tests")
-    await model.register(fake_backend)
-    exporter = InMemorySpanExporter()
-    observer = Observer(ObserveConfig(run="pipe-traced"), span_exporter=exporter)
+    model = await registered(fake_backend, "pipe-traced", "loop-tests")
+    observer, exporter = in_memory_observer("pipe-traced")
     result = await train_loop(
-        model, recording_rollout(model), scenarios("o", 8), score=verifiable_scorer(brevity),
+        model, make_rollout(model, keep_model=True), scenarios("o", 8), score=verifiable_scorer(brevity),
         config=pipelined(tmp_path, 3), observer=observer,
     )  # fmt: skip
     observer.force_flush(10)
@@ -291,8 +263,7 @@ def test_rollout_budget_is_checked() -> None:
 async def test_the_rollout_budget_caps_sampling_and_a_short_last_step_trains_what_is_left(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="pipe-budget", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "pipe-budget", "loop-tests")
     sample, rolled = make_rollout(model), []
 
     async def rollout(scenario: dict[str, Any]) -> Trajectory:
@@ -337,8 +308,7 @@ async def test_tool_and_judge_waits_overlap_at_the_same_rollout_budget(
 
     walls, counts = {}, {}
     for k in (0, 2):
-        model = TrainableModel(name=f"pipe-overlap-{k}", project="loop-tests")
-        await model.register(fake_backend)
+        model = await registered(fake_backend, f"pipe-overlap-{k}", "loop-tests")
         sample[k] = make_rollout(model)
 
         async def rollout(scenario: dict[str, Any], k: int = k) -> Trajectory:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
 
 from mcp_tools.servers import server_command
-from tests.helpers.processes import wait_for_line
+from tests.helpers.processes import announced_url
 
 
 @contextmanager
@@ -25,16 +26,21 @@ def http_server(name: str, *args: str, port_file: Path | None = None) -> Iterato
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    try:
-        line = wait_for_line(process, process.stdout, "listening on", f"server {name}")
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with announced_url(process, f"server {name}") as url:
+        yield url
+
+
+#: The one entity of :func:`memory_file`.
+SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
+
+
+@pytest.fixture
+def memory_file(tmp_path: Path) -> Path:
+    """A memory file holding one entity, as server-memory writes it (JSON lines)."""
+    path = tmp_path / "data" / "memory.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(SEED) + "\n", encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="session")

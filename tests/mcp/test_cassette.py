@@ -20,7 +20,7 @@ from art_adapters import ConfigError, ToolServerError, Trajectory
 from art_adapters._capture.langchain import TrajectoryCallbackHandler
 from tests.helpers import counter_server
 from tests.helpers.capture_fakes import PolicyChatModel, react_agent
-from tests.helpers.processes import wait_for_line
+from tests.helpers.processes import announced_url, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = {"messages": [("user", "tick a twice, then b")]}
@@ -362,16 +362,8 @@ def http_counter(tmp_path: Path) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    try:
-        line = wait_for_line(process, process.stdout, "listening on", "counter server")
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with announced_url(process, "counter server") as url:
+        yield url
 
 
 async def test_record_and_replay_over_streamable_http(tmp_path: Path, http_counter: str) -> None:

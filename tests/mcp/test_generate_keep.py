@@ -9,10 +9,8 @@ HTTP server (so the OpenAI SDK raises its real ``LengthFinishReasonError``), and
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from mcp_tools import ScenarioGenerationError, generate_scenarios, load_scenario
 from mcp_tools._answers import named_tool
 from mcp_tools._generate import SYSTEM_PROMPT, describe_tools
 from mcp_tools.servers import server_command
+from tests.helpers.json_server import QuietHandler, serve_in_thread
 from tests.helpers.scripted_generator import ScriptedGenerator as Scripted
 
 TOOLS = [
@@ -55,23 +54,12 @@ class OpenAIStub:
         self.max_model_len = max_model_len
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 entry: dict[str, Any] = {"id": "gen", "object": "model", "created": 0, "owned_by": "stub"}
                 if stub.max_model_len is not None:
                     entry["max_model_len"] = stub.max_model_len
-                self._send(200, {"object": "list", "data": [entry]})
+                self.send_json(200, {"object": "list", "data": [entry]})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
@@ -79,21 +67,20 @@ class OpenAIStub:
                 entry = stub.script.pop(0)
                 if entry.get("status", 200) != 200:
                     error = {"message": entry.get("message", "scripted failure"), "type": "invalid_request_error"}
-                    self._send(entry["status"], {"error": {**error, "code": entry.get("code")}})
+                    self.send_json(entry["status"], {"error": {**error, "code": entry.get("code")}})
                     return
                 choice = {
                     "index": 0,
                     "message": {"role": "assistant", "content": entry["content"]},
                     "finish_reason": entry.get("finish_reason", "stop"),
                 }
-                self._send(200, {
+                self.send_json(200, {
                     "id": f"chatcmpl-{len(stub.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": "gen", "choices": [choice],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 })  # fmt: skip
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self._httpd = serve_in_thread(Handler, "openai-stub")
 
     @property
     def url(self) -> str:

@@ -20,17 +20,6 @@ from art_adapters._errors import ConfigError
 from mcp_tools._config import parse_servers, parse_state_option
 from tests.helpers.third_party import node_server, python_server
 
-SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
-
-
-@pytest.fixture
-def memory_file(tmp_path: Path) -> Path:
-    """A memory file holding one entity, as the server writes it (JSON lines)."""
-    path = tmp_path / "data" / "memory.jsonl"
-    path.parent.mkdir()
-    path.write_text(json.dumps(SEED) + "\n", encoding="utf-8")
-    return path
-
 
 def memory_server(memory_file: Path) -> mcp_tools.StdioServer:
     return mcp_tools.StdioServer(

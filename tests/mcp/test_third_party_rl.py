@@ -29,17 +29,6 @@ from tests.helpers.judge_server import JudgeServer  # the RULER tests' scripted 
 from tests.helpers.scripted_generator import ScriptedGenerator
 from tests.helpers.third_party import everything_http, node_server, python_server
 
-SEED = {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
-
-
-@pytest.fixture
-def memory_file(tmp_path: Path) -> Path:
-    """A memory file holding one entity, as server-memory writes it (JSON lines)."""
-    path = tmp_path / "data" / "memory.jsonl"
-    path.parent.mkdir()
-    path.write_text(json.dumps(SEED) + "\n", encoding="utf-8")
-    return path
-
 
 @pytest.fixture
 def everything_url() -> Iterator[str]:

@@ -13,18 +13,17 @@ from typing import Any
 
 from rich.console import Console
 
-from art_adapters import TrainableModel
 from art_adapters.apps._train_mcp import TrainMcpConfig, _train
 from art_adapters.observe import MetricsHistory
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
 from tests.loop.test_loop import loop_config, make_rollout, scenarios
 
 
 async def test_an_untrained_steps_row_counts_its_rollouts_and_keeps_the_trainers_count_apart(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="mcp-rows", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "mcp-rows", "loop-tests")
     loop = loop_config(tmp_path, steps=1, eval_every=0).model_copy(
         update={"rollouts_per_group": 3, "max_untrained": 1}
     )

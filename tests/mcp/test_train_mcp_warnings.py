@@ -13,9 +13,10 @@ from pathlib import Path
 from langchain_openai import ChatOpenAI
 from rich.console import Console
 
-from art_adapters import HackingMonitorConfig, TrainableModel
+from art_adapters import HackingMonitorConfig
 from art_adapters.apps._train_mcp import TrainMcpConfig, _train
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered
 from tests.helpers.judge_server import JudgeServer
 from tests.helpers.scripted_judges import length_loving
 from tests.loop.test_hacking import drifting_rollout
@@ -25,8 +26,7 @@ from tests.loop.test_loop import loop_config, scenarios
 async def test_each_hacking_warning_is_a_yellow_console_line(
     fake_backend: FakeBackend, tmp_path: Path
 ) -> None:
-    model = TrainableModel(name="mcp-warned", project="loop-tests")
-    await model.register(fake_backend)
+    model = await registered(fake_backend, "mcp-warned", "loop-tests")
     loop = loop_config(tmp_path, steps=2, eval_every=0).model_copy(
         update={"hacking": HackingMonitorConfig(window=1)}
     )

@@ -32,6 +32,7 @@ from art_adapters.apps._cli import app
 from art_adapters.observe import ObserveConfig, Observer, OtlpJsonFileExporter, trajectories_from_phoenix
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.conversations import conversation
 from tests.helpers.langchain_instrumentations import instrumented_with
 from tests.helpers.phoenix_fixture import started_phoenix
 from tests.helpers.phoenix_server import PhoenixServer, free_port
@@ -124,19 +125,6 @@ def openinference_run(
         provider.shutdown()
     wait_for_spans(phoenix, OPENINFERENCE, sum(1 for _ in path.open()))  # one span a line
     return path, handler.trajectories
-
-
-def conversation(trajectory: aa.Trajectory) -> dict[str, Any]:
-    return {
-        "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
-        "tools": trajectory.tools,
-        "histories": [
-            [m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories
-        ],
-        "tool_records": sorted(
-            (r.call_id, r.name, str(r.arguments), r.result) for r in trajectory.tool_records
-        ),
-    }
 
 
 def test_openinference_traces_read_from_phoenix_equal_the_otlp_export_and_the_capture(

@@ -12,21 +12,8 @@ import art_adapters as aa
 from art_adapters.observe import OtlpJsonFileExporter
 from tests.capture.test_langchain import QUESTION, planner_graph, summariser_policy
 from tests.helpers.capture_fakes import PolicyChatModel, add, calculator_policy, multiply, react_agent
+from tests.helpers.conversations import conversation
 from tests.helpers.langchain_instrumentations import instrumented_with
-
-
-def comparable(trajectory: aa.Trajectory) -> dict:
-    return {
-        "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
-        "tools": trajectory.tools,
-        "histories": [
-            [m.model_dump(exclude_none=True) for m in h.messages] for h in trajectory.additional_histories
-        ],
-        "tool_records": sorted(
-            (r.call_id, r.name, str(r.arguments), r.result) for r in trajectory.tool_records
-        ),
-        "usage": {k: v for k, v in trajectory.metrics.items() if k.endswith("tokens")},
-    }
 
 
 async def test_openinference_spans_exported_as_otlp_json_import_as_the_captured_trajectory(
@@ -48,5 +35,6 @@ async def test_openinference_spans_exported_as_otlp_json_import_as_the_captured_
         provider.shutdown()
     imported = aa.trajectories_from_otlp_json(path)
     assert len(imported) == 2 and all(len(t.additional_histories) == 2 for t in imported)
-    assert [comparable(t) for t in imported] == [comparable(t) for t in handler.trajectories]
+    captured = [conversation(t, usage=True) for t in handler.trajectories]
+    assert [conversation(t, usage=True) for t in imported] == captured
     assert imported[0].tool_records[0].source == "otel" and imported[0].metadata["capture"] == "otel"

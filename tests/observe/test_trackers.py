@@ -23,6 +23,7 @@ import pytest
 
 from art_adapters._errors import ConfigError
 from art_adapters.observe._trackers import guarded, numeric_row, trackers_from_env
+from tests.helpers.processes import run_python
 
 BIN = Path(sys.executable).parent
 ROWS = [
@@ -58,16 +59,8 @@ def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _run_python(code: str, env: Mapping[str, str], cwd: Path) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    root = str(Path(__file__).resolve().parents[2])
+    result = run_python(["-c", textwrap.dedent(code)], env={**env, "PYTHONPATH": root}, cwd=cwd)
     # The script's JSON report is its last line starting with "{" (the SDKs print their own lines
     # around it: Trackio's atexit hook prints "Run finished" again for the run it still holds).
     return json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])

@@ -11,6 +11,7 @@ from art_adapters_backend.training.grpo import (
     NORMALIZERS,
     SURROGATES,
     BatchTotals,
+    LossOutput,
     LossSettings,
     cispo_surrogate,
     clipped_surrogate,
@@ -128,19 +129,27 @@ def test_normalizers_weigh_tokens_as_documented() -> None:
     assert set(IMPORTANCE_LEVELS) == {"token", "sequence"}
 
 
+def _loss(
+    logprobs: torch.Tensor,
+    old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: TrainConfig,
+    tokens: int,
+    ref: torch.Tensor | None = None,
+) -> LossOutput:
+    """``grpo_loss`` of one whole batch (its rows are all the step's sequences, ``tokens`` its loss
+    tokens) under ``config``'s loss settings."""
+    totals = BatchTotals(sequences=logprobs.shape[0], tokens=tokens)
+    return grpo_loss(logprobs, old, advantages, mask, LossSettings.from_config(config), totals, ref)
+
+
 def test_hand_computed_loss_on_policy() -> None:
     """On-policy (ratio 1) the loss is -sum_i A_i * share_i: here token-normalised."""
     logprobs = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.5]], requires_grad=True)
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
     adv = torch.tensor([1.0, -2.0])
-    out = grpo_loss(
-        logprobs,
-        logprobs.detach().clone(),
-        adv,
-        mask,
-        LossSettings.from_config(TrainConfig()),
-        BatchTotals(sequences=2, tokens=3),
-    )
+    out = _loss(logprobs, logprobs.detach().clone(), adv, mask, TrainConfig(), 3)
     assert out.loss.item() == pytest.approx(-(1.0 + 1.0 - 2.0) / 3)
     assert out.ratio_sum == pytest.approx(3.0) and out.tokens == 3
     out.loss.backward()
@@ -152,14 +161,7 @@ def test_unknown_old_logprobs_count_as_on_policy() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0]])
     old = torch.tensor([[0.0, float("nan"), -2.5]])
     mask = torch.tensor([[0.0, 1.0, 1.0]])
-    out = grpo_loss(
-        logprobs,
-        old,
-        torch.tensor([1.0]),
-        mask,
-        LossSettings.from_config(TrainConfig(epsilon=0.9)),
-        BatchTotals(sequences=1, tokens=2),
-    )
+    out = _loss(logprobs, old, torch.tensor([1.0]), mask, TrainConfig(epsilon=0.9), 2)
     assert out.ratio_sum == pytest.approx(1.0 + math.exp(0.5))
     assert out.shift_sum == pytest.approx(0.5)  # A x log-ratio: the unknown token counts as on-policy (0)
     assert math.isfinite(out.loss.item())
@@ -170,10 +172,7 @@ def test_policy_shift_sums_advantage_times_log_ratio_over_loss_tokens() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0], [-3.0, -0.5, -1.0]])
     old = torch.tensor([[9.0, -1.5, -2.0], [-3.0, -0.25, -9.0]])
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
-    out = grpo_loss(
-        logprobs, old, torch.tensor([2.0, -4.0]), mask,
-        LossSettings.from_config(TrainConfig(epsilon=0.9)), BatchTotals(sequences=2, tokens=3),
-    )  # fmt: skip
+    out = _loss(logprobs, old, torch.tensor([2.0, -4.0]), mask, TrainConfig(epsilon=0.9), 3)
     # 2 x (-1 + 1.5) + 2 x 0 on row 1; -4 x (-0.5 + 0.25) on row 2; masked positions count for nothing
     assert out.shift_sum == pytest.approx(1.0 + 1.0)
 
@@ -182,14 +181,7 @@ def test_nan_in_masked_positions_does_not_leak() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -2.0]])
     old = torch.tensor([[float("inf"), -1.0, float("nan")]])
     mask = torch.tensor([[0.0, 1.0, 0.0]])
-    out = grpo_loss(
-        logprobs,
-        old,
-        torch.tensor([1.0]),
-        mask,
-        LossSettings.from_config(TrainConfig()),
-        BatchTotals(sequences=1, tokens=1),
-    )
+    out = _loss(logprobs, old, torch.tensor([1.0]), mask, TrainConfig(), 1)
     assert out.loss.item() == pytest.approx(-1.0)
 
 
@@ -219,14 +211,7 @@ def test_micro_batch_shares_add_up_to_the_full_batch_loss() -> None:
 def test_beta_without_reference_is_an_error() -> None:
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="ref_logprobs"):
-        grpo_loss(
-            lp,
-            lp,
-            torch.tensor([1.0]),
-            torch.ones(1, 2),
-            LossSettings.from_config(TrainConfig(beta=0.1)),
-            BatchTotals(sequences=1, tokens=2),
-        )
+        _loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2), TrainConfig(beta=0.1), 2)
 
 
 def test_config_cross_field_errors_say_what_to_change() -> None:
@@ -274,15 +259,8 @@ def test_kl_outside_the_loss_mask_does_not_leak() -> None:
     logprobs = torch.tensor([[0.0, -1.0, -100.0]], requires_grad=True)
     ref = torch.tensor([[0.0, -1.0, 0.0]])
     mask = torch.tensor([[0.0, 1.0, 0.0]])
-    out = grpo_loss(
-        logprobs,
-        logprobs.detach().clone(),
-        torch.tensor([1.0]),
-        mask,
-        LossSettings.from_config(TrainConfig(beta=0.1)),
-        BatchTotals(sequences=1, tokens=1),
-        ref,
-    )
+    on_policy = logprobs.detach().clone()
+    out = _loss(logprobs, on_policy, torch.tensor([1.0]), mask, TrainConfig(beta=0.1), 1, ref)
     assert out.loss.item() == pytest.approx(-1.0)
     assert out.kl_sum == 0.0
     out.loss.backward()

@@ -20,6 +20,7 @@ TRL runs in eval mode so its gradient-accumulation divisor is 1.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -139,6 +140,25 @@ def _trl_loss(trainer: object, config: TrainConfig, inputs: dict[str, torch.Tens
     return float(loss), metrics
 
 
+def _matching_losses(
+    tiny: tuple[str, object], config: TrainConfig, token_advantages: bool = False
+) -> tuple[Any, dict]:
+    """Our loss and TRL's metrics on the same inputs, once the two loss values agree (and are not ~0).
+
+    ``token_advantages``: one advantage per completion token, shape (B, C), instead of per sequence.
+    """
+    trainer = _trainer(tiny, config)
+    inputs = _inputs(trainer.model)
+    if token_advantages:
+        g = torch.Generator().manual_seed(2)
+        inputs["advantages"] = torch.randn(B, C, generator=g)
+    trl_loss, trl_metrics = _trl_loss(trainer, config, inputs)
+    ours = _our_loss(trainer.model, config, inputs)
+    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
+    assert abs(trl_loss) > 1e-3  # a non-trivial value, not 0 == 0
+    return ours, trl_metrics
+
+
 def _our_loss(model: torch.nn.Module, config: TrainConfig, inputs: dict[str, torch.Tensor]):
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     pad = torch.zeros(B, P)
@@ -171,12 +191,7 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CASES, ids=lambda c: repr(c.model_dump(exclude_defaults=True)))
 def test_loss_matches_trl_compute_loss(tiny: tuple[str, object], config: TrainConfig) -> None:
-    trainer = _trainer(tiny, config)
-    inputs = _inputs(trainer.model)
-    trl_loss, trl_metrics = _trl_loss(trainer, config, inputs)
-    ours = _our_loss(trainer.model, config, inputs)
-    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
-    assert abs(trl_loss) > 1e-3  # a non-trivial value, not 0 == 0
+    ours, trl_metrics = _matching_losses(tiny, config)
     if config.importance_level == "token":
         # TRL's clip fractions are global masked means over completion tokens.
         assert ours.clipped_low / ours.tokens == pytest.approx(trl_metrics["clip_ratio/low_mean"], abs=1e-6)
@@ -201,12 +216,7 @@ NEW_LOSS_CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("config", NEW_LOSS_CASES, ids=lambda c: repr(c.model_dump(exclude_defaults=True)))
 def test_cispo_and_sapo_match_trl_compute_loss(tiny: tuple[str, object], config: TrainConfig) -> None:
-    trainer = _trainer(tiny, config)
-    inputs = _inputs(trainer.model)
-    trl_loss, trl_metrics = _trl_loss(trainer, config, inputs)
-    ours = _our_loss(trainer.model, config, inputs)
-    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
-    assert abs(trl_loss) > 1e-3
+    ours, trl_metrics = _matching_losses(tiny, config)
     if config.loss_type == "cispo":  # TRL's cispo_clip_ratio is our high side; nothing on the low side
         assert ours.clipped_low == 0
         if config.importance_level == "token":  # (per sequence TRL counts sequences, we count tokens)
@@ -228,14 +238,7 @@ def test_cispo_and_sapo_match_trl_compute_loss(tiny: tuple[str, object], config:
 )
 def test_per_token_advantages_match_trl(tiny: tuple[str, object], config: TrainConfig) -> None:
     """TRL's loss also takes (B, T) advantages; ours gives the same value with them."""
-    trainer = _trainer(tiny, config)
-    inputs = _inputs(trainer.model)
-    g = torch.Generator().manual_seed(2)
-    inputs["advantages"] = torch.randn(B, C, generator=g)  # one advantage per completion token
-    trl_loss, _ = _trl_loss(trainer, config, inputs)
-    ours = _our_loss(trainer.model, config, inputs)
-    assert abs(float(ours.loss) - trl_loss) < 1e-5, (float(ours.loss), trl_loss)
-    assert abs(trl_loss) > 1e-3
+    _matching_losses(tiny, config, token_advantages=True)
 
 
 def test_some_tokens_are_clipped_on_both_sides(tiny: tuple[str, object]) -> None:

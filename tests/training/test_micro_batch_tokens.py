@@ -18,6 +18,7 @@ from art_adapters_backend.training.peft_trainer import PeftTrainer
 from art_adapters import SFTConfig, TrainConfig
 
 from tests.helpers.same_start import from_one_start, off_policy
+from tests.helpers.toy_sequences import completion_sequence
 
 CPU = torch.device("cpu")
 
@@ -25,10 +26,7 @@ CPU = torch.device("cpu")
 def _seq(prompt: list[int], own: int, group: str = "g", advantage: float = 1.0, seed: int = 0) -> TrainingSequence:
     gen = torch.Generator().manual_seed(seed)
     completion = torch.randint(100, 1000, (own,), generator=gen).tolist()
-    return TrainingSequence(
-        token_ids=prompt + completion, loss_mask=[0] * len(prompt) + [1] * own,
-        old_logprobs=[None] * (len(prompt) + own), advantage=advantage, group_id=group, trajectory_id=f"{group}{seed}",
-    )  # fmt: skip
+    return completion_sequence(prompt, completion, advantage, group, f"{group}{seed}")
 
 
 def test_rows_stop_at_the_budget_and_a_longer_sequence_goes_alone() -> None:

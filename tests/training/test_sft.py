@@ -43,6 +43,7 @@ from art_adapters import (
 from art_adapters._trajectory import Message
 from art_adapters.apps._cli import app
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered, unique_name
 from tests.helpers.openai_tools import ADD_TOOL
 from tests.helpers.sampled_groups import group_from_choices
 
@@ -92,10 +93,8 @@ def correct(answers: list[str]) -> float:
     return right / len(HELD_OUT)
 
 
-async def registered(backend: Any, prefix: str = "sft") -> TrainableModel:
-    model = TrainableModel(name=f"{prefix}-{uuid.uuid4().hex[:8]}", project="sft-tests")
-    await model.register(backend)
-    return model
+async def sft_model(backend: Any, prefix: str = "sft") -> TrainableModel:
+    return await registered(backend, unique_name(prefix), "sft-tests")
 
 
 # --------------------------------------------------------------------------- the real trainer
@@ -105,7 +104,7 @@ async def registered(backend: Any, prefix: str = "sft") -> TrainableModel:
 async def test_sft_on_a_teachers_trajectories_raises_held_out_correctness(
     local_backend: LocalBackend,
 ) -> None:
-    model = await registered(local_backend)
+    model = await sft_model(local_backend)
     before = await greedy_answers(model, 0)
     result = await model.train_sft(teacher_trajectories(TRAIN), config=SFT)
     assert result.trained and result.step == 1 and result.reason is None, result
@@ -146,7 +145,7 @@ EXAMPLE = [
 async def test_loss_is_on_the_recorded_assistant_tokens_only(
     local_backend: LocalBackend, tokenizer: Any
 ) -> None:
-    model = await registered(local_backend, "sft-mask")
+    model = await sft_model(local_backend, "sft-mask")
     client = model.openai_client()
     ask = {"role": "user", "content": "Now compute 12 + 30 with the add tool."}
     first = await client.chat.completions.create(
@@ -194,7 +193,7 @@ async def test_loss_is_on_the_recorded_assistant_tokens_only(
 
 
 async def test_bad_input_is_a_clear_error(fake_backend: FakeBackend) -> None:
-    model = await registered(fake_backend)
+    model = await sft_model(fake_backend)
     with pytest.raises(ConfigError, match="at least one trajectory"):
         await model.train_sft([])
     with pytest.raises(ConfigError, match="must be an SFTConfig"):
@@ -237,7 +236,7 @@ async def test_bad_input_is_a_clear_error(fake_backend: FakeBackend) -> None:
 
 
 async def test_nothing_trainable_idempotency_retention_and_grpo_after(fake_backend: FakeBackend) -> None:
-    model = await registered(fake_backend)
+    model = await sft_model(fake_backend)
     demos = teacher_trajectories(TRAIN[:4])
     # Every sequence too long: said so, no step.
     nothing = await model.train_sft(demos, config=SFTConfig(max_sequence_length=5))
@@ -278,7 +277,7 @@ async def cli(*args: str) -> tuple[int, str]:
 
 async def test_only_model_name_at_step_trains_that_checkpoints_turns_only(fake_backend: FakeBackend) -> None:
     """``only_model="name@step"`` picks one checkpoint's recorded turns; the bare name picks every step's."""
-    model = await registered(fake_backend, "sft-at")
+    model = await sft_model(fake_backend, "sft-at")
     assert (await model.train_sft(teacher_trajectories(TRAIN[:2]))).step == 1
     client = model.openai_client()
 

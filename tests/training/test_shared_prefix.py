@@ -14,6 +14,7 @@ from art_adapters_backend.training.batches import shared_prefix_length
 from art_adapters import SFTConfig, TrainConfig
 
 from tests.helpers.same_start import from_one_start, off_policy
+from tests.helpers.toy_sequences import completion_sequence
 
 PROMPT = 48
 
@@ -24,17 +25,8 @@ def _group(vocab: int) -> list[TrainingSequence]:
     out = []
     for i, length in enumerate([5, 9, 7, 6]):
         completion = torch.randint(100, vocab, (length,), generator=gen).tolist()
-        out.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * PROMPT + [1] * length,
-                old_logprobs=[None] * (PROMPT + length),
-                advantage=[1.0, -0.5, 0.25, -0.75][i],
-                group_id="g",
-                trajectory_id=f"t{i}",
-                temperature=0.8,
-            )
-        )
+        advantage = [1.0, -0.5, 0.25, -0.75][i]
+        out.append(completion_sequence(prompt, completion, advantage, "g", f"t{i}", temperature=0.8))
     return out
 
 

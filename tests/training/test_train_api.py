@@ -4,8 +4,8 @@ requests during the step all complete, nothing-trainable said so, retention, cle
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -15,12 +15,12 @@ from art_adapters import (
     LocalBackend,
     TrainableModel,
     TrainConfig,
-    Trajectory,
     TrajectoryGroup,
     load_groups,
 )
-from art_adapters._trajectory import Message
 from tests.helpers.fake_backend import FakeBackend
+from tests.helpers.models import registered, unique_name
+from tests.helpers.sampled_groups import sampled_group
 
 PROMPT = "Name a colour."
 
@@ -29,33 +29,16 @@ async def _group(
     model: TrainableModel, rewards: list[float] | None = None, tokens: int = 6
 ) -> TrajectoryGroup:
     """Sample len(rewards) completions of one prompt through the server; rewards by index (or by length)."""
-    client = model.openai_client()
+
+    def reward(choice: Any) -> float:
+        return rewards[choice.index] if rewards else float(len(choice.message.content or ""))
+
     n = len(rewards) if rewards else 4
-    response = await client.chat.completions.create(
-        model=model.served_name(),
-        messages=[{"role": "user", "content": PROMPT}],
-        n=n,
-        temperature=1.0,
-        max_tokens=tokens,
-        seed=1,
-    )
-    await client.close()
-    trajectories = []
-    for choice in response.choices:
-        reward = rewards[choice.index] if rewards else float(len(choice.message.content or ""))
-        messages = [
-            Message(role="user", content=PROMPT),
-            Message(role="assistant", content=choice.message.content, completion_id=response.id,
-                    choice_index=choice.index),
-        ]  # fmt: skip
-        trajectories.append(Trajectory(messages=messages, reward=reward))
-    return TrajectoryGroup(trajectories=trajectories)
+    return await sampled_group(model, n, reward, prompt=PROMPT, max_tokens=tokens, seed=1)
 
 
 async def _model(backend: LocalBackend | FakeBackend) -> TrainableModel:
-    model = TrainableModel(name=f"t-{uuid.uuid4().hex[:8]}", project="train-api")
-    await model.register(backend)
-    return model
+    return await registered(backend, unique_name("t"), "train-api")
 
 
 @pytest.mark.slow

@@ -12,39 +12,23 @@ from pathlib import Path
 import httpx
 import pytest
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
-from art_adapters._trajectory import Message
+from art_adapters import LocalBackend, TrainableModel, TrainConfig, TrajectoryGroup
+from tests.helpers.models import registered
+from tests.helpers.sampled_groups import sampled_group
 
 PROMPT = "Name a colour."
 
 
 async def _group(model: TrainableModel) -> TrajectoryGroup:
     """Two real completions of the server, rewarded 0 and 1: one trainable group."""
-    client = model.openai_client()
-    response = await client.chat.completions.create(
-        model=model.served_name(), messages=[{"role": "user", "content": PROMPT}],
-        n=2, temperature=1.0, max_tokens=4, seed=3,
-    )  # fmt: skip
-    await client.close()
-    return TrajectoryGroup(
-        trajectories=[
-            Trajectory(
-                messages=[Message(role="user", content=PROMPT),
-                          Message(role="assistant", content=c.message.content, completion_id=response.id,
-                                  choice_index=c.index)],
-                reward=float(c.index),
-            )  # fmt: skip
-            for c in response.choices
-        ]
-    )
+    return await sampled_group(model, 2, lambda c: float(c.index), prompt=PROMPT, max_tokens=4, seed=3)
 
 
 @pytest.mark.slow
 async def test_a_client_retry_after_a_timeout_gets_the_first_step_not_a_second(
     local_backend: LocalBackend,
 ) -> None:
-    model = TrainableModel(name=f"idem-{uuid.uuid4().hex[:6]}", project="idempotency")
-    await model.register(local_backend)
+    model = await registered(local_backend, f"idem-{uuid.uuid4().hex[:6]}", "idempotency")
     group = await _group(model)
 
     # Every attempt gives up after 0.5 s, long before the step ends; the client sends the same

@@ -10,38 +10,19 @@ import uuid
 import httpx
 import pytest
 
-from art_adapters import TrainableModel, Trajectory, TrajectoryGroup
-from art_adapters._trajectory import Message
 from tests.helpers.fake_backend import FakeBackend
-
-
-async def _scored_group(model: TrainableModel) -> dict:
-    """Two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON."""
-    client = model.openai_client()
-    response = await client.chat.completions.create(
-        model=model.served_name(), messages=[{"role": "user", "content": "Name a colour."}],
-        n=2, temperature=1.0, max_tokens=4, seed=1,
-    )  # fmt: skip
-    await client.close()
-    trajectories = [
-        Trajectory(
-            messages=[Message(role="user", content="Name a colour."),
-                      Message(role="assistant", content=c.message.content, completion_id=response.id,
-                              choice_index=c.index)],
-            reward=float(c.index),
-        )  # fmt: skip
-        for c in response.choices
-    ]
-    return TrajectoryGroup(trajectories=trajectories).model_dump(mode="json")
+from tests.helpers.models import registered
+from tests.helpers.sampled_groups import sampled_group
 
 
 @pytest.mark.slow
 async def test_non_finite_rewards_metrics_and_unknown_lora_targets_are_400_without_a_groups_file(
     fake_backend: FakeBackend,
 ) -> None:
-    model = TrainableModel(name=f"bad-data-{uuid.uuid4().hex[:6]}", project="hardening")
-    await model.register(fake_backend)
-    group = await _scored_group(model)
+    model = await registered(fake_backend, f"bad-data-{uuid.uuid4().hex[:6]}", "hardening")
+    # two real completions of the server, rewarded 0 and 1 (a trainable group), as JSON
+    sampled = await sampled_group(model, 2, lambda c: float(c.index), max_tokens=4, seed=1)
+    group = sampled.model_dump(mode="json")
     groups_dir = fake_backend.run_dir / "models" / model.name / "groups"
 
     def with_reward(value: float) -> dict:

@@ -11,16 +11,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from art_adapters_backend.training.data import TrainingSequence
 from art_adapters_backend.training.peft_trainer import PeftTrainer
 
 from art_adapters import TrainConfig
+from tests.helpers.processes import run_python
+from tests.helpers.toy_sequences import completion_sequence
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,31 +63,14 @@ def test_unsloth_trains_and_writes_a_plain_peft_adapter(
     ):
         prompt = render([{"role": "user", "content": question}], None, add_generation_prompt=True)
         completion = tokenizer.encode(answer, add_special_tokens=False)  # type: ignore[attr-defined]
-        n = len(prompt) + len(completion)
-        seqs.append(
-            TrainingSequence(
-                token_ids=prompt + completion,
-                loss_mask=[0] * len(prompt) + [1] * len(completion),
-                old_logprobs=[None] * n,
-                advantage=advantage,
-                group_id="g",
-                trajectory_id=str(i),
-            )
-        )
+        seqs.append(completion_sequence(prompt, completion, advantage, "g", str(i)))
     seqs_file = tmp_path / "seqs.json"
     seqs_file.write_text(json.dumps([s.model_dump() for s in seqs]))
     Path(f"{seqs_file}.config").write_text(config.model_dump_json())
     result_file, out_dir = tmp_path / "result.json", tmp_path / "adapter"
     env = {**os.environ, "UNSLOTH_DISABLE_STATISTICS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(bundled_path), str(seqs_file), str(out_dir), str(result_file)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["-c", CHILD, str(bundled_path), str(seqs_file), str(out_dir), str(result_file)]
+    run_python(args, env=env, timeout=400, tail=3000)
     result = json.loads(result_file.read_text())
     losses = [m["loss"] for m in result["metrics"]]
     assert result["metrics"][0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
