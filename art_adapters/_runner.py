@@ -15,7 +15,6 @@ import inspect
 import json
 import logging
 import math
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ._config import Count, PositiveCount, resolve_config
 from ._errors import ConfigError, RolloutBudgetError, RolloutError
 from ._gather import gather_or_cancel
+from ._run_progress import ProgressDisplay, RunProgress
 from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup, new_id
 from .observe import RolloutTracing
 from .observe._spans import RolloutContext
@@ -126,28 +126,6 @@ _RETIRED = {
 }
 
 
-class RunProgress(BaseModel):
-    """A snapshot of a :func:`run_groups` run, passed to a custom progress callback.
-
-    Attributes:
-        total: rollouts asked for (scenarios x n).
-        done: rollouts finished, successful or failed.
-        succeeded: rollouts that returned a trajectory.
-        exceptions: rollouts that failed after their retries.
-        retried: retry attempts made so far.
-        mean_reward: mean reward of the finished trajectories that carry one (``None`` if none).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    total: int
-    done: int
-    succeeded: int
-    exceptions: int
-    retried: int
-    mean_reward: float | None
-
-
 def scenario_id(scenario: Any) -> str:
     """A stable id for a scenario: its ``id`` key or attribute, else a content hash.
 
@@ -168,61 +146,6 @@ def _jsonable(scenario: Any) -> Any:
     if dataclasses.is_dataclass(scenario) and not isinstance(scenario, type):
         return dataclasses.asdict(scenario)
     return scenario
-
-
-def _interactive() -> bool:
-    """Whether a progress bar has somewhere to go: a terminal, or a Jupyter kernel."""
-    stream = sys.stderr
-    return bool(stream is not None and stream.isatty()) or "ipykernel" in sys.modules
-
-
-class _Display:
-    """The optional progress display: a tqdm bar, a user callback, or nothing."""
-
-    def __init__(self, progress: bool | Callable[[RunProgress], None], total: int) -> None:
-        self._callback = progress if callable(progress) else None
-        self._bar: Any = None
-        if progress is True and total and _interactive():
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=total, desc="rollouts", unit="rollout", leave=True)
-        self.total = total
-        self.succeeded = 0
-        self.exceptions = 0
-        self.retried = 0
-        self._reward_sum = 0.0
-        self._reward_count = 0
-
-    def snapshot(self) -> RunProgress:
-        mean = self._reward_sum / self._reward_count if self._reward_count else None
-        return RunProgress(
-            total=self.total,
-            done=self.succeeded + self.exceptions,
-            succeeded=self.succeeded,
-            exceptions=self.exceptions,
-            retried=self.retried,
-            mean_reward=mean,
-        )
-
-    def finished(self, trajectory: Trajectory | None) -> None:
-        if trajectory is None:
-            self.exceptions += 1
-        else:
-            self.succeeded += 1
-            if trajectory.reward is not None and math.isfinite(trajectory.reward):
-                self._reward_sum += trajectory.reward
-                self._reward_count += 1
-        state = self.snapshot()
-        if self._bar is not None:
-            reward = "-" if state.mean_reward is None else f"{state.mean_reward:.3f}"
-            self._bar.set_postfix(reward=reward, exceptions=state.exceptions, refresh=False)
-            self._bar.update(1)
-        if self._callback is not None:
-            self._callback(state)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 @dataclasses.dataclass
@@ -305,7 +228,7 @@ async def _run_slot(
     semaphore: asyncio.Semaphore,
     timeout_s: float | None,
     retries: int,
-    display: _Display,
+    display: ProgressDisplay,
     seen_ids: set[str],
     tracing: _Tracing,
 ) -> None:
@@ -339,7 +262,7 @@ async def _attempts(
     attempt: _AttemptFn,
     timeout_s: float | None,
     retries: int,
-    display: _Display,
+    display: ProgressDisplay,
     span: Any,
 ) -> None:
     """The attempts of one rollout: the first success, or the last failure, lands on ``slot``."""
@@ -499,7 +422,7 @@ async def run_groups(
         ray = RayRollouts(rollout, address=run.ray_address, num_cpus=run.ray_num_cpus, local_attempt=_attempt)
         attempt = ray.attempt
     semaphore = asyncio.Semaphore(run.max_concurrency)
-    display = _Display(progress, total)
+    display = ProgressDisplay(progress, total)
     seen_ids: set[str] = set()
     tasks = [
         asyncio.create_task(

@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from art_adapters._trajectory import TrajectoryGroup
 

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from art_adapters._trajectory import Message, RolloutFailure, ToolCallRecord, Trajectory, TrajectoryGroup
-from art_adapters.ruler import TrajectoryJudgement
 from art_adapters.observe._scores import group_judges, judge_attributes, score_records, trajectory_scores
 
 __all__ = [

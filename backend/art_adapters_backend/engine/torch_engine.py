@@ -31,7 +31,6 @@ from .base import (
     EngineStats,
     GeneratedSequence,
     GenerationRequest,
-    SamplingParams,
     SequenceDelta,
 )
 from .batch import Batch, Job, Row
