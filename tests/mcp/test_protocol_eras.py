@@ -5,9 +5,10 @@ and one that speaks only the ``initialize`` handshake (answering 2025-06-18), bo
 carries the caller's W3C trace context there (``traceparent``), so the server's spans can join the
 rollout's trace. What holds:
 
-* ``mcp_tools.load_tools`` speaks the handshake (the SDK's ``ClientSession.initialize``): it serves
-  the handshake server and propagates the rollout's trace; a 2026-07-28-only server refuses it, and
-  loading fails with ``ToolServerError`` naming the server and the refusal.
+* ``mcp_tools.load_tools`` sends the handshake and, where it is refused, ``server/discover``: it
+  speaks 2026-07-28 with the modern server and the handshake with the other (sessions, so state
+  isolation, where a server has them), propagating the rollout's trace either way; a server that
+  refuses both fails with ``ToolServerError`` naming the refusal.
 * ``langchain.mcp.MCPAdapter`` (FastMCP 4.2.3) probes ``server/discover`` and speaks 2026-07-28 with
   the 2026-only server, propagating the rollout's trace, the tool record naming the server.
 """
@@ -127,7 +128,35 @@ async def test_langchain_mcp_speaks_2026_07_28_and_carries_the_rollouts_trace(tm
         assert (record.server, record.name) == ("era-modern", "echo") and "hi" in (record.result or "")
 
 
-async def test_mcp_tools_on_a_2026_only_server_fails_naming_the_refusal(tmp_path: Path) -> None:
-    command = _command("modern", tmp_path / "calls.jsonl")
-    with pytest.raises(ToolServerError, match="could not start MCP server 'era'.*only 2026-07-28"):
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_mcp_tools_speaks_2026_07_28_with_a_modern_only_server(tmp_path: Path, transport: str) -> None:
+    # It once sent only the initialize handshake, which this server refuses: load_tools failed.
+    # Now the refusal is followed by server/discover.
+    log = tmp_path / "calls.jsonl"
+    with _served("modern", log, transport) as where:
+        server = (mcp_tools.StdioServer(command=where["command"][0], args=where["command"][1:])
+                  if "command" in where else mcp_tools.HttpServer(url=where["url"]))  # fmt: skip
+        tools = await mcp_tools.load_tools({"era": server})
+
+        async def rollout(scenario: dict[str, Any]) -> aa.Trajectory:
+            handler = aa.TrajectoryCallbackHandler()
+            async with mcp_tools.rollout():
+                await tools[0].ainvoke({"text": "hi"}, config={"callbacks": [handler]})
+            assert handler.trajectory is not None
+            return handler.trajectory
+
+        trajectories, observer = await _traced_run(rollout)
+        observer.shutdown()
+    calls = _calls(log)
+    assert len(calls) == 2 and {c["protocol_version"] for c in calls} == {"2026-07-28"}
+    assert all(c["meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28" for c in calls)
+    _assert_trace_context_joined(calls, trajectories)
+    for trajectory in trajectories:
+        (record,) = trajectory.tool_records
+        assert (record.server, record.name) == ("era", "echo") and "hi" in (record.result or "")
+
+
+async def test_a_server_that_refuses_both_eras_fails_naming_the_refusal(tmp_path: Path) -> None:
+    command = _command("neither", tmp_path / "calls.jsonl")
+    with pytest.raises(ToolServerError, match="could not start MCP server 'era'.*MCPError"):
         await mcp_tools.load_tools({"era": mcp_tools.StdioServer(command=command[0], args=command[1:])})
