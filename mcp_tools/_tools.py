@@ -195,9 +195,9 @@ class _McpCall:
     tool: str
     resolve: SessionResolver
     config: McpClientConfig
-    tracer_provider: TracerProvider | None = None
-    cassette: Cassette | None = None
-    server_tools: list[dict[str, Any]] | None = None
+    tracer_provider: TracerProvider | None
+    cassette: Cassette | None
+    server_tools: list[dict[str, Any]] | None
 
     async def run(self, config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
         """Call the tool with *kwargs* and dispatch its record (for failures too, before raising).
