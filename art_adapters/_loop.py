@@ -11,13 +11,13 @@ import functools
 import logging
 import random
 import statistics
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._batch_store import BatchStore
 from ._calibration import calibrate
-from ._dynamic_sampling import fill_batch
+from ._dynamic_sampling import FilledBatch, fill_batch
 from ._errors import ConfigError
 from ._hacking import HackingMonitor, HackingWarning, warnings_row
 from ._loop_config import EvalReport, LoopConfig, LoopResult, StepReport
@@ -42,7 +42,6 @@ __all__ = [
     "evaluate",
     "hacking_stop",
     "next_batch",
-    "pipelined_steps",
     "record_step",
     "resume_batch",
     "score_groups",
@@ -351,7 +350,7 @@ def _log(
     return row
 
 
-async def train_loop(
+async def train_loop(  # 13 parameters, over 60 lines: public API (README.md), its docstring the reference
     model: TrainableModel,
     rollout: RolloutFn,
     train_scenarios: Sequence[Any],
@@ -423,147 +422,177 @@ async def train_loop(
     if config.steps > 0 and not train_scenarios:
         raise ConfigError("train_scenarios is empty: the loop needs at least one training scenario")
     start = await model.get_step()
-    name = str(getattr(model, "name", "model"))  # any object with TrainableModel's methods trains
-    telemetry = LoopTelemetry.start(
-        model_name=name,
-        project=str(getattr(model, "project", "default")),
-        run=config.run_dir.name if config.run_dir is not None else name,
-        observer=observer,
-        config=config.model_dump(mode="json"),
-        directory=config.run_dir,
-    )
-    result = LoopResult(
-        start_step=start, final_step=start, metrics_file=_metrics_file(config), where=telemetry.where()
-    )
-
-    async def run_eval() -> None:
-        report = await evaluate(
-            model, eval_rollout or rollout, val_scenarios, eval_score or score, config, telemetry, progress
-        )
-        result.evals.append(report)
-        if on_eval is not None:
-            on_eval(report)
-
+    telemetry = _start_telemetry(model, config, observer)
+    run = _Run(
+        model, rollout, train_scenarios, score, config, telemetry, step=start, val_scenarios=val_scenarios,
+        eval_rollout=eval_rollout or rollout, eval_score=eval_score or score, on_step=on_step,
+        on_eval=on_eval, on_warning=on_warning, progress=progress,
+    )  # fmt: skip
     try:
         if val_scenarios and config.eval_at_start:
-            await run_eval()
-        step, batch, untrained = start, resume_batch(config, start), 0
-        monitor = HackingMonitor(config.hacking)
-        if (warm := await sft_warmup(model, config, step, telemetry)) is not None:  # LoopConfig.sft_warmup
-            result.steps.append(warm)
-            step = warm.step
-            if on_step is not None:
-                on_step(warm)
-            if val_scenarios and eval_due(step, config) and step < config.steps:
-                await run_eval()
-        if config.max_staleness and step < config.steps:  # the pipelined loop (LoopConfig.max_staleness)
-            pipeline = Pipeline(
-                rollout, functools.partial(score_groups, score),
-                lambda b: next_batch(train_scenarios, b, config.groups_per_step, config.seed),
-                config=config, step=step, batch=batch, telemetry=telemetry, policy=name, progress=progress,
-            )  # fmt: skip
-            step = await pipelined_steps(
-                model, pipeline, config=config, step=step, result=result, monitor=monitor, telemetry=telemetry,
-                run_eval=run_eval if val_scenarios else None, on_step=on_step, on_warning=on_warning,
-            )  # fmt: skip
-        while step < config.steps and result.stopped is None:
-            draw = functools.partial(_draw, rollout, score, train_scenarios, step, config, telemetry, progress)
-            groups, scenarios = await draw(batch)
-            filled = await fill_batch(
-                groups, scenarios, draw=draw, batch=batch, groups_per_step=config.groups_per_step,
-                max_extra=config.dynamic_sampling,
-            )  # fmt: skip
-            batch = filled.batch
-            report = await train_step(model, filled.groups, filled.scenarios, batch=batch, step=step, config=config)
-            if config.dynamic_sampling:
-                report.metrics.update(filled.metrics)
-            result.steps.append(record_step(config, report, filled.seen, telemetry, monitor))
-            if on_step is not None:
-                on_step(report)
-            for warning in report.warnings if on_warning is not None else ():
-                on_warning(warning)
-            batch += 1
-            result.stopped = hacking_stop(report, config)
-            if not report.trained:
-                untrained += 1
-                result.stopped = result.stopped or stop_reason(untrained, report, config)
-                continue
-            untrained, step = 0, report.step
-            if val_scenarios and eval_due(step, config):
-                await run_eval()
-        result.final_step = step
-        if val_scenarios and (not result.evals or result.evals[-1].step != step):
-            await run_eval()
+            await run.evaluate()
+        run.batch = resume_batch(config, start)
+        await run.warm_up()
+        if config.max_staleness and run.step < config.steps:  # the pipelined loop (LoopConfig.max_staleness)
+            await run.pipelined()
+        while run.going():
+            filled = await run.sample()
+            report = await run.train(filled)
+            await run.report(report, filled.seen)
+        await run.finish()
     finally:
         telemetry.close()
-    return result
+    return run.result
 
 
-async def pipelined_steps(
-    model: TrainableModel,
-    pipeline: Pipeline,
-    *,
-    config: LoopConfig,
-    step: int,
-    result: LoopResult,
-    monitor: HackingMonitor,
-    telemetry: LoopTelemetry,
-    run_eval: Callable[[], Awaitable[None]] | None,
-    on_step: Callable[[StepReport], None] | None = None,
-    on_warning: Callable[[HackingWarning], None] | None = None,
-) -> int:
-    """The steps of the pipelined loop (``config.max_staleness >= 1``) from ``step`` up to
-    ``config.steps``: each trains on the groups ``pipeline`` hands over while it keeps rolling out;
-    reports go to ``result`` as the sequential loop's do. Returns the step reached."""
-    untrained = 0
-    try:
-        await pipeline.start()
-        while step < config.steps and result.stopped is None:
-            ready = await pipeline.next_step(step)
-            if isinstance(ready, str):
-                logger.warning("training loop stopped at step %d: %s", step, ready)
-                result.stopped = ready
-                break
-            pipeline.training(ready)
-            report = await train_step(model, ready.groups, ready.scenarios, batch=ready.batch, step=step, config=config)
-            report.unscored = [*ready.unscored, *report.unscored]
-            report.metrics.update(ready.metrics)
-            pipeline.trained(ready, report.step, report.trained)
-            result.steps.append(record_step(config, report, [*ready.groups, *ready.left_out], telemetry, monitor))
-            if on_step is not None:
-                on_step(report)
-            for warning in report.warnings if on_warning is not None else ():
-                on_warning(warning)
-            result.stopped = hacking_stop(report, config)
-            if not report.trained:
-                untrained += 1
-                result.stopped = result.stopped or stop_reason(untrained, report, config)
-                continue
-            untrained, step = 0, report.step
-            if run_eval is not None and eval_due(step, config):
-                await run_eval()
-    finally:
-        await pipeline.close()
-    return step
+@dataclass
+class _Run:
+    """What :func:`train_loop` carries between steps (step, batch, result, monitor); its steps as methods."""
+
+    model: TrainableModel
+    rollout: RolloutFn
+    train_scenarios: Sequence[Any]
+    score: Scorer
+    config: LoopConfig
+    telemetry: LoopTelemetry
+    step: int  # the model's step
+    val_scenarios: Sequence[Any]
+    eval_rollout: RolloutFn
+    eval_score: Scorer
+    batch: int = 0  # the next batch of training scenarios to sample
+    untrained: int = 0  # iterations in a row that trained nothing
+    on_step: Callable[[StepReport], None] | None = None
+    on_eval: Callable[[EvalReport], None] | None = None
+    on_warning: Callable[[HackingWarning], None] | None = None
+    progress: Callable[[Any], None] | None = None
+    result: LoopResult = field(init=False)
+    monitor: HackingMonitor = field(init=False)
+
+    def __post_init__(self) -> None:
+        run_dir = self.config.run_dir
+        self.result = LoopResult(
+            start_step=self.step, final_step=self.step, where=self.telemetry.where(),
+            metrics_file=run_dir / "metrics.jsonl" if run_dir is not None else None,
+        )  # fmt: skip
+        self.monitor = HackingMonitor(self.config.hacking)
+
+    def going(self) -> bool:
+        """Whether another step is due: ``config.steps`` not reached and no reason to stop."""
+        return self.step < self.config.steps and self.result.stopped is None
+
+    def scenarios(self, batch: int) -> list[Any]:
+        """Batch ``batch`` of the training scenarios (:func:`next_batch`)."""
+        return next_batch(self.train_scenarios, batch, self.config.groups_per_step, self.config.seed)
+
+    async def evaluate(self) -> None:
+        """Evaluate on the held-out scenarios (:func:`evaluate`); the report goes to ``on_eval``."""
+        report = await evaluate(
+            self.model, self.eval_rollout, self.val_scenarios, self.eval_score, self.config, self.telemetry,
+            self.progress,
+        )  # fmt: skip
+        self.result.evals.append(report)
+        if self.on_eval is not None:
+            self.on_eval(report)
+
+    async def warm_up(self) -> None:
+        """The SFT warm-up step when ``config.sft_warmup`` asks for one (:func:`sft_warmup`)."""
+        warm = await sft_warmup(self.model, self.config, self.step, self.telemetry)
+        if warm is None:
+            return
+        self.result.steps.append(warm)
+        self.step = warm.step
+        if self.on_step is not None:
+            self.on_step(warm)
+        if self.val_scenarios and eval_due(self.step, self.config):
+            await self.evaluate()
+
+    async def sample(self) -> FilledBatch:
+        """The next batch, rolled out and scored, topped up while too few groups have a reward spread
+        (``config.dynamic_sampling``, :func:`fill_batch`)."""
+        groups, scenarios = await self._draw(self.batch)
+        filled = await fill_batch(
+            groups, scenarios, draw=self._draw, batch=self.batch, groups_per_step=self.config.groups_per_step,
+            max_extra=self.config.dynamic_sampling,
+        )  # fmt: skip
+        self.batch = filled.batch + 1
+        return filled
+
+    async def _draw(self, batch: int) -> tuple[list[TrajectoryGroup], list[Any]]:
+        """Batch ``batch`` of the training scenarios, rolled out and scored (:func:`scored_groups`)."""
+        scenarios = self.scenarios(batch)
+        groups = await scored_groups(
+            self.rollout, self.score, scenarios, batch=batch, step=self.step, config=self.config,
+            telemetry=self.telemetry, progress=self.progress,
+        )  # fmt: skip
+        return groups, scenarios
+
+    async def train(self, filled: FilledBatch) -> StepReport:
+        """One GRPO step on a sampled batch (:func:`train_step`), with its dynamic-sampling counts."""
+        report = await train_step(
+            self.model, filled.groups, filled.scenarios, batch=filled.batch, step=self.step,
+            config=self.config,
+        )  # fmt: skip
+        if self.config.dynamic_sampling:
+            report.metrics.update(filled.metrics)
+        return report
+
+    async def report(self, report: StepReport, groups: Sequence[TrajectoryGroup]) -> None:
+        """After a step: its row (:func:`record_step`), the callbacks, whether to stop, an evaluation."""
+        self.result.steps.append(record_step(self.config, report, groups, self.telemetry, self.monitor))
+        if self.on_step is not None:
+            self.on_step(report)
+        if self.on_warning is not None:
+            for warning in report.warnings:
+                self.on_warning(warning)
+        self.result.stopped = hacking_stop(report, self.config)
+        if not report.trained:
+            self.untrained += 1
+            self.result.stopped = self.result.stopped or stop_reason(self.untrained, report, self.config)
+            return
+        self.untrained, self.step = 0, report.step
+        if self.val_scenarios and eval_due(self.step, self.config):
+            await self.evaluate()
+
+    async def pipelined(self) -> None:
+        """The pipelined steps (``config.max_staleness >= 1``): each trains on the groups a
+        :class:`Pipeline` hands over while it keeps rolling out, and is reported as a sequential one."""
+        pipeline = Pipeline(
+            self.rollout, functools.partial(score_groups, self.score), self.scenarios, config=self.config,
+            step=self.step, batch=self.batch, telemetry=self.telemetry, progress=self.progress,
+        )  # fmt: skip
+        try:
+            await pipeline.start()
+            while self.going():
+                ready = await pipeline.next_step(self.step)
+                if isinstance(ready, str):
+                    logger.warning("training loop stopped at step %d: %s", self.step, ready)
+                    self.result.stopped = ready
+                    break
+                pipeline.training(ready)
+                report = await train_step(
+                    self.model, ready.groups, ready.scenarios, batch=ready.batch, step=self.step,
+                    config=self.config,
+                )  # fmt: skip
+                report.unscored = [*ready.unscored, *report.unscored]
+                report.metrics.update(ready.metrics)
+                pipeline.trained(ready, report.step, report.trained)
+                await self.report(report, [*ready.groups, *ready.left_out])
+        finally:
+            await pipeline.close()
+
+    async def finish(self) -> None:
+        """Note the step reached; evaluate it unless that was just done."""
+        self.result.final_step = self.step
+        if self.val_scenarios and (not self.result.evals or self.result.evals[-1].step != self.step):
+            await self.evaluate()
 
 
-async def _draw(
-    rollout: RolloutFn,
-    score: Scorer,
-    train_scenarios: Sequence[Any],
-    step: int,
-    config: LoopConfig,
-    telemetry: LoopTelemetry,
-    progress: Callable[[Any], None] | None,
-    batch: int,
-) -> tuple[list[TrajectoryGroup], list[Any]]:
-    """Batch ``batch`` of the training scenarios, rolled out and scored (:func:`scored_groups`)."""
-    scenarios = next_batch(train_scenarios, batch, config.groups_per_step, config.seed)
-    groups = await scored_groups(
-        rollout, score, scenarios, batch=batch, step=step, config=config, telemetry=telemetry, progress=progress
-    )
-    return groups, scenarios
+def _start_telemetry(model: TrainableModel, config: LoopConfig, observer: Observer | None) -> LoopTelemetry:
+    """The run's telemetry, named after the model (any object with its methods trains) and the run."""
+    name = str(getattr(model, "name", "model"))
+    return LoopTelemetry.start(
+        model_name=name, project=str(getattr(model, "project", "default")),
+        run=config.run_dir.name if config.run_dir is not None else name, observer=observer,
+        config=config.model_dump(mode="json"), directory=config.run_dir,
+    )  # fmt: skip
 
-
-def _metrics_file(config: LoopConfig) -> Path | None:
-    return config.run_dir / "metrics.jsonl" if config.run_dir is not None else None

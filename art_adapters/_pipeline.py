@@ -99,8 +99,8 @@ class Pipeline:
         config: the loop's settings.
         step: the model's step now.
         batch: the first batch to sample (resumed runs: after the last one stored).
-        telemetry: traces and rows.
-        policy: the policy's served name (``name``; its checkpoints answer as ``name@N``).
+        telemetry: traces and rows; its ``model_name`` is the policy's served name (its checkpoints
+            answer as ``model_name@N``).
         progress: receives each group's :class:`~art_adapters.RunProgress`, or ``None``.
     """
 
@@ -114,12 +114,11 @@ class Pipeline:
         step: int,
         batch: int,
         telemetry: LoopTelemetry,
-        policy: str,
         progress: Callable[[RunProgress], None] | None = None,
     ) -> None:
         self._rollout, self._score, self._batch_of = rollout, score, batch_of
-        self._config, self._step, self._telemetry, self._policy = config, step, telemetry, policy
-        self._progress = progress
+        self._config, self._step, self._telemetry, self._progress = config, step, telemetry, progress
+        self._policy = telemetry.model_name
         size = config.rollouts_per_group
         self._run = config.run.model_copy(update={"max_concurrency": min(size, config.run.max_concurrency)})
         self._slots = max(1, config.run.max_concurrency // size)

@@ -13,19 +13,14 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigError, RolloutError
+from ._rollout_slot import RolloutFn, RolloutSlot, attempt_rollout
 from ._trajectory import RolloutFailure, Trajectory
-
-if TYPE_CHECKING:
-    from ._runner import RolloutFn, _Slot
-
-    #: The runner's attempt of one rollout (passed in: this module never imports the runner).
-    AttemptFn = Callable[[RolloutFn, _Slot, float | None], Awaitable[Trajectory]]
 
 __all__ = ["RAY_INSTALL_HINT", "RayRollouts", "RemoteRolloutError", "import_ray"]
 
@@ -82,10 +77,10 @@ class _Outcome(BaseModel):
 
 
 def _run_on_worker(
-    rollout: RolloutFn, slot: _Slot, timeout_s: float | None, local_attempt: AttemptFn
+    rollout: RolloutFn, slot: RolloutSlot, timeout_s: float | None
 ) -> Iterator[_Outcome | None]:
     """The Ray task: one attempt of ``rollout`` on ``slot.scenario``, in a fresh event loop, made by
-    ``local_attempt`` (the runner's own attempt: same checks, same timeout).
+    :func:`~art_adapters._rollout_slot.attempt_rollout` (as without Ray: same checks, same timeout).
 
     A streaming generator: it first yields ``None`` as soon as it runs on a worker, so the driver
     starts its backstop then (time spent in Ray's queue waiting for a CPU is not the rollout's),
@@ -93,7 +88,7 @@ def _run_on_worker(
     """
     yield None
     try:
-        yield _Outcome(trajectory=asyncio.run(local_attempt(rollout, slot, timeout_s)))
+        yield _Outcome(trajectory=asyncio.run(attempt_rollout(rollout, slot, timeout_s)))
     except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
         partial = getattr(exc, "trajectory", None)
         failure = RolloutFailure.from_exception(
@@ -126,12 +121,9 @@ class RayRollouts:
         ConfigError: ``rollout`` cannot be serialised by Ray (the message names the member).
     """
 
-    def __init__(
-        self, rollout: RolloutFn, *, address: str, num_cpus: float, local_attempt: AttemptFn
-    ) -> None:
+    def __init__(self, rollout: RolloutFn, *, address: str, num_cpus: float) -> None:
         ray = import_ray()
         self._ray = ray
-        self._local_attempt = local_attempt
         if not ray.is_initialized():
             logger.info("connecting to the Ray cluster at %s", address)
             ray.init(address=address)
@@ -149,7 +141,7 @@ class RayRollouts:
                 f"Ray's report:\n{_report(rollout, name)}"
             ) from exc
 
-    async def attempt(self, rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> Trajectory:
+    async def attempt(self, rollout: RolloutFn, slot: RolloutSlot, timeout_s: float | None) -> Trajectory:
         """One attempt of the rollout of ``slot``, on a worker; its trajectory, or an exception.
 
         ``rollout`` is the function given to ``__init__`` (already in the object store). The
@@ -166,7 +158,7 @@ class RayRollouts:
         """
         ray = self._ray
         try:
-            task = self._task.remote(self._rollout_ref, slot, timeout_s, self._local_attempt)
+            task = self._task.remote(self._rollout_ref, slot, timeout_s)
         except Exception as exc:
             raise ConfigError(
                 f"scenario {slot.scenario_id} cannot be sent to a Ray worker ({type(exc).__name__}: {exc}); "

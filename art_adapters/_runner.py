@@ -11,21 +11,21 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import hashlib
-import inspect
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._config import Count, PositiveCount, resolve_config
-from ._errors import ConfigError, RolloutBudgetError, RolloutError
+from ._errors import ConfigError, RolloutBudgetError
 from ._gather import gather_or_cancel
+from ._rollout_slot import AttemptFn, RolloutFn, RolloutSlot, attempt_rollout
 from ._run_progress import ProgressDisplay, RunProgress
 from ._trajectory import RolloutFailure, Trajectory, TrajectoryGroup, new_id
 from .observe import RolloutTracing
@@ -44,17 +44,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-class RolloutFn(Protocol):
-    """``async def rollout(scenario) -> Trajectory``: one rollout of a scenario.
-
-    What :func:`run_groups` and :func:`~art_adapters.train_loop` call, once per rollout; any
-    async function taking one scenario (of whatever type your scenarios are) fits.
-    """
-
-    def __call__(self, scenario: Any, /) -> Awaitable[Trajectory]:
-        """Run the agent once on ``scenario`` and return what it did."""
-        ...
 
 
 class RunConfig(BaseModel):
@@ -148,175 +137,250 @@ def _jsonable(scenario: Any) -> Any:
     return scenario
 
 
-@dataclasses.dataclass
-class _Slot:
-    """One rollout to run: which scenario, which index, and what came of it."""
-
-    group: int
-    index: int
-    scenario: Any
-    scenario_id: str
-    group_id: str
-    trajectory: Trajectory | None = None
-    exception: RolloutFailure | None = None
+def _check_arguments(rollout: Any, n: Any) -> None:
+    """Raise ConfigError for a group size that is not an int >= 1 or a rollout that cannot be called."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"n must be an int >= 1, got {n!r}")
+    if not callable(rollout):
+        raise ConfigError(f"rollout must be an async function, got {type(rollout).__name__}")
 
 
-async def _attempt(rollout: RolloutFn, slot: _Slot, timeout_s: float | None) -> Trajectory:
-    """Run the user's rollout once, under the timeout; check what it returned."""
-    result = rollout(slot.scenario)
-    if not inspect.isawaitable(result):
-        raise ConfigError(
-            f"rollout(scenario) returned {type(result).__name__}, not an awaitable: "
-            "pass an `async def rollout(scenario) -> Trajectory` function"
+def _slots_per_group(scenarios: list[Any], n: int) -> list[list[RolloutSlot]]:
+    """The run's rollouts: ``n`` slots per scenario, in order, each group under an id of its own."""
+    ids = [scenario_id(s) for s in scenarios]
+    if len(set(ids)) < len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        logger.warning(
+            "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
         )
-    deadline = asyncio.timeout(timeout_s)
-    try:
-        async with deadline:
-            value = await result
-    except TimeoutError:
-        if deadline.expired():
-            raise TimeoutError(f"rollout did not finish within timeout_s={timeout_s:g} s") from None
-        raise
-    except asyncio.CancelledError as exc:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
-            raise  # the run (or its caller) is being cancelled: propagate
-        # Nobody cancelled this rollout: a task or future it awaited was cancelled. That is its failure,
-        # not the run's; raised as is it would cancel the whole run_groups with a bare CancelledError.
-        raise RolloutError(
-            "the rollout raised CancelledError although the run was not cancelled: a task or future "
-            "it awaited was cancelled (see the traceback)"
-        ) from exc
-    if not isinstance(value, Trajectory):
-        raise TypeError(
-            f"rollout(scenario) must return an art_adapters.Trajectory, got {type(value).__name__}"
-        )
-    return value
+    groups: list[list[RolloutSlot]] = []
+    for g, (scenario, sid) in enumerate(zip(scenarios, ids, strict=True)):
+        group_id = new_id("group")
+        groups.append([RolloutSlot(g, i, scenario, sid, group_id) for i in range(n)])
+    return groups
+
+
+def _attempt_fn(rollout: RolloutFn, config: RunConfig) -> AttemptFn:
+    """Where each attempt runs: in this process, or as a Ray task (Ray is imported only then)."""
+    if config.ray_address is None:
+        return attempt_rollout
+    from ._ray import RayRollouts
+
+    return RayRollouts(rollout, address=config.ray_address, num_cpus=config.ray_num_cpus).attempt
 
 
 @dataclasses.dataclass
-class _Tracing:
-    """The live tracing of one run_groups call: the observer and the labels of its rollouts."""
+class _GroupRun:
+    """What one run_groups call carries while its rollouts run.
 
+    Its settings, its slots per group (where each rollout's trajectory or failure lands), where an
+    attempt runs (here, or as a Ray task), the progress display and the live tracing; its methods
+    run a slot and its attempts, check the failure budget and collect the groups.
+    """
+
+    rollout: RolloutFn
+    config: RunConfig
+    groups: list[list[RolloutSlot]]
+    attempt: AttemptFn
+    display: ProgressDisplay
     observer: Observer | None
-    options: RolloutTracing
+    tracing: RolloutTracing
+    seen_ids: set[str] = dataclasses.field(default_factory=set)
 
-    def start(self, slot: _Slot) -> Any:
+    @classmethod
+    def start(
+        cls,
+        rollout: RolloutFn,
+        scenarios: list[Any],
+        n: int,
+        config: RunConfig,
+        progress: bool | Callable[[RunProgress], None],
+        tracing: RolloutTracing | None,
+    ) -> _GroupRun:
+        """The state of a run about to start: its slots, its observer, its attempts (Ray connects here)."""
+        options = tracing if tracing is not None else RolloutTracing()
+        groups = _slots_per_group(scenarios, n)
+        observer = options.resolve()
+        attempt = _attempt_fn(rollout, config)
+        display = ProgressDisplay(progress, len(scenarios) * n)
+        return cls(rollout, config, groups, attempt, display, observer if observer.enabled else None, options)
+
+    @property
+    def slots(self) -> list[RolloutSlot]:
+        """Every rollout of the run, group by group."""
+        return [slot for group in self.groups for slot in group]
+
+    async def run_all(self) -> None:
+        """Run every slot under the concurrency limit.
+
+        A ConfigError from a rollout, or the budget running out, cancels the other rollouts.
+        """
+        semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        tasks = [
+            asyncio.create_task(
+                self.run_slot(slot, semaphore), name=f"rollout:{slot.scenario_id}:{slot.index}"
+            )
+            for slot in self.slots
+        ]
+        try:
+            await gather_or_cancel(tasks, check=self.check_budget)
+        finally:
+            self.display.close()
+
+    def check_budget(self) -> None:
+        """Raise :class:`RolloutBudgetError` once more rollouts failed than the run's budget allows."""
+        slots = self.slots
+        budget, setting = self.config.budget(len(slots))
+        failures = [s.exception for s in slots if s.exception is not None]
+        if budget is None or setting is None or len(failures) <= budget:
+            return
+        raise RolloutBudgetError(
+            _budget_message(failures, budget, len(slots), setting, getattr(self.config, setting)),
+            exceptions=failures,
+            budget=budget,
+            total=len(slots),
+            setting=setting,
+        )
+
+    async def run_slot(self, slot: RolloutSlot, semaphore: asyncio.Semaphore) -> None:
+        """Run one rollout with its retries, under its live span; its trajectory or failure lands on ``slot``."""
+        async with semaphore:
+            span = self._start_span(slot)
+            try:
+                with span.active() if span is not None else nullcontext():
+                    await self._attempts(slot, span)
+                if slot.trajectory is not None:
+                    # The same object returned twice: ids must stay unique.
+                    if slot.trajectory.id in self.seen_ids:
+                        slot.trajectory.id = Trajectory().id
+                    self.seen_ids.add(slot.trajectory.id)
+            finally:
+                if span is not None:
+                    _end_span(span, slot, keep_open=self.tracing.keep_open)
+        self.display.finished(slot.trajectory)
+
+    def _start_span(self, slot: RolloutSlot) -> Any:
+        """The rollout's live span, current while it runs; ``None`` when nothing is traced."""
         if self.observer is None:
             return None
         context = RolloutContext(
             group_id=slot.group_id,
             scenario_id=slot.scenario_id,
-            step=self.options.step,
-            model=self.options.policy,
-            split=self.options.split,
-            agent_name=self.options.agent_name,
+            step=self.tracing.step,
+            model=self.tracing.policy,
+            split=self.tracing.split,
+            agent_name=self.tracing.agent_name,
             namespace=self.observer.config.run,
         )
         return self.observer.start_rollout(context, slot.index)
 
-
-#: One attempt of a rollout: :func:`_attempt` here, or a Ray task (:class:`~art_adapters._ray.RayRollouts`).
-_AttemptFn = Callable[[RolloutFn, _Slot, "float | None"], Awaitable[Trajectory]]
-
-
-async def _run_slot(
-    rollout: RolloutFn,
-    slot: _Slot,
-    *,
-    attempt: _AttemptFn,
-    semaphore: asyncio.Semaphore,
-    timeout_s: float | None,
-    retries: int,
-    display: ProgressDisplay,
-    seen_ids: set[str],
-    tracing: _Tracing,
-) -> None:
-    """Run one rollout with its retries, under its live span; record a trajectory or an exception on ``slot``."""
-    async with semaphore:
-        span = tracing.start(slot)
-        try:
-            with span.active() if span is not None else nullcontext():
-                await _attempts(
-                    rollout, slot, attempt=attempt, timeout_s=timeout_s, retries=retries, display=display, span=span
-                )
-            if slot.trajectory is not None:
-                if slot.trajectory.id in seen_ids:  # the same object returned twice: ids must stay unique
-                    slot.trajectory.id = Trajectory().id
-                seen_ids.add(slot.trajectory.id)
-        finally:
-            if span is not None:
-                if slot.trajectory is not None:
-                    span.finished(slot.trajectory, keep_open=tracing.options.keep_open)
-                elif slot.exception is not None:
-                    span.failed(slot.exception)
-                else:
-                    span.cancelled()
-    display.finished(slot.trajectory)
-
-
-async def _attempts(
-    rollout: RolloutFn,
-    slot: _Slot,
-    *,
-    attempt: _AttemptFn,
-    timeout_s: float | None,
-    retries: int,
-    display: ProgressDisplay,
-    span: Any,
-) -> None:
-    """The attempts of one rollout: the first success, or the last failure, lands on ``slot``."""
-    failures: list[str] = []
-    for tried in range(retries + 1):
-        started = time.monotonic()
-        try:
-            trajectory = await attempt(rollout, slot, timeout_s)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
-            failures.append(f"attempt {tried + 1}: {type(exc).__name__}: {exc}")
-            if tried < retries:
-                display.retried += 1
-                if span is not None:
-                    span.retried(failures[-1])
-                logger.info(
-                    "rollout %s of scenario %s failed (%s: %s); retrying",
-                    slot.index,
-                    slot.scenario_id,
-                    type(exc).__name__,
-                    exc,
-                )
-                continue
-            partial = getattr(exc, "trajectory", None)
-            slot.exception = _failure(
-                exc,
-                scenario_id=slot.scenario_id,
-                rollout_index=slot.index,
-                trajectory=partial if isinstance(partial, Trajectory) else None,
-                attempts=tried + 1,
-                previous_failures=failures[:-1],
-            )
-            logger.warning(
-                "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
-                slot.index,
-                slot.scenario_id,
-                tried + 1,
-                type(exc).__name__,
-                exc,
+    async def _attempts(self, slot: RolloutSlot, span: Any) -> None:
+        """The attempts of one rollout: the first success, or the last failure, lands on ``slot``."""
+        failures: list[str] = []
+        retries = self.config.retries
+        for tried in range(retries + 1):
+            started = time.monotonic()
+            try:
+                trajectory = await self.attempt(self.rollout, slot, self.config.timeout_s)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed rollout is data; cancellation propagates
+                failures.append(f"attempt {tried + 1}: {type(exc).__name__}: {exc}")
+                if tried < retries:
+                    self._retrying(slot, span, exc, failures[-1])
+                    continue
+                _record_failure(slot, exc, failures)
+                return
+            slot.trajectory = _labelled(
+                trajectory, slot, attempts=tried + 1, started=started, failures=failures
             )
             return
-        trajectory = trajectory.model_copy()
-        trajectory.metadata = {
-            **trajectory.metadata,
-            "scenario_id": slot.scenario_id,
-            "group_id": slot.group_id,
-            "rollout_index": slot.index,
-            "attempts": tried + 1,
-            "duration_s": round(time.monotonic() - started, 3),
+
+    def _retrying(self, slot: RolloutSlot, span: Any, exc: Exception, failure: str) -> None:
+        """Count, trace and log a failed attempt that is tried again."""
+        self.display.retried += 1
+        if span is not None:
+            span.retried(failure)
+        logger.info(
+            "rollout %s of scenario %s failed (%s: %s); retrying",
+            slot.index,
+            slot.scenario_id,
+            type(exc).__name__,
+            exc,
+        )
+
+    def results(self) -> list[TrajectoryGroup]:
+        """One group per scenario, in order: its trajectories, its failures, and its metadata."""
+        return [self._group(slots) for slots in self.groups]
+
+    def _group(self, slots: list[RolloutSlot]) -> TrajectoryGroup:
+        first = slots[0]
+        metadata: dict[str, Any] = {
+            "scenario_id": first.scenario_id,
+            "group_id": first.group_id,
+            "n": len(slots),
         }
-        trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
-        slot.trajectory = trajectory
-        return
+        if self.observer is not None:
+            metadata["traced"] = "live"
+        try:
+            json.dumps(_jsonable(first.scenario))
+            metadata["scenario"] = _jsonable(first.scenario)
+        except (TypeError, ValueError):
+            logger.debug("scenario %s is not JSON-serialisable; not stored on its group", first.scenario_id)
+        return TrajectoryGroup(
+            id=first.group_id,
+            trajectories=[s.trajectory for s in slots if s.trajectory is not None],
+            exceptions=[s.exception for s in slots if s.exception is not None],
+            metadata=metadata,
+        )
+
+
+def _end_span(span: Any, slot: RolloutSlot, *, keep_open: bool) -> None:
+    """Close a rollout's live span with what came of it: a trajectory, a failure, or a cancellation."""
+    if slot.trajectory is not None:
+        span.finished(slot.trajectory, keep_open=keep_open)
+    elif slot.exception is not None:
+        span.failed(slot.exception)
+    else:
+        span.cancelled()
+
+
+def _labelled(
+    trajectory: Trajectory, slot: RolloutSlot, *, attempts: int, started: float, failures: list[str]
+) -> Trajectory:
+    """A copy of a successful attempt's trajectory, labelled with its slot, attempts and duration."""
+    trajectory = trajectory.model_copy()
+    trajectory.metadata = {
+        **trajectory.metadata,
+        "scenario_id": slot.scenario_id,
+        "group_id": slot.group_id,
+        "rollout_index": slot.index,
+        "attempts": attempts,
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+    trajectory.logs = [*trajectory.logs, *(f"runner: retried after {f}" for f in failures)]
+    return trajectory
+
+
+def _record_failure(slot: RolloutSlot, exc: Exception, failures: list[str]) -> None:
+    """Keep the last attempt's failure on ``slot`` (with the earlier ones) and log it."""
+    partial = getattr(exc, "trajectory", None)
+    slot.exception = _failure(
+        exc,
+        scenario_id=slot.scenario_id,
+        rollout_index=slot.index,
+        trajectory=partial if isinstance(partial, Trajectory) else None,
+        attempts=len(failures),
+        previous_failures=failures[:-1],
+    )
+    logger.warning(
+        "rollout %s of scenario %s failed after %d attempt(s): %s: %s",
+        slot.index,
+        slot.scenario_id,
+        len(failures),
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _failure(exc: Exception, **fields: Any) -> RolloutFailure:
@@ -327,6 +391,8 @@ def _failure(exc: Exception, **fields: Any) -> RolloutFailure:
     return RolloutFailure.from_exception(exc, **fields)
 
 
+# Over 60 lines only by its docstring (the public reference; the body is 6 lines); its arguments are
+# the public API in README.md and stay as they are.
 async def run_groups(
     rollout: RolloutFn,
     scenarios: Sequence[Any],
@@ -391,94 +457,12 @@ async def run_groups(
         ImportError: ``ray_address`` is set and Ray is not installed.
         RolloutBudgetError: more rollouts failed than the budget allows (see :class:`RunConfig`).
     """
-    run = resolve_config(RunConfig, config, settings, hints=_RETIRED)
+    run_config = resolve_config(RunConfig, config, settings, hints=_RETIRED)
     scenarios = list(scenarios)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"n must be an int >= 1, got {n!r}")
-    if not callable(rollout):
-        raise ConfigError(f"rollout must be an async function, got {type(rollout).__name__}")
-    total = len(scenarios) * n
-    budget, setting = run.budget(total)
-
-    ids = [scenario_id(s) for s in scenarios]
-    if len(set(ids)) < len(ids):
-        repeated = sorted({i for i in ids if ids.count(i) > 1})
-        logger.warning(
-            "scenario id(s) %s appear more than once; their groups share the id", ", ".join(repeated[:5])
-        )
-    group_ids = [new_id("group") for _ in scenarios]
-    slots = [
-        _Slot(g, i, s, sid, group_ids[g])
-        for g, (s, sid) in enumerate(zip(scenarios, ids, strict=True))
-        for i in range(n)
-    ]
-    options = tracing if tracing is not None else RolloutTracing()
-    observer = options.resolve()
-    live = _Tracing(observer if observer.enabled else None, options)
-    attempt: _AttemptFn = _attempt
-    if run.ray_address is not None:  # each attempt a Ray task; Ray is imported only here
-        from ._ray import RayRollouts
-
-        ray = RayRollouts(rollout, address=run.ray_address, num_cpus=run.ray_num_cpus, local_attempt=_attempt)
-        attempt = ray.attempt
-    semaphore = asyncio.Semaphore(run.max_concurrency)
-    display = ProgressDisplay(progress, total)
-    seen_ids: set[str] = set()
-    tasks = [
-        asyncio.create_task(
-            _run_slot(
-                rollout,
-                slot,
-                attempt=attempt,
-                semaphore=semaphore,
-                timeout_s=run.timeout_s,
-                retries=run.retries,
-                display=display,
-                seen_ids=seen_ids,
-                tracing=live,
-            ),
-            name=f"rollout:{slot.scenario_id}:{slot.index}",
-        )
-        for slot in slots
-    ]
-
-    def check_budget() -> None:
-        failures = [s.exception for s in slots if s.exception is not None]
-        if budget is not None and setting is not None and len(failures) > budget:
-            raise RolloutBudgetError(
-                _budget_message(failures, budget, total, setting, getattr(run, setting)),
-                exceptions=failures,
-                budget=budget,
-                total=total,
-                setting=setting,
-            )
-
-    try:
-        # A ConfigError from a rollout, or the budget running out, cancels the other rollouts.
-        await gather_or_cancel(tasks, check=check_budget)
-    finally:
-        display.close()
-
-    groups: list[TrajectoryGroup] = []
-    for g, (scenario, sid) in enumerate(zip(scenarios, ids, strict=True)):
-        mine = [s for s in slots if s.group == g]
-        metadata: dict[str, Any] = {"scenario_id": sid, "group_id": group_ids[g], "n": n}
-        if live.observer is not None:
-            metadata["traced"] = "live"
-        try:
-            json.dumps(_jsonable(scenario))
-            metadata["scenario"] = _jsonable(scenario)
-        except (TypeError, ValueError):
-            logger.debug("scenario %s is not JSON-serialisable; not stored on its group", sid)
-        groups.append(
-            TrajectoryGroup(
-                id=group_ids[g],
-                trajectories=[s.trajectory for s in mine if s.trajectory is not None],
-                exceptions=[s.exception for s in mine if s.exception is not None],
-                metadata=metadata,
-            )
-        )
-    return groups
+    _check_arguments(rollout, n)
+    run = _GroupRun.start(rollout, scenarios, n, run_config, progress, tracing)
+    await run.run_all()
+    return run.results()
 
 
 def _budget_message(

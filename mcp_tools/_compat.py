@@ -30,6 +30,7 @@ __all__ = [
     "create_server",
     "error_code",
     "list_params",
+    "negotiate",
     "open_stdio",
     "open_streamable_http",
     "run_stdio_server",
@@ -56,6 +57,24 @@ else:  # pragma: no cover - exercised in the langchain-mcp-adapters compat venv
     from mcp.server.fastmcp import Context as ServerContext  # type: ignore[no-redef]
     from mcp.server.fastmcp import FastMCP as _Server  # type: ignore[no-redef]
     from mcp.server.fastmcp.exceptions import ToolError as ServerToolError  # type: ignore[no-redef]
+
+
+#: The JSON-RPC error a server answers a protocol version it does not speak with (MCP 2026-07-28).
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+
+def speaks_discover(session: Any) -> bool:
+    """Whether this SDK can open a 2026-07-28 session (``server/discover``; mcp 2.x only)."""
+    return callable(getattr(session, "discover", None))
+
+
+async def negotiate(session: Any, *, modern: bool) -> None:
+    """Open the session: the ``initialize`` handshake, or with ``modern`` the stateless 2026-07-28
+    protocol through the SDK's public :meth:`ClientSession.discover` (newest version both speak)."""
+    if modern:
+        await session.discover()
+    else:
+        await session.initialize()
 
 
 def error_code(exc: BaseException) -> int | None:

@@ -23,6 +23,11 @@ __all__ = ["ServerConnection"]
 
 _STDERR_TAIL_CHARS = 1500
 
+#: Servers (command line or URL) that refused the ``initialize`` handshake as 2026-07-28-only: their later
+#: sessions go straight to ``server/discover``. The handshake comes first for every other server because
+#: it gives a session, which per-rollout state isolation keys on; the stateless protocol has none.
+_MODERN_ONLY: set[str] = set()
+
 
 def root_cause(exc: BaseException) -> BaseException:
     """The first leaf of nested exception groups (anyio's task groups wrap a transport's failure twice)."""
@@ -68,6 +73,7 @@ class ServerConnection:
         self._broken: str | None = None
         self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self._runner: asyncio.Task[None] | None = None
+        self._get_session_id: Any = None
 
     @classmethod
     async def open(
@@ -124,33 +130,23 @@ class ServerConnection:
 
     async def _run(self) -> None:
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                if isinstance(self.spec, StdioServer):
-                    read, write = await stack.enter_async_context(
-                        _compat.open_stdio(
-                            self.spec.command,
-                            self.spec.args,
-                            env=self.spec.env,
-                            cwd=self.spec.cwd,
-                            errlog=self._stderr,
-                        )
-                    )
-                    get_session_id = None
-                else:
-                    read, write, get_session_id = await stack.enter_async_context(
-                        _compat.open_streamable_http(
-                            self.spec.url, headers=self.spec.headers, timeout_s=self.config.connect_timeout_s
-                        )
-                    )
-                session = await stack.enter_async_context(_compat.ClientSession(read, write))
-                await session.initialize()
-                self._session = session
-                # stdio has no protocol session id; a local one still tells sessions apart in traces.
-                self.session_id = (
-                    get_session_id() if get_session_id else None
-                ) or f"local-{uuid.uuid4().hex}"
-                self._ready.set()
-                await self._stop.wait()
+            modern = self.describe() in _MODERN_ONLY
+            while True:
+                async with contextlib.AsyncExitStack() as stack:
+                    session = await self._connect(stack)
+                    try:
+                        await _compat.negotiate(session, modern=modern)
+                    except _compat.McpProtocolError as exc:
+                        if modern or not self._refused_handshake(exc, session):
+                            raise
+                        # a 2026-07-28-only server: again on a fresh connection (the refused one may stay
+                        # in the handshake era), and straight to server/discover for this server from now on
+                        logger.info("MCP server %r refused the handshake (%s): 2026-07-28", self.name, exc)
+                        _MODERN_ONLY.add(self.describe())
+                        modern = True
+                        continue
+                    await self._serve(session)
+                    return
         except Exception as exc:  # noqa: BLE001 - the transport or handshake failed: report to whoever waits
             self._failure = exc
             if self._ready.is_set():
@@ -160,6 +156,38 @@ class ServerConnection:
             self._session = None
             self._done.set()
             self._ready.set()
+
+    @staticmethod
+    def _refused_handshake(exc: BaseException, session: Any) -> bool:
+        unsupported = _compat.error_code(exc) == _compat.UNSUPPORTED_PROTOCOL_VERSION
+        return unsupported and _compat.speaks_discover(session)
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> Any:
+        """Open the transport and a ``ClientSession`` on it (not yet negotiated), closed with ``stack``."""
+        if isinstance(self.spec, StdioServer):
+            read, write = await stack.enter_async_context(
+                _compat.open_stdio(
+                    self.spec.command, self.spec.args,
+                    env=self.spec.env, cwd=self.spec.cwd, errlog=self._stderr,
+                )
+            )
+            self._get_session_id = None
+        else:
+            read, write, self._get_session_id = await stack.enter_async_context(
+                _compat.open_streamable_http(
+                    self.spec.url, headers=self.spec.headers, timeout_s=self.config.connect_timeout_s
+                )
+            )
+        return await stack.enter_async_context(_compat.ClientSession(read, write))
+
+    async def _serve(self, session: Any) -> None:
+        """Hand the negotiated session out, then hold it open until :meth:`aclose`."""
+        self._session = session
+        # stdio has no protocol session id (nor has 2026-07-28); a local one still tells sessions apart
+        protocol_id = self._get_session_id() if self._get_session_id else None
+        self.session_id = protocol_id or f"local-{uuid.uuid4().hex}"
+        self._ready.set()
+        await self._stop.wait()
 
     async def _abort(self) -> None:
         """Cancel a runner still in its handshake (``_stop`` is not awaited there) and wait for it."""

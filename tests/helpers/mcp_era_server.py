@@ -3,7 +3,8 @@
 ``python -m tests.helpers.mcp_era_server ERA LOG [--port N]``: ERA ``modern`` answers only the
 stateless 2026-07-28 envelope (``initialize`` is refused as a 2026-only server refuses it),
 ``handshake`` only the 2025-06-18 ``initialize`` handshake (``server/discover`` is an unknown
-method, as on a 2025 server, and the handshake is pinned to 2025-06-18). The gate is a
+method, as on a 2025 server, and the handshake is pinned to 2025-06-18), ``neither`` refuses
+both (a server of an era no SDK here speaks). The gate is a
 ``ServerMiddleware``, the SDK's documented hook that runs before the handshake. Every
 ``tools/call`` appends ``{"protocol_version", "meta"}`` (the request's ``_meta``, where the
 client's trace context travels) to LOG as a JSON line. Over stdio by default, or streamable HTTP
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,9 @@ class EraGate:
         if self.era == "modern" and ctx.method == "initialize":
             raise MCPError(UNSUPPORTED_PROTOCOL_VERSION, "this server speaks only 2026-07-28",
                            {"supported": [MODERN_VERSION], "requested": params.get("protocolVersion")})  # fmt: skip
+        if self.era == "neither" and ctx.method in ("initialize", "server/discover"):
+            raise MCPError(UNSUPPORTED_PROTOCOL_VERSION, "this server speaks only 2099-01-01",
+                           {"supported": ["2099-01-01"], "requested": params.get("protocolVersion")})  # fmt: skip
         if self.era == "handshake":
             if ctx.method == "server/discover":
                 raise MCPError(METHOD_NOT_FOUND, "Method not found: server/discover")
@@ -63,15 +69,45 @@ def build(era: str, log: Path) -> MCPServer:
     return server
 
 
+def _answer_discover_as_unknown() -> None:
+    """Over stdio, answer ``server/discover`` as a 2025 server does (-32601) before the SDK sees it.
+
+    The SDK's server settles a stdio connection's era on a ``server/discover`` before any middleware
+    runs, so the gate alone cannot make it a faithful 2025 server there. A thread reads the real
+    stdin, answers the probe itself (the client waits for that answer before it sends anything else,
+    so the lines cannot interleave) and passes every other line on through a pipe the SDK reads.
+    """
+    source = os.fdopen(os.dup(0), "rb")
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 0)
+
+    def relay() -> None:
+        for line in source:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if isinstance(message, dict) and message.get("method") == "server/discover":
+                error = {"code": METHOD_NOT_FOUND, "message": "Method not found: server/discover"}
+                os.write(1, json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": error}).encode() + b"\n")
+                continue
+            os.write(write_end, line)
+        os.close(write_end)
+
+    threading.Thread(target=relay, name="discover-refuser", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the server (see the module docstring)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("era", choices=["modern", "handshake"])
+    parser.add_argument("era", choices=["modern", "handshake", "neither"])
     parser.add_argument("log", type=Path)
     parser.add_argument("--port", type=int)
     args = parser.parse_args(argv)
     server = build(args.era, args.log)
     if args.port is None:
+        if args.era == "handshake":
+            _answer_discover_as_unknown()
         server.run("stdio")
     else:
         print(f"listening on http://127.0.0.1:{args.port}/mcp", flush=True)

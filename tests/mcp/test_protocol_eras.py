@@ -5,9 +5,10 @@ and one that speaks only the ``initialize`` handshake (answering 2025-06-18), bo
 carries the caller's W3C trace context there (``traceparent``), so the server's spans can join the
 rollout's trace. What holds:
 
-* ``mcp_tools.load_tools`` speaks the handshake (the SDK's ``ClientSession.initialize``): it serves
-  the handshake server and propagates the rollout's trace; a 2026-07-28-only server refuses it, and
-  loading fails with ``ToolServerError`` naming the server and the refusal.
+* ``mcp_tools.load_tools`` sends the handshake and, where it is refused, ``server/discover``: it
+  speaks 2026-07-28 with the modern server and the handshake with the other (sessions, so state
+  isolation, where a server has them), propagating the rollout's trace either way; a server that
+  refuses both fails with ``ToolServerError`` naming the refusal.
 * ``langchain.mcp.MCPAdapter`` (FastMCP 4.2.3) probes ``server/discover`` and speaks 2026-07-28 with
   the 2026-only server, propagating the rollout's trace, the tool record naming the server.
 """
@@ -75,10 +76,12 @@ def _assert_trace_context_joined(calls: list[dict[str, Any]], trajectories: list
     assert trace_ids == sorted(t.metadata["trace_id"] for t in trajectories)
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_mcp_tools_on_a_handshake_server_carries_the_rollouts_trace(tmp_path: Path, transport: str) -> None:
-    log = tmp_path / "calls.jsonl"
-    with _served("handshake", log, transport) as where:
+async def _mcp_tools_calls(
+    era: str, log: Path, transport: str
+) -> tuple[list[dict[str, Any]], list[aa.Trajectory]]:
+    """Two traced rollouts calling the era server's ``echo`` through ``mcp_tools``: what the server
+    recorded, and the trajectories (each checked to hold one record of the call)."""
+    with _served(era, log, transport) as where:
         server = (mcp_tools.StdioServer(command=where["command"][0], args=where["command"][1:])
                   if "command" in where else mcp_tools.HttpServer(url=where["url"]))  # fmt: skip
         tools = await mcp_tools.load_tools({"era": server})
@@ -92,12 +95,18 @@ async def test_mcp_tools_on_a_handshake_server_carries_the_rollouts_trace(tmp_pa
 
         trajectories, observer = await _traced_run(rollout)
         observer.shutdown()
-    calls = _calls(log)
-    assert len(calls) == 2 and all(c["protocol_version"] in ("2025-06-18", "2025-11-25") for c in calls)
-    _assert_trace_context_joined(calls, trajectories)
     for trajectory in trajectories:
         (record,) = trajectory.tool_records
-        assert (record.server, record.name, record.result) == ("era", "echo", "hi")
+        assert (record.server, record.name) == ("era", "echo") and "hi" in (record.result or "")
+    return _calls(log), trajectories
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_mcp_tools_on_a_handshake_server_carries_the_rollouts_trace(tmp_path: Path, transport: str) -> None:
+    calls, trajectories = await _mcp_tools_calls("handshake", tmp_path / "calls.jsonl", transport)
+    assert len(calls) == 2 and all(c["protocol_version"] in ("2025-06-18", "2025-11-25") for c in calls)
+    _assert_trace_context_joined(calls, trajectories)
+    assert [t.tool_records[0].result for t in trajectories] == ["hi", "hi"]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -127,7 +136,17 @@ async def test_langchain_mcp_speaks_2026_07_28_and_carries_the_rollouts_trace(tm
         assert (record.server, record.name) == ("era-modern", "echo") and "hi" in (record.result or "")
 
 
-async def test_mcp_tools_on_a_2026_only_server_fails_naming_the_refusal(tmp_path: Path) -> None:
-    command = _command("modern", tmp_path / "calls.jsonl")
-    with pytest.raises(ToolServerError, match="could not start MCP server 'era'.*only 2026-07-28"):
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_mcp_tools_speaks_2026_07_28_with_a_modern_only_server(tmp_path: Path, transport: str) -> None:
+    # It once sent only the initialize handshake, which this server refuses: load_tools failed.
+    # Now the refusal is followed by server/discover on a fresh connection.
+    calls, trajectories = await _mcp_tools_calls("modern", tmp_path / "calls.jsonl", transport)
+    assert len(calls) == 2 and {c["protocol_version"] for c in calls} == {"2026-07-28"}
+    assert all(c["meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28" for c in calls)
+    _assert_trace_context_joined(calls, trajectories)
+
+
+async def test_a_server_that_refuses_both_eras_fails_naming_the_refusal(tmp_path: Path) -> None:
+    command = _command("neither", tmp_path / "calls.jsonl")
+    with pytest.raises(ToolServerError, match="could not start MCP server 'era'.*MCPError"):
         await mcp_tools.load_tools({"era": mcp_tools.StdioServer(command=command[0], args=command[1:])})
