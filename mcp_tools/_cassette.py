@@ -19,7 +19,7 @@ import weakref
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, ValidationError
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CASSETTE_VERSION",
+    "CallSlot",
     "Cassette",
     "CassetteCall",
     "CassetteError",
@@ -46,8 +47,16 @@ CASSETTE_VERSION = 1
 CassetteMode = Literal["record", "replay", "record_new"]
 MissingPolicy = Literal["live", "fail"]
 
-#: Identifies one call: (server, tool, canonical arguments, occurrence within its rollout).
-_Slot = tuple[str, str, str, int]
+
+class CallSlot(NamedTuple):
+    """Identifies one call: what identical calls share, and which of them this one is."""
+
+    server: str
+    tool: str
+    #: the arguments as :func:`canonical_arguments` writes them
+    arguments: str
+    #: how many identical calls its rollout made before this one: 0 for the first
+    occurrence: int
 
 
 class CassetteError(ConfigError):
@@ -213,9 +222,9 @@ class Cassette:
         self.path = Path(path)
         self.mode: CassetteMode = mode
         self.on_missing: MissingPolicy = on_missing or ("fail" if mode == "replay" else "live")
-        self._calls: dict[_Slot, CassetteCall] = {}
+        self._calls: dict[CallSlot, CassetteCall] = {}
         self._tools: dict[str, list[dict[str, Any]]] = {}
-        self._pending: dict[_Slot, asyncio.Future[None]] = {}
+        self._pending: dict[CallSlot, asyncio.Future[None]] = {}
         self._counters: weakref.WeakKeyDictionary[Any, Counter[tuple[str, str, str]]] = (
             weakref.WeakKeyDictionary()
         )
@@ -288,7 +297,7 @@ class Cassette:
             elif isinstance(entry, _ToolList):
                 self._tools[entry.server] = entry.tools
             else:
-                slot = (*entry.key, entry.occurrence)
+                slot = CallSlot(*entry.key, entry.occurrence)
                 if slot in self._calls:
                     logger.debug("%s:%d repeats a recorded call; the first one is kept", self.path, number)
                 else:
@@ -316,7 +325,7 @@ class Cassette:
 
     # -- matching (no I/O) --------------------------------------------------------------------------
 
-    def slot(self, scope: Any, server: str, tool: str, arguments: dict[str, Any]) -> _Slot:
+    def slot(self, scope: Any, server: str, tool: str, arguments: dict[str, Any]) -> CallSlot:
         """The slot of a call made now in rollout *scope* (``None``: outside any rollout), counting it."""
         key = (server, tool, canonical_arguments(arguments))
         if scope is None:
@@ -327,9 +336,9 @@ class Cassette:
                 counter = self._counters[scope] = Counter()
         occurrence = counter[key]
         counter[key] += 1
-        return (*key, occurrence)
+        return CallSlot(*key, occurrence)
 
-    async def claim(self, slot: _Slot) -> CassetteCall | None:
+    async def claim(self, slot: CallSlot) -> CassetteCall | None:
         """The recorded answer for *slot*, or ``None`` when the caller must call the server.
 
         A ``None`` makes the caller the slot's owner: it must then call :meth:`store` or
@@ -351,13 +360,13 @@ class Cassette:
         self._pending[slot] = asyncio.get_running_loop().create_future()
         return None
 
-    def release(self, slot: _Slot) -> None:
+    def release(self, slot: CallSlot) -> None:
         """Give up a claimed slot without an answer (the call was cancelled): a waiter takes it over."""
         pending = self._pending.pop(slot, None)
         if pending is not None and not pending.done():
             pending.set_result(None)
 
-    async def store(self, slot: _Slot, call: CassetteCall) -> None:
+    async def store(self, slot: CallSlot, call: CassetteCall) -> None:
         """Keep the live answer of a claimed slot (appended to the file when recording), then wake waiters."""
         try:
             self._calls[slot] = call
@@ -366,7 +375,7 @@ class Cassette:
         finally:
             self.release(slot)
 
-    def _miss_message(self, slot: _Slot) -> str:
+    def _miss_message(self, slot: CallSlot) -> str:
         server, tool, arguments, occurrence = slot
         same_tool = [c for c in self._calls.values() if c.server == server and c.tool == tool]
         same_call = sum(1 for c in same_tool if canonical_arguments(c.arguments) == arguments)

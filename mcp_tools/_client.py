@@ -54,6 +54,36 @@ class _Toolset:
         session = McpSession(self.servers, config=self.config, tracer_provider=self.tracer_provider)
         return await session.open()
 
+    async def list_tools(self, cassette: Cassette | None) -> dict[str, list[dict[str, Any]]]:
+        """Every server's tool list: from a replaying cassette (*cassette*, else the rollout's) that
+        holds them all, else from the servers (recorded in that cassette, if any)."""
+        scope = current_scope()
+        recording = cassette if cassette is not None else (scope.cassette if scope is not None else None)
+        listing = _recorded_listing(recording, list(self.servers))
+        if listing is not None:
+            return listing
+        if scope is not None:  # list with the rollout's own session: no extra server start
+            listing = await (await scope.session_for(self, self.new_session)).list_tools()
+        else:
+            async with McpSession(self.servers, config=self.config) as probe:
+                listing = await probe.list_tools()
+        if recording is not None:
+            for server_name, tools in listing.items():
+                await recording.record_tools(server_name, tools)
+        return listing
+
+    def tools(self, listing: dict[str, list[dict[str, Any]]], cassette: Cassette | None) -> list[BaseTool]:
+        """One tool per tool in *listing*, each calling through :meth:`session`."""
+        return list(
+            build_tools(
+                listing,
+                resolve=self.session,
+                config=self.config,
+                tracer_provider=self.tracer_provider,
+                cassette=cassette,
+            )
+        )
+
     async def session(self) -> McpSession:
         scope = current_scope()
         if scope is not None:
@@ -132,29 +162,10 @@ async def load_tools(
         ToolServerError: a server could not be started or reached to list its tools.
     """
     toolset = _Toolset(parse_servers(server, name=name), client_config(config, options), tracer_provider)
-    scope = current_scope()
-    recording = cassette if cassette is not None else (scope.cassette if scope is not None else None)
-    listing = _recorded_listing(recording, list(toolset.servers))
-    if listing is None:
-        if scope is not None:  # list with the rollout's own session: no extra server start
-            listing = await (await scope.session_for(toolset, toolset.new_session)).list_tools()
-        else:
-            async with McpSession(toolset.servers, config=toolset.config) as probe:
-                listing = await probe.list_tools()
-        if recording is not None:
-            for server_name, tools in listing.items():
-                await recording.record_tools(server_name, tools)
+    listing = await toolset.list_tools(cassette)
     warn_unisolated(toolset.servers, listing)
     warn_capabilities(listing)
-    return list(
-        build_tools(
-            listing,
-            resolve=toolset.session,
-            config=toolset.config,
-            tracer_provider=tracer_provider,
-            cassette=cassette,
-        )
-    )
+    return toolset.tools(listing, cassette)
 
 
 def _recorded_listing(

@@ -193,7 +193,7 @@ def _check_arguments(
             raise ConfigError(f"task_pattern is not a valid regular expression: {exc}") from exc
 
 
-async def generate_scenarios(
+async def generate_scenarios(  # 16 options, the public API, each documented below; the body is 26 lines
     tools: Any,
     *,
     n: int = 20,

@@ -11,7 +11,9 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import adispatch_custom_event
@@ -26,7 +28,9 @@ from mcp_tools._telemetry import record_outcome, tool_call_attributes, tool_call
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from mcp_tools._cassette import CallSlot
     from mcp_tools._config import McpClientConfig
+    from mcp_tools._rollout import RolloutScope
     from mcp_tools._session import McpSession
 
 logger = logging.getLogger(__name__)
@@ -132,123 +136,161 @@ async def _dispatch_record(record: ToolCallRecord, config: RunnableConfig | None
         logger.debug("no LangChain run to attach the MCP tool record to")
 
 
-def _make_call(
-    server: str,
-    mcp_name: str,
-    resolve: SessionResolver,
-    config: McpClientConfig,
-    tracer_provider: TracerProvider | None,
-    cassette: Cassette | None = None,
-    server_tools: list[dict[str, Any]] | None = None,
-) -> Callable[..., Awaitable[str]]:
-    async def call(config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
-        call_id = kwargs.pop(_CALL_ID_KWARG, None)
-        started_at = datetime.now(UTC)
-        start = time.perf_counter()
-        # What the span carries; the record is read from it (as the span processor reads the span).
-        attributes = tool_call_attributes(
-            mcp_name, server=server, session_id=None, call_id=call_id, arguments=kwargs
+@dataclass
+class _CallState:
+    """One call under way: the attributes its span and record carry, and where its answer comes from."""
+
+    attributes: dict[str, Any]
+    scope: RolloutScope | None
+    cassette: Cassette | None
+    started_at: datetime
+    start: float
+    replayed: bool = False
+
+    def record(self, error: str | None = None) -> ToolCallRecord:
+        """The call's record, read from its span's attributes (as the span processor reads the span).
+
+        A call through a cassette says whether its result came from the cassette (``replayed``) or not.
+        """
+        duration_s = time.perf_counter() - self.start
+        record = mcp_tool_record(
+            self.attributes, error=error, duration_s=duration_s, started_at=self.started_at
         )
-        scope = current_scope()
-        active = scope.cassette if scope is not None and scope.cassette is not None else cassette
-        text, is_error, replayed = "", False, False
+        if self.cassette is None:
+            return record
+        return record.model_copy(update={"replayed": self.replayed})
+
+    def cassette_entry(self, slot: CallSlot, start: float, **outcome: Any) -> CassetteCall:
+        """The cassette line for this call's live answer (``result=``) or failure (``error=``)."""
+        return CassetteCall(
+            server=slot.server,
+            tool=slot.tool,
+            arguments=json.loads(slot.arguments),
+            occurrence=slot.occurrence,
+            duration_s=time.perf_counter() - start,
+            started_at=self.started_at,
+            rollout_id=self.scope.id if self.scope is not None else None,
+            **outcome,
+        )
+
+
+@dataclass(frozen=True)
+class _McpCall:
+    """How one :class:`McpTool` calls its MCP tool: live, live and recorded in a cassette, or replayed.
+
+    :meth:`run` is the tool's coroutine; each path is one method (:meth:`live`, :meth:`record`,
+    :meth:`replay`) and every path answers inside :meth:`traced`'s span.
+
+    Attributes:
+        server: the MCP server's name (in records, spans and cassette lines).
+        tool: the tool's name on the server (without any ``<server>_`` prefix).
+        resolve: finds the session to call through (the bound one, or the current rollout's).
+        config: the client options (``call_timeout_s``).
+        tracer_provider: where the ``tools/call`` spans go (``None``: the global provider).
+        cassette: the cassette given to ``load_tools``; a rollout's own cassette overrides it.
+        server_tools: the server's tool list, recorded in a recording cassette that lacks it.
+    """
+
+    server: str
+    tool: str
+    resolve: SessionResolver
+    config: McpClientConfig
+    tracer_provider: TracerProvider | None
+    cassette: Cassette | None
+    server_tools: list[dict[str, Any]] | None
+
+    async def run(self, config_: RunnableConfig, callbacks: Any = None, **kwargs: Any) -> str:
+        """Call the tool with *kwargs* and dispatch its record (for failures too, before raising).
+
+        Raises:
+            ToolException: the result is an error (the model reads its text).
+            ToolServerError: the server crashed, hung or refused the call (live or as recorded).
+        """
+        state = self._begin(kwargs.pop(_CALL_ID_KWARG, None), kwargs)
         try:
-            if active is None:
-                result = await _live_call(kwargs, attributes)
-            else:
-                slot = active.slot(scope, server, mcp_name, kwargs)
-                recorded = await active.claim(slot)
-                replayed = recorded is not None
-                if recorded is not None:
-                    attributes["mcp_tools.replayed"] = True
-                    result = await _replayed_call(recorded, active, attributes)
-                else:
-                    attributes["mcp_tools.replayed"] = False
-                    result = await _recorded_live_call(active, slot, scope, kwargs, attributes, started_at)
+            result = await self._answer(state, kwargs)
             text, is_error = result_text(result), is_error_result(result)
         except ToolServerError as exc:
-            record = mcp_tool_record(
-                attributes,
-                error=f"{type(exc).__name__}: {exc}",
-                duration_s=time.perf_counter() - start,
-                started_at=started_at,
-            )
-            await _dispatch_record(_mark(record, active, replayed), config_, callbacks)
+            await _dispatch_record(state.record(error=f"{type(exc).__name__}: {exc}"), config_, callbacks)
             raise
-        record = mcp_tool_record(attributes, duration_s=time.perf_counter() - start, started_at=started_at)
-        await _dispatch_record(_mark(record, active, replayed), config_, callbacks)
+        await _dispatch_record(state.record(), config_, callbacks)
         if is_error:
             raise ToolException(text)
         return text
 
-    async def _live_call(arguments: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
-        session = await resolve()
-        connection = session.connection(server)
+    def _begin(self, call_id: str | None, arguments: dict[str, Any]) -> _CallState:
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        attributes = tool_call_attributes(
+            self.tool, server=self.server, session_id=None, call_id=call_id, arguments=arguments
+        )
+        scope = current_scope()
+        cassette = scope.cassette if scope is not None and scope.cassette is not None else self.cassette
+        return _CallState(attributes, scope, cassette, started_at, start)
+
+    async def _answer(self, state: _CallState, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The result from the server, or from the cassette when it holds this call."""
+        cassette = state.cassette
+        if cassette is None:
+            return await self.live(arguments, state.attributes)
+        slot = cassette.slot(state.scope, self.server, self.tool, arguments)
+        recorded = await cassette.claim(slot)
+        state.replayed = recorded is not None
+        state.attributes["mcp_tools.replayed"] = state.replayed
+        if recorded is not None:
+            return await self.replay(recorded, cassette, state.attributes)
+        return await self.record(cassette, slot, state, arguments)
+
+    async def live(self, arguments: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
+        """Send ``tools/call`` to the server through the resolved session."""
+        session = await self.resolve()
+        connection = session.connection(self.server)
         if connection.session_id:
             attributes["mcp.session.id"] = connection.session_id
-        with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
-            try:
-                result = await connection.call_tool(mcp_name, arguments, config.call_timeout_s)
-            except ToolServerError as exc:
-                error_type = type(exc).__name__
-                attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
-                raise
-            attributes.update(
-                record_outcome(span, result=result_text(result), is_error=is_error_result(result))
-            )
-        return result
+        timeout_s = self.config.call_timeout_s
+        return await self.traced(attributes, partial(connection.call_tool, self.tool, arguments, timeout_s))
 
-    async def _recorded_live_call(
-        active: Cassette,
-        slot: Any,
-        scope: Any,
-        arguments: dict[str, Any],
-        attributes: dict[str, Any],
-        started_at: datetime,
+    async def record(
+        self, cassette: Cassette, slot: CallSlot, state: _CallState, arguments: dict[str, Any]
     ) -> dict[str, Any]:
+        """Call the server for a claimed *slot* and store the answer, or the failure, in *cassette*."""
         # This call owns the slot: its live answer, or its failure during the call (a crash, a timeout,
         # a refusal), is stored for every identical call. A server that cannot be started answered
         # nothing: the slot is released, and a waiting identical call tries the server itself.
         start = time.perf_counter()
         stored = False
         try:
-            await resolve()
+            await self.resolve()
             try:
-                result = await _live_call(arguments, attributes)
+                result = await self.live(arguments, state.attributes)
             except ToolServerError as exc:
-                entry = _cassette_entry(slot, scope, started_at, start, error=str(exc))
+                entry = state.cassette_entry(slot, start, error=str(exc))
                 stored = True
-                await active.store(slot, entry)
+                await cassette.store(slot, entry)
                 raise
-            if server_tools is not None and active.tools(server) is None:
-                await active.record_tools(server, server_tools)
+            if self.server_tools is not None and cassette.tools(self.server) is None:
+                await cassette.record_tools(self.server, self.server_tools)
             stored = True
-            await active.store(slot, _cassette_entry(slot, scope, started_at, start, result=result))
+            await cassette.store(slot, state.cassette_entry(slot, start, result=result))
             return result
         finally:
             if not stored:  # cancelled or failed otherwise: a waiting identical call takes the slot over
-                active.release(slot)
+                cassette.release(slot)
 
-    def _cassette_entry(
-        slot: Any, scope: Any, started_at: datetime, start: float, **outcome: Any
-    ) -> CassetteCall:
-        return CassetteCall(
-            server=slot[0],
-            tool=slot[1],
-            arguments=json.loads(slot[2]),
-            occurrence=slot[3],
-            duration_s=time.perf_counter() - start,
-            started_at=started_at,
-            rollout_id=scope.id if scope is not None else None,
-            **outcome,
-        )
-
-    async def _replayed_call(
-        recorded: CassetteCall, active: Cassette, attributes: dict[str, Any]
+    async def replay(
+        self, recorded: CassetteCall, cassette: Cassette, attributes: dict[str, Any]
     ) -> dict[str, Any]:
-        with tool_call_span(mcp_name, attributes, tracer_provider=tracer_provider) as span:
+        """The recorded answer, in a span like a live call's (a recorded failure raised again)."""
+        return await self.traced(attributes, partial(_replayed, recorded, cassette))
+
+    async def traced(
+        self, attributes: dict[str, Any], answer: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """Await *answer* inside the ``tools/call`` span, and put its result or failure on the span and
+        in *attributes*."""
+        with tool_call_span(self.tool, attributes, tracer_provider=self.tracer_provider) as span:
             try:
-                result = replay_result(recorded, active)
+                result = await answer()
             except ToolServerError as exc:
                 error_type = type(exc).__name__
                 attributes.update(record_outcome(span, result=None, is_error=True, error_type=error_type))
@@ -258,14 +300,9 @@ def _make_call(
             )
         return result
 
-    return call
 
-
-def _mark(record: ToolCallRecord, cassette: Cassette | None, replayed: bool) -> ToolCallRecord:
-    # A call through a cassette says whether its result came from the cassette (``replayed``) or the server.
-    if cassette is None:
-        return record
-    return record.model_copy(update={"replayed": replayed})
+async def _replayed(recorded: CassetteCall, cassette: Cassette) -> dict[str, Any]:
+    return replay_result(recorded, cassette)
 
 
 def _tool_names(listing: dict[str, list[dict[str, Any]]], prefix: bool | None) -> dict[tuple[str, str], str]:
@@ -310,9 +347,15 @@ def build_tools(
                     name=names[(server, tool["name"])],
                     description=tool.get("description") or tool.get("title") or tool["name"],
                     args_schema=schema,
-                    coroutine=_make_call(
-                        server, tool["name"], resolve, config, tracer_provider, cassette, server_tools
-                    ),
+                    coroutine=_McpCall(
+                        server=server,
+                        tool=tool["name"],
+                        resolve=resolve,
+                        config=config,
+                        tracer_provider=tracer_provider,
+                        cassette=cassette,
+                        server_tools=server_tools,
+                    ).run,
                     func=_sync_unsupported,
                     handle_tool_error=True,
                     metadata={"mcp_server": server, "mcp_tool": tool["name"]},
