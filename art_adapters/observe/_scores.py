@@ -20,6 +20,7 @@ from art_adapters.ruler import GroupJudgement, JudgeVerdict, TrajectoryJudgement
 
 __all__ = [
     "AGREEMENT_SCORE",
+    "ATTRIBUTE_PREFIX",
     "DIMENSION_PREFIX",
     "ScoreRecord",
     "group_judges",
@@ -35,7 +36,8 @@ DIMENSION_PREFIX = "ruler."
 #: The name of the judge-agreement score (ensembles: ``TrajectoryJudgement.agreement``).
 AGREEMENT_SCORE = "judge_agreement"
 
-_PREFIX = "art_adapters"
+#: The namespace of every span attribute art-adapters writes (``art_adapters.reward``...).
+ATTRIBUTE_PREFIX = "art_adapters"
 
 
 @dataclass(frozen=True)
@@ -186,13 +188,13 @@ def judge_attributes(judges: Sequence[Mapping[str, Any]]) -> dict[str, str | Seq
         return {}
     records = json.dumps([dict(j) for j in judges], ensure_ascii=False, sort_keys=True, default=str)
     attrs: dict[str, str | Sequence[str]] = {
-        f"{_PREFIX}.judge.ids": [str(j.get("id")) for j in judges],
-        f"{_PREFIX}.judges": records,
+        f"{ATTRIBUTE_PREFIX}.judge.ids": [str(j.get("id")) for j in judges],
+        f"{ATTRIBUTE_PREFIX}.judges": records,
         "langfuse.observation.metadata.judges": records,
     }
     models = [str(j["model"]) for j in judges if j.get("model")]
     if models:
-        attrs[f"{_PREFIX}.judge.models"] = models
+        attrs[f"{ATTRIBUTE_PREFIX}.judge.models"] = models
     return attrs
 
 

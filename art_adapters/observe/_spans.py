@@ -16,7 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from art_adapters._trajectory import Message, RolloutFailure, ToolCallRecord, Trajectory, TrajectoryGroup
-from art_adapters.observe._scores import group_judges, judge_attributes, score_records, trajectory_scores
+from art_adapters.observe._scores import (
+    ATTRIBUTE_PREFIX,
+    group_judges,
+    judge_attributes,
+    score_records,
+    trajectory_scores,
+)
 
 __all__ = [
     "AttributeValue",
@@ -31,8 +37,6 @@ __all__ = [
 ]
 
 AttributeValue = str | bool | int | float | Sequence[str]
-
-_PREFIX = "art_adapters"
 
 
 @dataclass
@@ -292,30 +296,30 @@ def trajectory_spans(
             [m.to_openai() for m in _before_first_answer(trajectory.messages)]
         ),
         "langfuse.observation.output": _json(last),
-        f"{_PREFIX}.trajectory.id": trajectory.id,
-        f"{_PREFIX}.split": context.split,
-        f"{_PREFIX}.model": model,
+        f"{ATTRIBUTE_PREFIX}.trajectory.id": trajectory.id,
+        f"{ATTRIBUTE_PREFIX}.split": context.split,
+        f"{ATTRIBUTE_PREFIX}.model": model,
     }
     if model != "unknown":
-        root_attrs[f"{_PREFIX}.policy.version"] = model
+        root_attrs[f"{ATTRIBUTE_PREFIX}.policy.version"] = model
     if context.group_id is not None:
         root_attrs["session.id"] = context.group_id
         root_attrs["langfuse.session.id"] = context.group_id
-        root_attrs[f"{_PREFIX}.group.id"] = context.group_id
+        root_attrs[f"{ATTRIBUTE_PREFIX}.group.id"] = context.group_id
     if scenario is not None:
-        root_attrs[f"{_PREFIX}.scenario.id"] = str(scenario)
+        root_attrs[f"{ATTRIBUTE_PREFIX}.scenario.id"] = str(scenario)
     if isinstance(rollout_index, int):
-        root_attrs[f"{_PREFIX}.rollout.index"] = rollout_index
+        root_attrs[f"{ATTRIBUTE_PREFIX}.rollout.index"] = rollout_index
     if isinstance(step, int):
-        root_attrs[f"{_PREFIX}.step"] = step
+        root_attrs[f"{ATTRIBUTE_PREFIX}.step"] = step
     if trajectory.reward is not None:
-        root_attrs[f"{_PREFIX}.reward"] = float(trajectory.reward)
+        root_attrs[f"{ATTRIBUTE_PREFIX}.reward"] = float(trajectory.reward)
     for key, value in trace_meta.items():
         if value is not None:
             root_attrs[f"langfuse.trace.metadata.{key}"] = (
                 value if isinstance(value, str | int | float) else str(value)
             )
-    root_attrs.update(_scalar_metrics(trajectory.metrics, f"{_PREFIX}.metrics"))
+    root_attrs.update(_scalar_metrics(trajectory.metrics, f"{ATTRIBUTE_PREFIX}.metrics"))
     spans = [
         SpanSpec(
             name=f"invoke_agent {context.agent_name}",
@@ -371,13 +375,13 @@ def _generation_span(
         "langfuse.observation.model.name": served,
         "langfuse.observation.input": _json([m.to_openai() for m in inputs]),
         "langfuse.observation.output": _json(output.to_openai()),
-        f"{_PREFIX}.timing": "estimated",
+        f"{ATTRIBUTE_PREFIX}.timing": "estimated",
     }
     if tools:
         attrs["gen_ai.tool.definitions"] = _json([t.model_dump() for t in tools])
     if output.completion_id:
         attrs["gen_ai.response.id"] = output.completion_id
-        attrs[f"{_PREFIX}.completion_id"] = output.completion_id
+        attrs[f"{ATTRIBUTE_PREFIX}.completion_id"] = output.completion_id
     if "input" in usage:
         attrs["gen_ai.usage.input_tokens"] = usage["input"]
     if "output" in usage:
@@ -409,8 +413,8 @@ def _tool_span(
         "gen_ai.tool.call.arguments": arguments,
         "langfuse.observation.type": "tool",
         "langfuse.observation.input": arguments,
-        f"{_PREFIX}.tool.source": record.source,
-        f"{_PREFIX}.tool.index": index,
+        f"{ATTRIBUTE_PREFIX}.tool.source": record.source,
+        f"{ATTRIBUTE_PREFIX}.tool.index": index,
     }
     if record.call_id:
         attrs["gen_ai.tool.call.id"] = record.call_id
@@ -470,22 +474,22 @@ def score_spans(
             "langfuse.observation.output": _json({"value": value, "comment": comment}),
             "gen_ai.evaluation.name": name,
             "gen_ai.evaluation.score.value": value,
-            f"{_PREFIX}.score.name": name,
-            f"{_PREFIX}.score.value": value,
-            f"{_PREFIX}.trajectory.id": trajectory.id,
+            f"{ATTRIBUTE_PREFIX}.score.name": name,
+            f"{ATTRIBUTE_PREFIX}.score.value": value,
+            f"{ATTRIBUTE_PREFIX}.trajectory.id": trajectory.id,
         }
         event: dict[str, AttributeValue] = {
             "gen_ai.evaluation.name": name,
             "gen_ai.evaluation.score.value": value,
         }
         if comment:
-            attrs[f"{_PREFIX}.score.comment"] = comment
+            attrs[f"{ATTRIBUTE_PREFIX}.score.comment"] = comment
             attrs["gen_ai.evaluation.explanation"] = comment
             event["gen_ai.evaluation.explanation"] = comment
         named = judge_attributes(score.judges)
         attrs.update(named)
         if named:
-            event[f"{_PREFIX}.judge.ids"] = named[f"{_PREFIX}.judge.ids"]
+            event[f"{ATTRIBUTE_PREFIX}.judge.ids"] = named[f"{ATTRIBUTE_PREFIX}.judge.ids"]
         spans.append(
             SpanSpec(
                 f"score {name}",
@@ -528,10 +532,10 @@ def train_step_spans(
         "langfuse.trace.metadata.step": step,
         "langfuse.trace.metadata.run": run,
         "langfuse.observation.output": _json({k: v for k, v in metrics.items()}),
-        f"{_PREFIX}.step": step,
-        f"{_PREFIX}.run": run,
+        f"{ATTRIBUTE_PREFIX}.step": step,
+        f"{ATTRIBUTE_PREFIX}.run": run,
     }
-    attrs.update(_scalar_metrics(metrics, f"{_PREFIX}.train"))
+    attrs.update(_scalar_metrics(metrics, f"{ATTRIBUTE_PREFIX}.train"))
     return [
         SpanSpec(f"train_step {step}", trace_id, span_id, None, at_ns, at_ns + max(1, duration_ns), attrs)
     ]

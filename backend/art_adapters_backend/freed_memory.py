@@ -57,7 +57,7 @@ class FreedMemory:
         self.released = 0
 
     def now(self) -> bool:
-        """Return freed memory at once, in this thread (a training step's worker thread)."""
+        """Return freed memory at once, in this thread (a training step's, or the quiet return's worker)."""
         released = return_freed_memory()
         self.calls += 1
         self.released += int(released)
