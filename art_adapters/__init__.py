@@ -45,6 +45,7 @@ if _TYPE_CHECKING:
     from ._capture.otel import TrajectorySpanProcessor
     from ._capture.otel_genai import mcp_tool_record
     from ._loop import EvalReport, LoopConfig, LoopResult, StepReport, train_loop
+    from ._paired import PairedComparison
     from ._runner import RolloutFn, RunConfig, RunProgress, run_groups, run_groups_sync
     from ._scorers import Scorer, combined_scorer, ruler_scorer, verifiable_scorer
     from ._tool_reward import tool_use_reward
@@ -75,6 +76,7 @@ _LAZY: dict[str, str] = {
     "EvalReport": "._loop",
     "LoopConfig": "._loop",
     "LoopResult": "._loop",
+    "PairedComparison": "._paired",
     "Scorer": "._scorers",
     "StepReport": "._loop",
     "combined_scorer": "._scorers",
@@ -120,6 +122,7 @@ __all__ = [
     "LoopConfig",
     "LoopResult",
     "Message",
+    "PairedComparison",
     "RemoteBackend",
     "RetentionPolicy",
     "RolloutBudgetError",

@@ -22,6 +22,7 @@ from ._errors import ConfigError
 from ._hacking import HackingMonitor, HackingWarning, warnings_row
 from ._loop_config import EvalReport, LoopConfig, LoopResult, StepReport
 from ._loop_telemetry import LoopTelemetry
+from ._paired import scenario_means
 from ._pipeline import Pipeline
 from ._runner import RolloutFn, run_groups, scenario_id
 from ._scorers import Scorer, unscored_reason
@@ -325,6 +326,7 @@ async def evaluate(
         scored=len(rewards),
         trajectories=sum(len(g.trajectories) for g in scored),
         exceptions=sum(len(g.exceptions) for g in scored),
+        scenarios=scenario_means(scored),
     )
     report.metrics = _log(config, step, scored, {}, split="val", telemetry=telemetry)
     logger.info("step %d: held-out mean reward %s (%d scored)", step, report.reward_mean, report.scored)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from ._config import Count
 from ._hacking import HackingMonitorConfig, HackingWarning
+from ._paired import PairedComparison, compare_scenarios
 from ._runner import RunConfig
 from ._sft_config import SFTConfig
 from ._train_config import TrainConfig
@@ -132,7 +133,13 @@ _MOVED = {
 
 
 class EvalReport(BaseModel):
-    """One held-out evaluation: the mean reward of the model at ``step``."""
+    """One held-out evaluation: the mean reward of the model at ``step``.
+
+    ``metrics`` holds the ``val`` row of ``metrics.jsonl``; ``scenarios`` the same numbers per
+    held-out scenario id (``reward`` and each numeric trajectory metric,
+    :func:`~art_adapters._paired.scenario_means`), so two evaluations can be compared scenario by
+    scenario with :meth:`compare`.
+    """
 
     step: int
     reward_mean: float | None
@@ -140,6 +147,16 @@ class EvalReport(BaseModel):
     trajectories: int
     exceptions: int
     metrics: dict[str, Any] = Field(default_factory=dict)
+    scenarios: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    def compare(self, later: EvalReport, metric: str = "reward") -> PairedComparison:
+        """``metric`` compared scenario by scenario from this evaluation to ``later`` (an exact sign
+        test: :class:`~art_adapters.PairedComparison`).
+
+        Raises:
+            ValueError: the two evaluations share no scenario with ``metric``.
+        """
+        return compare_scenarios(self.scenarios, later.scenarios, metric)
 
 
 class StepReport(BaseModel):

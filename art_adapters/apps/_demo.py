@@ -27,6 +27,7 @@ from art_adapters import (
     HackingWarning,
     LocalBackend,
     LoopConfig,
+    PairedComparison,
     RetentionPolicy,
     RunConfig,
     Scorer,
@@ -180,6 +181,8 @@ class DemoResult(BaseModel):
     greedy agent's ``correct_mean``, ``add_call_ok_mean`` and ``answer_ok_mean`` on the same held-out
     questions (empty when ``eval_temperature`` is 0: then ``before``/``after`` are greedy).
     ``trained_steps``/``untrained_steps``: the GRPO iterations that made a checkpoint or trained nothing.
+    ``paired``: ``before``/``after`` compared held-out question by question on ``correct`` (how many
+    questions rose, fell, stayed; the sign test's p-value), ``None`` when either scored nothing.
     """
 
     before: EvalReport
@@ -195,6 +198,7 @@ class DemoResult(BaseModel):
     answer: str | None = None
     unscored: list[dict[str, Any]] = Field(default_factory=list)
     seconds: float = 0.0
+    paired: PairedComparison | None = None
 
 
 def judge_line(wheres: Sequence[str], no_judge: bool = False) -> str:
@@ -473,16 +477,29 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
                 greedy=(greedy_before, greedy_after) if sampled else None, sampled_label=label,
                 steps=f"{trained} of {len(grpo)}",
             ))  # fmt: skip
+            paired = _compare(before, after, label, console)
             plot = _plot(config.run_dir, console)
             answer = await _answer(greedy_agent, config.question, console)
         return DemoResult(
             before=before, after=after, greedy_before=greedy_before, greedy_after=greedy_after,
             trained_steps=trained, untrained_steps=len(grpo) - trained, start_step=start,
             final_step=result.final_step, scorer=scorer_line, plot=plot, answer=answer, unscored=result.unscored,
-            seconds=time.monotonic() - started,
+            seconds=time.monotonic() - started, paired=paired,
         )  # fmt: skip
     finally:
         await backend.close()
+
+
+def _compare(before: EvalReport, after: EvalReport, label: str, console: Console) -> PairedComparison | None:
+    """Held-out correctness compared question by question (an exact sign test), printed."""
+    try:
+        paired = before.compare(after, "correct")
+    except ValueError:  # an evaluation with no scored question
+        return None
+    console.print(
+        f"held-out at {label}, step {before.step} -> {after.step}: {paired.describe()}", highlight=False
+    )
+    return paired
 
 
 def _print_step(report: StepReport, console: Console) -> None:

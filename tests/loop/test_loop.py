@@ -118,6 +118,13 @@ async def test_resume_after_interruption_continues_and_evaluates_every_k(
     assert sorted(r["step"] for r in history.rows("train") if "loss" in r) == [1, 2, 3]
     assert [r["step"] for r in history.rows("val")] == [0, 2, 3]
     assert all(e.trajectories == 4 and e.reward_mean is not None for e in result.evals)
+    # Each evaluation keeps its numbers per held-out scenario, so two can be compared question by question.
+    for evaluation in result.evals:
+        assert set(evaluation.scenarios) == {"v0", "v1"}, evaluation.scenarios
+        means = [evaluation.scenarios[sid]["reward"] for sid in ("v0", "v1")]
+        assert sum(means) / 2 == pytest.approx(evaluation.reward_mean)
+    paired = result.evals[0].compare(result.evals[-1])
+    assert paired.metric == "reward" and paired.gained + paired.lost + paired.unchanged == 2
     steps = [c.step for c in await model.checkpoints()]
     assert 3 in steps
 
