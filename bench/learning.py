@@ -90,6 +90,10 @@ async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> 
         "greedy_after": result.greedy_after.get("correct_mean"),
         "sampled_before": result.before.metrics.get("correct_mean"),
         "sampled_after": result.after.metrics.get("correct_mean"),
+        # held-out questions whose T=1.0 correctness rose / fell, and the sign test's p-value
+        "questions_up": result.paired.gained if result.paired else None,
+        "questions_down": result.paired.lost if result.paired else None,
+        "sign_p": result.paired.p_value if result.paired else None,
         "trained": result.trained_steps,
         "untrained": result.untrained_steps,
         "seconds": round(time.monotonic() - started),
@@ -159,7 +163,8 @@ async def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []
-    print(f"{'config':<11} {'seed':>4} {'greedy':>13} {'T=1.0':>13} {'trained':>8} {'seconds':>8}", flush=True)
+    header = f"{'config':<11} {'seed':>4} {'greedy':>13} {'T=1.0':>13} {'up/down':>8} {'sign p':>8}"
+    print(f"{header} {'trained':>8} {'seconds':>8}", flush=True)
     for name in names:
         for seed in seeds:
             run = await run_one(name, seed, args, args.out)
@@ -167,7 +172,10 @@ async def main() -> None:
             greedy = f"{_pct(run['greedy_before'])} -> {_pct(run['greedy_after'])}"
             sampled = f"{_pct(run['sampled_before'])} -> {_pct(run['sampled_after'])}"
             trained = f"{run['trained']}/{run['trained'] + run['untrained']}"
-            print(f"{name:<11} {seed:>4} {greedy:>13} {sampled:>13} {trained:>8} {run['seconds']:>8}", flush=True)
+            moved = f"{run['questions_up']}/{run['questions_down']}"
+            sign = "-" if run["sign_p"] is None else f"{run['sign_p']:.2g}"
+            row = f"{name:<11} {seed:>4} {greedy:>13} {sampled:>13} {moved:>8} {sign:>8}"
+            print(f"{row} {trained:>8} {run['seconds']:>8}", flush=True)
     stats = summary(runs)
     print(f"\nmean (min..max) over seeds {seeds}:")
     for name, columns in stats.items():
