@@ -93,7 +93,10 @@ class TrajectorySpanProcessor(SpanProcessor):
     MCP ``tools/call`` spans made under a tool span that was never made current
     (OpenInference's) are kept with the graph's trace all the same, so that the MCP record
     (with server and session) replaces the tool span's record of the same call id
-    (``gen_ai.tool.call.id``) instead of adding a second record or a one-call trajectory:
+    (``gen_ai.tool.call.id``; for MCP spans without one, FastMCP's and the MCP SDK's: of the
+    same tool, running when the MCP call started) instead of adding a second record or a
+    one-call trajectory; an MCP span under another (the SDK's request span under FastMCP's or
+    ``mcp_tools``') is the same call:
 
     - an MCP span whose parent is another provider's span, in a trace with spans of this
       provider still open, does not end that trace; it is merged there by call id;
@@ -345,12 +348,10 @@ class TrajectorySpanProcessor(SpanProcessor):
             self._emit(oldest.state, oldest.root, None)
 
     def _adopt_held(self, state: TraceState) -> None:
-        """Move into ``state`` the held MCP-only traces whose call ids match a tool call of it."""
-        ids = state.tool_call_ids(mcp=False)
-        if not ids or not self._held:
-            return
+        """Move into ``state`` the held MCP-only traces whose calls belong to a tool call of it
+        (:meth:`TraceState.claims`)."""
         for trace_id, held in list(self._held.items()):
-            if state.trace_id in held.open_traces and not ids.isdisjoint(held.state.tool_call_ids(mcp=True)):
+            if state.trace_id in held.open_traces and state.claims(held.state):
                 del self._held[trace_id]
                 state.adopt(held.state)
 

@@ -110,7 +110,9 @@ def mcp_tool_record(
     """
     name = attributes.get("gen_ai.tool.name")
     if not isinstance(name, str) or not name:
-        name = span_name.removeprefix("tools/call").strip() or "unknown"
+        # "tools/call add" (FastMCP's, ours), "MCP send tools/call add" (the MCP SDK's)
+        before, method, after = span_name.partition("tools/call")
+        name = (after if method else before).strip() or "unknown"
     return tool_record(
         name,
         attributes.get("gen_ai.tool.call.arguments"),

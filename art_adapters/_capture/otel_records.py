@@ -76,6 +76,11 @@ class SpanToolCall:
     span_id: int
     start_ns: int
     record: ToolCallRecord
+    end_ns: int = 0  # 0: unknown
+
+    def encloses(self, other: SpanToolCall) -> bool:
+        """Whether ``other`` started while this call ran (an MCP call made by this tool)."""
+        return self.start_ns <= other.start_ns and (not self.end_ns or other.start_ns <= self.end_ns)
 
 
 def tool_record(
@@ -119,7 +124,9 @@ def tool_record(
 
 def span_tool_call(span: Any, record: ToolCallRecord) -> SpanToolCall:
     """``record`` as the tool call of the finished ``span`` (its id and start time)."""
-    return SpanToolCall(span_id=span.context.span_id, start_ns=span.start_time or 0, record=record)
+    return SpanToolCall(
+        span_id=span.context.span_id, start_ns=span.start_time or 0, record=record, end_ns=span.end_time or 0
+    )
 
 
 def tool_span_call(span: Any, name: str, arguments: Any, result: Any, *, call_id: Any = None) -> SpanToolCall:

@@ -17,7 +17,7 @@ from art_adapters._capture.otel_genai import parse_genai_span, parse_mcp_span
 from art_adapters._capture.otel_langfuse import parse_langfuse_span
 from art_adapters._capture.otel_openinference import parse_openinference_span
 from art_adapters._capture.otel_records import SpanModelCall, SpanToolCall, span_error, span_start
-from art_adapters._trajectory import Trajectory
+from art_adapters._trajectory import ToolCallRecord, Trajectory
 
 __all__ = ["TraceState", "parse_span"]
 
@@ -106,13 +106,19 @@ class TraceState:
             t.record.source == "mcp" for t in self.tool_calls
         )
 
-    def tool_call_ids(self, *, mcp: bool) -> set[str]:
-        """The call ids of the MCP tool calls (``mcp=True``) or of the other tool calls."""
-        return {
-            t.record.call_id
-            for t in self.tool_calls
-            if t.record.call_id is not None and (t.record.source == "mcp") == mcp
-        }
+    def claims(self, other: TraceState) -> bool:
+        """Whether an MCP call of ``other`` belongs to a (non-MCP) tool call of this trace: one with
+        its call id or, when the MCP span has none (FastMCP's, the MCP SDK's), with its tool's name
+        whose span was running when the MCP call started."""
+        tools = [t for t in self.tool_calls if t.record.source != "mcp"]
+        ids = {t.record.call_id for t in tools if t.record.call_id is not None}
+        for mcp in (t for t in other.tool_calls if t.record.source == "mcp"):
+            if mcp.record.call_id is not None:
+                if mcp.record.call_id in ids:
+                    return True
+            elif any(t.record.name == mcp.record.name and t.encloses(mcp) for t in tools):
+                return True
+        return False
 
     def adopt(self, other: TraceState) -> None:
         """Take over another trace's calls (an MCP-only trace whose tool call is in this one)."""
@@ -236,8 +242,10 @@ class TraceState:
     def _merged_tool_calls(self) -> list[SpanToolCall]:
         """Tool calls in start order; an MCP call replaces the record of the tool span of the same call.
 
-        That tool span is the one around the MCP span or, when the instrumentation never made
-        it current (OpenInference), the one with the same tool call id.
+        That tool span is the one around the MCP span or, when the instrumentation never made it
+        current (OpenInference), the one with the same tool call id, or (an MCP span without one)
+        the one of the same tool running when the MCP call started. An MCP span nested in another
+        (the MCP SDK's request span under FastMCP's or ``mcp_tools``' call span) is the same call.
         """
         by_call_id: dict[str, SpanToolCall] = {}
         replaced: set[int] = set()
@@ -248,19 +256,39 @@ class TraceState:
             if first is not tool and self.scopes.get(first.span_id) != self.scopes.get(tool.span_id):
                 replaced.add(tool.span_id)  # the same call, from another instrumentation
         by_span = {t.span_id: t for t in self.tool_calls if t.span_id not in replaced}
-        for tool in self.tool_calls:
-            if tool.record.source != "mcp":
-                continue
+        mcp_calls = sorted((t for t in self.tool_calls if t.record.source == "mcp"), key=lambda t: t.start_ns)
+        for tool in mcp_calls:
             outer = next((by_span[a] for a in self._ancestors(tool.span_id) if a in by_span), None)
+            if outer is not None and outer.record.source == "mcp":
+                _fill(outer.record, tool.record)  # the same call, one layer down
+                replaced.add(tool.span_id)
+                continue
             if outer is None and tool.record.call_id is not None:
                 outer = by_call_id.get(tool.record.call_id)
-            if outer is None or outer.record.source == "mcp":
+            if outer is None and tool.record.call_id is None:
+                free = self._untaken(by_span, replaced)
+                outer = next(
+                    (t for t in free if t.record.name == tool.record.name and t.encloses(tool)), None
+                )
+            if outer is None:
                 continue
-            if tool.record.call_id is None:
-                tool.record.call_id = outer.record.call_id
+            _fill(tool.record, outer.record)
             replaced.add(outer.span_id)
         kept = [t for t in self.tool_calls if t.span_id not in replaced]
         return sorted(kept, key=lambda t: t.start_ns)
+
+    def _untaken(self, by_span: dict[int, SpanToolCall], replaced: set[int]) -> list[SpanToolCall]:
+        """The non-MCP tool calls no MCP call has replaced yet, latest start first (the innermost)."""
+        free = [t for t in by_span.values() if t.record.source != "mcp" and t.span_id not in replaced]
+        return sorted(free, key=lambda t: t.start_ns, reverse=True)
+
+
+def _fill(record: ToolCallRecord, other: ToolCallRecord) -> None:
+    """Give ``record`` the call id, arguments, result, server and session ``other`` has and it lacks
+    (FastMCP's span carries no arguments or result; the tool span around it does)."""
+    for name in ("call_id", "arguments", "result", "server", "session_id"):
+        if getattr(record, name) is None and getattr(other, name) is not None:
+            setattr(record, name, getattr(other, name))
 
 
 def _call_key(call: SpanModelCall) -> tuple[Any, ...]:
