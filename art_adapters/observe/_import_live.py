@@ -84,6 +84,16 @@ def _json(response: httpx.Response, server: str) -> Any:
         ) from None
 
 
+def _data_page(response: httpx.Response, server: str, url: str) -> Mapping[str, Any]:
+    """A page of a paged list API: a 200 whose JSON object has a ``data`` list; a clear error otherwise."""
+    if response.status_code != 200:
+        raise _fail(response, server)
+    body = _json(response, server)
+    if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
+        raise ConfigError(f"{server} at {url} answered no data list (is that the right URL?)")
+    return body
+
+
 def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
     for at in range(0, len(items), size):
         yield items[at : at + size]
@@ -167,11 +177,7 @@ def _phoenix_pages(
             raise ConfigError(
                 f"Phoenix at {url} has no project {project!r} (or no span REST API: upgrade to 12+)"
             )
-        if response.status_code != 200:
-            raise _fail(response, "Phoenix")
-        body = _json(response, "Phoenix")
-        if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
-            raise ConfigError(f"Phoenix at {url} answered no span list (is that the right URL?)")
+        body = _data_page(response, "Phoenix", url)
         yield body["data"]
         cursor = body.get("next_cursor")
         if not cursor:
@@ -305,11 +311,7 @@ def _cursor_pages(
         response = _get(client, url, {**params, "cursor": cursor} if cursor else params, server="Langfuse")
         if probe and cursor is None and response.status_code == 404:
             raise _NoV2Api
-        if response.status_code != 200:
-            raise _fail(response, "Langfuse")
-        body = _json(response, "Langfuse")
-        if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
-            raise ConfigError(f"Langfuse at {url} answered no data list (is that the right URL?)")
+        body = _data_page(response, "Langfuse", url)
         yield body["data"]
         cursor = (body.get("meta") or {}).get("cursor")
         if not cursor:

@@ -24,6 +24,7 @@ from art_adapters import (
 )
 from art_adapters._trajectory import History
 from tests.helpers.judge_server import JudgeServer, request_ids, request_turns, turn_scores
+from tests.helpers.models import registered
 
 QUESTIONS = ["Name a colour.", "Name an animal.", "Name a fruit."]
 
@@ -189,8 +190,7 @@ def _judge_by_label(body: dict[str, Any]) -> dict[str, Any]:
 async def test_a_bad_turn_gets_a_negative_advantage_and_its_good_turns_positive_through_the_train_api(
     local_backend: LocalBackend,
 ) -> None:
-    model = TrainableModel(name=f"turns-{uuid.uuid4().hex[:8]}", project="turn-credit")
-    await model.register(local_backend)
+    model = await registered(local_backend, f"turns-{uuid.uuid4().hex[:8]}", "turn-credit")
     group = await _sampled_group(model)
     with JudgeServer() as server:
         server.reset(default=_judge_by_label)
@@ -243,8 +243,7 @@ async def test_a_bad_turn_gets_a_negative_advantage_and_its_good_turns_positive_
 async def test_turn_credit_without_turn_rewards_is_a_400_naming_the_trajectory(
     local_backend: LocalBackend,
 ) -> None:
-    model = TrainableModel(name=f"turns-{uuid.uuid4().hex[:8]}", project="turn-credit")
-    await model.register(local_backend)
+    model = await registered(local_backend, f"turns-{uuid.uuid4().hex[:8]}", "turn-credit")
     client = model.openai_client()
     reply = await client.chat.completions.create(
         model=model.served_name(), messages=[{"role": "user", "content": QUESTIONS[0]}],
