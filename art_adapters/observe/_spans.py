@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,9 +30,9 @@ __all__ = [
     "failed_trajectory",
     "score_spans",
     "span_ids",
-    "trajectory_span_ids",
     "train_step_spans",
     "trajectory_scores",
+    "trajectory_span_ids",
     "trajectory_spans",
 ]
 
@@ -249,47 +249,57 @@ def trajectory_spans(
     only when the run made a single model call; otherwise the totals are on the root.
     """
     trace_id, root_id = trajectory_span_ids(trajectory, context.namespace)
-    meta = trajectory.metadata
-    scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
-    rollout_index = meta.get("rollout_index")
-    step = context.step if context.step is not None else meta.get("step")
-    model = context.model or meta.get("model") or "unknown"
+    model = context.model or trajectory.metadata.get("model") or "unknown"
+    start, end = _rollout_window(trajectory)
+    spans = [
+        SpanSpec(
+            name=f"invoke_agent {context.agent_name}",
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_id=None,
+            start_ns=start,
+            end_ns=end,
+            attributes=_root_attributes(trajectory, context, model),
+            error=trajectory.error,
+        )
+    ]
+    spans.extend(_generation_spans(trajectory, context, model, spans[0]))
+    for t_index, record in enumerate(trajectory.tool_records):
+        spans.append(_tool_span(context.namespace, trajectory.id, trace_id, root_id, t_index, record, start))
+    if include_scores:
+        spans.extend(score_spans(trajectory, namespace=context.namespace, judges=context.judges))
+    return spans
+
+
+def _rollout_window(trajectory: Trajectory) -> tuple[int, int]:
+    """The rollout's start and end (ns): its recorded times, else its ``duration_s``, never before
+    a tool call's end."""
     start = _ns(trajectory.started_at) or 0
     tool_ends = [
         (_ns(r.started_at) or start) + int((r.duration_s or 0) * 1e9) for r in trajectory.tool_records
     ]
     end = _ns(trajectory.finished_at)
     if end is None:
-        duration = meta.get("duration_s")
+        duration = trajectory.metadata.get("duration_s")
         end = start + int(float(duration) * 1e9) if isinstance(duration, int | float) else start + 1_000_000
-    end = max([end, start + 1, *tool_ends])
+    return start, max([end, start + 1, *tool_ends])
 
-    tags = [f"split:{context.split}"]
-    if scenario is not None:
-        tags.append(f"scenario:{scenario}")
-    if context.group_id is not None:
-        tags.append(f"group:{context.group_id}")
-    if step is not None:
-        tags.append(f"step:{step}")
-    tags.extend(context.extra_tags)
-    trace_meta: dict[str, Any] = {
-        "trajectory_id": trajectory.id,
-        "scenario_id": scenario,
-        "group_id": context.group_id,
-        "rollout_index": rollout_index,
-        "step": step,
-        "model": model,
-        "split": context.split,
-    }
+
+def _root_attributes(trajectory: Trajectory, context: RolloutContext, model: str) -> dict[str, AttributeValue]:
+    """The agent root's attributes: Langfuse's trace-level ones and our ``art_adapters.*`` ones."""
+    meta = trajectory.metadata
+    scenario = context.scenario_id if context.scenario_id is not None else meta.get("scenario_id")
+    rollout_index = meta.get("rollout_index")
+    step = context.step if context.step is not None else meta.get("step")
     first_user = next((m.content for m in trajectory.messages if m.role == "user"), None)
     last = trajectory.messages[-1].content if trajectory.messages else None
-    root_attrs: dict[str, AttributeValue] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": context.agent_name,
         "gen_ai.request.model": model,
         "langfuse.observation.type": "agent",
         "langfuse.trace.name": f"rollout {scenario}" if scenario is not None else "rollout",
-        "langfuse.trace.tags": tags,
+        "langfuse.trace.tags": _trace_tags(context, scenario, step),
         "langfuse.trace.input": _json(first_user),
         "langfuse.trace.output": _json(last),
         "langfuse.observation.input": _json(
@@ -300,59 +310,56 @@ def trajectory_spans(
         f"{ATTRIBUTE_PREFIX}.split": context.split,
         f"{ATTRIBUTE_PREFIX}.model": model,
     }
-    if model != "unknown":
-        root_attrs[f"{ATTRIBUTE_PREFIX}.policy.version"] = model
-    if context.group_id is not None:
-        root_attrs["session.id"] = context.group_id
-        root_attrs["langfuse.session.id"] = context.group_id
-        root_attrs[f"{ATTRIBUTE_PREFIX}.group.id"] = context.group_id
-    if scenario is not None:
-        root_attrs[f"{ATTRIBUTE_PREFIX}.scenario.id"] = str(scenario)
-    if isinstance(rollout_index, int):
-        root_attrs[f"{ATTRIBUTE_PREFIX}.rollout.index"] = rollout_index
-    if isinstance(step, int):
-        root_attrs[f"{ATTRIBUTE_PREFIX}.step"] = step
-    if trajectory.reward is not None:
-        root_attrs[f"{ATTRIBUTE_PREFIX}.reward"] = float(trajectory.reward)
+    optional: dict[str, Any] = {
+        f"{ATTRIBUTE_PREFIX}.policy.version": model if model != "unknown" else None,
+        "session.id": context.group_id,
+        "langfuse.session.id": context.group_id,
+        f"{ATTRIBUTE_PREFIX}.group.id": context.group_id,
+        f"{ATTRIBUTE_PREFIX}.scenario.id": str(scenario) if scenario is not None else None,
+        f"{ATTRIBUTE_PREFIX}.rollout.index": rollout_index if isinstance(rollout_index, int) else None,
+        f"{ATTRIBUTE_PREFIX}.step": step if isinstance(step, int) else None,
+        f"{ATTRIBUTE_PREFIX}.reward": float(trajectory.reward) if trajectory.reward is not None else None,
+    }
+    attributes.update({k: v for k, v in optional.items() if v is not None})
+    trace_meta = {
+        "trajectory_id": trajectory.id, "scenario_id": scenario, "group_id": context.group_id,
+        "rollout_index": rollout_index, "step": step, "model": model, "split": context.split,
+    }  # fmt: skip
     for key, value in trace_meta.items():
         if value is not None:
-            root_attrs[f"langfuse.trace.metadata.{key}"] = (
+            attributes[f"langfuse.trace.metadata.{key}"] = (
                 value if isinstance(value, str | int | float) else str(value)
             )
-    root_attrs.update(_scalar_metrics(trajectory.metrics, f"{ATTRIBUTE_PREFIX}.metrics"))
-    spans = [
-        SpanSpec(
-            name=f"invoke_agent {context.agent_name}",
-            trace_id=trace_id,
-            span_id=root_id,
-            parent_id=None,
-            start_ns=start,
-            end_ns=end,
-            attributes=root_attrs,
-            error=trajectory.error,
-        )
-    ]
+    attributes.update(_scalar_metrics(trajectory.metrics, f"{ATTRIBUTE_PREFIX}.metrics"))
+    return attributes
 
+
+def _trace_tags(context: RolloutContext, scenario: Any, step: Any) -> list[str]:
+    """``split:``, ``scenario:``, ``group:`` and ``step:`` tags, then the context's own."""
+    tags = [f"split:{context.split}"]
+    tags += [f"{name}:{value}" for name, value in (("scenario", scenario), ("group", context.group_id),
+                                                   ("step", step)) if value is not None]  # fmt: skip
+    return [*tags, *context.extra_tags]
+
+
+def _generation_spans(
+    trajectory: Trajectory, context: RolloutContext, model: str, root: SpanSpec
+) -> Iterator[SpanSpec]:
+    """One generation span per assistant turn of each history: children of ``root``, placed
+    between the tool calls inside its window."""
     histories = trajectory.histories()
     calls = sum(1 for h in histories for m in h.messages if m.role == "assistant")
     totals = trajectory.metrics if calls == 1 else None
     for h_index, history in enumerate(histories):
-        windows = _generation_windows(history.messages, trajectory.tool_records, start, end)
+        windows = _generation_windows(history.messages, trajectory.tool_records, root.start_ns, root.end_ns)
         turns = [i for i, m in enumerate(history.messages) if m.role == "assistant"]
         for (g_start, g_end), index in zip(windows, turns, strict=True):
             span_id = _child_id(context.namespace, trajectory.id, "gen", str(h_index), str(index))
-            spec = SpanSpec("", trace_id, span_id, root_id, g_start, max(g_end, g_start + 1))
+            spec = SpanSpec("", root.trace_id, span_id, root.span_id, g_start, max(g_end, g_start + 1))
             output = history.messages[index]
-            spans.append(
-                _generation_span(
-                    history.messages[:index], output, history.tools, model, _usage(output, totals), spec
-                )
+            yield _generation_span(
+                history.messages[:index], output, history.tools, model, _usage(output, totals), spec
             )
-    for t_index, record in enumerate(trajectory.tool_records):
-        spans.append(_tool_span(context.namespace, trajectory.id, trace_id, root_id, t_index, record, start))
-    if include_scores:
-        spans.extend(score_spans(trajectory, namespace=context.namespace, judges=context.judges))
-    return spans
 
 
 def _generation_span(
