@@ -318,57 +318,20 @@ def build_request(
         for t in trajectories
     }
     shared_tools = dedup and len(tool_sets) == 1
-
     bodies = [
         _body(t, r, prefix, tools=not shared_tools) for t, r in zip(trajectories, rendered, strict=True)
     ]
-    members: dict[str, list[int]] = {}
-    label_by_body: dict[str, str] = {}
-    for index, body in enumerate(bodies):
-        key = body if dedup else f"{index}\0{body}"
-        label = label_by_body.get(key)
-        if label is None:
-            label = f"t{len(label_by_body) + 1}"
-            label_by_body[key] = label
-            members[label] = []
-        members[label].append(index)
+    members = _labelled(bodies, dedup)
     labels = list(members)
-
-    sections = []
-    context_parts = []
-    if shared_tools and (tool_text := _render_tools(trajectories[0])):
-        context_parts.append(tool_text)
-    context_parts.extend(rendered[0][:prefix])
-    if context_parts:
-        sections.append(
-            "Context shared by every trajectory (each one continues from here):\n<context>\n"
-            + "\n\n".join(context_parts)
-            + "\n</context>"
-        )
-    for label in labels:
-        body = bodies[members[label][0]]
-        sections.append(f'<trajectory id="{label}">\n{body}\n</trajectory>')
-    system = _SYSTEM.format(rubric=rubric.strip())
-    turns: dict[str, int] = {}
-    counts = ""
-    if per_turn:
-        turns = {label: assistant_turns(trajectories[members[label][0]]) for label in labels}
-        counts = ", ".join(f"{label} has {turns[label]}" for label in labels)
-        system = system.removesuffix(_ANSWER_ONLY) + _TURN_SYSTEM + _ANSWER_ONLY
-    if dimensions is not None:
-        listed = _dimension_system(dimensions, dimension_rubrics)
-        system = system.removesuffix(_ANSWER_ONLY) + listed + _ANSWER_ONLY
-        sections.append(_dimension_instructions(labels, list(dimensions), counts if per_turn else None))
-    elif per_turn:
-        sections.append(_TURN_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels), counts=counts))
-    else:
-        sections.append(_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels)))
-    messages = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": "\n\n".join(sections)},
-    ]
+    sections = _context_sections(trajectories[0] if shared_tools else None, rendered[0][:prefix])
+    sections += [f'<trajectory id="{label}">\n{bodies[members[label][0]]}\n</trajectory>' for label in labels]
+    turns = {label: assistant_turns(trajectories[members[label][0]]) for label in labels} if per_turn else {}
+    system, instructions = _system_and_instructions(rubric, labels, turns, dimensions, dimension_rubrics)
     return JudgeRequest(
-        messages=messages,
+        messages=[
+            {"role": "system", "content": system},
+            {"role": "user", "content": "\n\n".join([*sections, instructions])},
+        ],
         schema=answer_schema(
             labels,
             max_explanation_chars,
@@ -382,6 +345,57 @@ def build_request(
         turns=turns,
         dimensions=dict(dimensions) if dimensions is not None else None,
     )
+
+
+def _labelled(bodies: list[str], dedup: bool) -> dict[str, list[int]]:
+    """Label -> the indexes of the trajectories it stands for (``t1``, ``t2``, ... in order of first
+    appearance); with ``dedup`` identical bodies share a label."""
+    members: dict[str, list[int]] = {}
+    label_by_body: dict[str, str] = {}
+    for index, body in enumerate(bodies):
+        key = body if dedup else f"{index}\0{body}"
+        label = label_by_body.get(key)
+        if label is None:
+            label = label_by_body[key] = f"t{len(label_by_body) + 1}"
+            members[label] = []
+        members[label].append(index)
+    return members
+
+
+def _context_sections(tools_of: Trajectory | None, shared: list[str]) -> list[str]:
+    """The ``<context>`` section (the shared tool list of ``tools_of``, then the ``shared`` messages),
+    or nothing when there is nothing shared."""
+    parts = []
+    if tools_of is not None and (tool_text := _render_tools(tools_of)):
+        parts.append(tool_text)
+    parts.extend(shared)
+    if not parts:
+        return []
+    joined = "\n\n".join(parts)
+    heading = "Context shared by every trajectory (each one continues from here):"
+    return [f"{heading}\n<context>\n{joined}\n</context>"]
+
+
+def _system_and_instructions(
+    rubric: str,
+    labels: list[str],
+    turns: dict[str, int],
+    dimensions: dict[str, float] | None,
+    dimension_rubrics: dict[str, str] | None,
+) -> tuple[str, str]:
+    """The system message and the answer instructions: one score per trajectory, per turn too when
+    ``turns`` is given (per-turn scoring), or one per dimension."""
+    system = _SYSTEM.format(rubric=rubric.strip())
+    counts = ", ".join(f"{label} has {turns[label]}" for label in labels) if turns else ""
+    if turns:
+        system = system.removesuffix(_ANSWER_ONLY) + _TURN_SYSTEM + _ANSWER_ONLY
+    if dimensions is not None:
+        listed = _dimension_system(dimensions, dimension_rubrics)
+        system = system.removesuffix(_ANSWER_ONLY) + listed + _ANSWER_ONLY
+        return system, _dimension_instructions(labels, list(dimensions), counts if turns else None)
+    if turns:
+        return system, _TURN_INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels), counts=counts)
+    return system, _INSTRUCTIONS.format(first=labels[0], ids=", ".join(labels))
 
 
 def _dimension_system(dimensions: dict[str, float], rubrics: dict[str, str] | None) -> str:
