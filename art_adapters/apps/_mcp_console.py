@@ -1,6 +1,7 @@
 """train-mcp's console: a line per step and evaluation that says what happened, and what to do about it.
 
-:class:`ToolTally` counts each tool's calls and errors; :class:`StepConsole` prints the loop's reports.
+:class:`ToolTally` counts each tool's calls and errors; :class:`StepConsole` prints the loop's reports;
+:func:`report` says where the finished run is and how to use the trained model.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 from rich.markup import escape
 
 from art_adapters import EvalReport, HackingWarning, StepReport, Trajectory
+from art_adapters.apps._train_mcp_config import TrainMcpResult
 from mcp_tools import Scenario
 
-__all__ = ["StepConsole", "ToolTally", "failing_tool_hint", "tool_rates"]
+__all__ = ["StepConsole", "ToolTally", "failing_tool_hint", "report", "tool_rates", "usage_snippet"]
 
 #: An error text about a path or a repository: the tool cannot reach the data, whatever the model does.
 _PATH_ERROR = re.compile(
@@ -171,3 +173,41 @@ class StepConsole:
         """Print a reward-hacking warning in yellow as it is raised."""
         note = "" if self.trained else " (no step has trained yet: this is the base model's own behaviour)"
         self.console.print(f"[yellow]{escape(warning.line())}{note}[/yellow]", highlight=False)
+
+
+def report(result: TrainMcpResult, console: Any) -> None:
+    """Print where the run is and how to use the trained model as a LangChain chat model."""
+    console.print(f"run directory: [bold]{result.run_dir.resolve()}[/bold]")
+    console.print(
+        f"scenarios: {result.scenarios_file} ({result.train_size} train, {result.val_size} validation)"
+    )
+    for step, reward in result.evals:
+        console.print(f"validation mean reward at step {step}: {'-' if reward is None else f'{reward:.3f}'}")
+    for path in result.plots:
+        console.print(f"plot: {path}")
+    for line in result.loop_result.where if result.loop_result is not None else ():
+        console.print(f"this run: {line}", highlight=False)
+    console.print(
+        f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
+    )
+    # soft_wrap: the console never breaks a line of code, so the snippet pastes as it is
+    console.print(usage_snippet(result), markup=False, highlight=False, soft_wrap=True)
+    if result.stopped:
+        console.print(f"[red]training stopped before step {result.target_step}: {result.stopped}[/red]")
+
+
+def usage_snippet(result: TrainMcpResult) -> str:
+    """Python lines (inside an ``async`` function, indented) that load the trained model as a chat model."""
+    backend = (
+        f"await aa.LocalBackend(run_dir={str((result.run_dir / 'backend').resolve())!r}).start()"
+        if result.owned_backend
+        else f"aa.RemoteBackend({result.backend_url!r})"
+    )
+    lines = [
+        "import art_adapters as aa",
+        f"backend = {backend}",
+        f"model = aa.TrainableModel(name={result.model_name!r}, project={result.project!r})",
+        "await model.register(backend)",
+        f"llm = model.chat_model(step={result.step})",
+    ]
+    return "\n".join(f"    {line}" for line in lines)

@@ -34,7 +34,7 @@ from art_adapters import (
     train_loop,
 )
 from art_adapters.apps._forced_call import bounded_tools, first_turn_cut, parse_pins
-from art_adapters.apps._mcp_console import StepConsole, ToolTally
+from art_adapters.apps._mcp_console import StepConsole, ToolTally, report, usage_snippet
 from art_adapters.apps._mcp_reward import EVAL_TOOLS_LINE, Reward, eval_reward_of, make_scorer, resolve_reward
 from art_adapters.apps._train_mcp_config import (
     DEFAULT_SYSTEM_PROMPT,
@@ -418,42 +418,14 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     config.run_dir.mkdir(parents=True, exist_ok=True)
     if config.scenarios is not None:
         mcp_tools.load_scenarios(config.scenarios)  # a bad file fails before anything starts
-    served_tools = await mcp_tools.load_tools(_server(config))
-    tools = select_tools(served_tools, config.tools, config.exclude_tools)
-    check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")  # before the backend
-    parse_pins(config.pin_arg, tools)
-    left_out = [t.name for t in served_tools if t not in tools]
-    # the name its tool records carry: after what the command runs (module, script, package) or the URL
-    name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
-    console.print(
-        f"MCP server {name!r} ({config.server}): {len(served_tools)} tools; "
-        f"offering {', '.join(t.name for t in tools)}"
-        + (f" (left out: {', '.join(left_out)})" if left_out else "")
-        + f"; first turn tool_choice {config.first_tool_choice!r}"
-    )
+    tools = await _offered_tools(config, console)
     for line in get_observer().where():  # Langfuse / OTLP from the environment: traced with no code
         console.print(line)
     backend, owned = await _start_backend(config)
     try:
         model = TrainableModel(name=config.model_name, project=config.project, base_model=config.base_model)
         await model.register(backend)
-
-        def base_model_chat() -> BaseChatModel:
-            return model.chat_model(step=0, temperature=0.0, max_tokens=512)
-
-        judge, judge_line = resolve_judge_model(config, base_model_chat)
-        console.print(judge_line)
-        local_judge = judge_line.startswith(LOCAL_JUDGE_LINE)
-        # A small local judge: short explanations (its tokens are slow and its prose is noise), no deadline.
-        ruler_options: dict[str, Any] = (
-            {"max_explanation_chars": 48, "judge_timeout_s": None} if local_judge else {}
-        )
-        reward = resolve_reward(config.reward, local_judge=local_judge)
-        default = "" if config.reward else " (the default with this judge; --reward)"
-        console.print(_REWARD_LINES[reward] + default)
-        eval_reward = eval_reward_of(reward, local_judge=local_judge)
-        if eval_reward != reward:
-            console.print(EVAL_TOOLS_LINE)
+        judge, local_judge, ruler_options, reward, eval_reward = _judging(config, model, console)
         scenarios, scenarios_file = await _scenarios(
             config,
             tools,
@@ -472,7 +444,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             return configured_agent(config, chat, tools)
 
         tally = ToolTally()
-        rollout = tally.counting(make_rollout(agent_at(config.temperature)))
+        rollout, eval_rollout = _rollouts(config, model, backend, tally, agent_at, console)
         result = TrainMcpResult(
             run_dir=config.run_dir,
             scenarios_file=scenarios_file,
@@ -484,14 +456,6 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
             train_size=len(train),
             val_size=len(val),
         )
-        eval_rollout = make_rollout(agent_at(0.0))  # greedy
-        if config.ray_address:  # the agents are built on the workers
-            settings = config.model_copy(update={"api_key": None, "judge_api_key": None})  # workers need neither
-            remote = {"config": settings, "model": model.name, "base_url": backend.openai_base_url}
-            key = SecretStr(backend.api_key or "not-needed")
-            rollout = _WorkerRollout(**remote, api_key=key, temperature=config.temperature)
-            eval_rollout = _WorkerRollout(**remote, api_key=key, temperature=0.0)
-            console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
         loop_result = await _train(
             model, rollout, eval_rollout, train, val, judge, ruler_options, config, console, tally, reward,
             eval_reward=eval_reward,
@@ -505,6 +469,72 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     finally:
         if owned:
             await backend.close()
+
+
+async def _offered_tools(config: TrainMcpConfig, console: Any) -> list[BaseTool]:
+    """The server's tools that the agent is offered (``--tools``/``--exclude-tools``), with the tool
+    options checked before the backend starts; one line says which."""
+    served_tools = await mcp_tools.load_tools(_server(config))
+    tools = select_tools(served_tools, config.tools, config.exclude_tools)
+    check_first_tool_choice(config.first_tool_choice, tools, option="--first-tool-choice")
+    parse_pins(config.pin_arg, tools)
+    left_out = [t.name for t in served_tools if t not in tools]
+    # the name its tool records carry: after what the command runs (module, script, package) or the URL
+    name = (served_tools[0].metadata or {}).get("mcp_server", config.server)
+    console.print(
+        f"MCP server {name!r} ({config.server}): {len(served_tools)} tools; "
+        f"offering {', '.join(t.name for t in tools)}"
+        + (f" (left out: {', '.join(left_out)})" if left_out else "")
+        + f"; first turn tool_choice {config.first_tool_choice!r}"
+    )
+    return tools
+
+
+def _judging(
+    config: TrainMcpConfig, model: TrainableModel, console: Any
+) -> tuple[BaseChatModel, bool, dict[str, Any], str, str]:
+    """The judge (and whether it is the local base model), RULER's options, the training reward and
+    the evaluation's; each choice is printed."""
+
+    def base_model_chat() -> BaseChatModel:
+        return model.chat_model(step=0, temperature=0.0, max_tokens=512)
+
+    judge, judge_line = resolve_judge_model(config, base_model_chat)
+    console.print(judge_line)
+    local_judge = judge_line.startswith(LOCAL_JUDGE_LINE)
+    # A small local judge: short explanations (its tokens are slow and its prose is noise), no deadline.
+    ruler_options: dict[str, Any] = {}
+    if local_judge:
+        ruler_options = {"max_explanation_chars": 48, "judge_timeout_s": None}
+    reward = resolve_reward(config.reward, local_judge=local_judge)
+    default = "" if config.reward else " (the default with this judge; --reward)"
+    console.print(_REWARD_LINES[reward] + default)
+    eval_reward = eval_reward_of(reward, local_judge=local_judge)
+    if eval_reward != reward:
+        console.print(EVAL_TOOLS_LINE)
+    return judge, local_judge, ruler_options, reward, eval_reward
+
+
+def _rollouts(
+    config: TrainMcpConfig,
+    model: TrainableModel,
+    backend: Any,
+    tally: ToolTally,
+    agent_at: Callable[[float], CompiledStateGraph],
+    console: Any,
+) -> tuple[Callable[[Scenario], Awaitable[Trajectory]], Callable[[Scenario], Awaitable[Trajectory]]]:
+    """The training rollout (sampled, its tool calls counted in ``tally``) and the evaluation's
+    (greedy): local agents, or Ray tasks that build the agent on the workers (``ray_address``)."""
+    if not config.ray_address:
+        return tally.counting(make_rollout(agent_at(config.temperature))), make_rollout(agent_at(0.0))
+    settings = config.model_copy(update={"api_key": None, "judge_api_key": None})  # workers need neither
+    remote = {"config": settings, "model": model.name, "base_url": backend.openai_base_url}
+    key = SecretStr(backend.api_key or "not-needed")
+    console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
+    return (
+        _WorkerRollout(**remote, api_key=key, temperature=config.temperature),
+        _WorkerRollout(**remote, api_key=key, temperature=0.0),
+    )
 
 
 async def _train(
@@ -552,41 +582,3 @@ def _plots(run_dir: Path, console: Any) -> list[Path]:
     except ConfigError as exc:
         console.print(f"no plots: {exc}")
         return []
-
-
-def report(result: TrainMcpResult, console: Any) -> None:
-    """Print where the run is and how to use the trained model as a LangChain chat model."""
-    console.print(f"run directory: [bold]{result.run_dir.resolve()}[/bold]")
-    console.print(
-        f"scenarios: {result.scenarios_file} ({result.train_size} train, {result.val_size} validation)"
-    )
-    for step, reward in result.evals:
-        console.print(f"validation mean reward at step {step}: {'-' if reward is None else f'{reward:.3f}'}")
-    for path in result.plots:
-        console.print(f"plot: {path}")
-    for line in result.loop_result.where if result.loop_result is not None else ():
-        console.print(f"this run: {line}", highlight=False)
-    console.print(
-        f"model [bold]{result.model_name}[/bold] is at step {result.step}. Use it as a LangChain chat model:"
-    )
-    # soft_wrap: the console never breaks a line of code, so the snippet pastes as it is
-    console.print(usage_snippet(result), markup=False, highlight=False, soft_wrap=True)
-    if result.stopped:
-        console.print(f"[red]training stopped before step {result.target_step}: {result.stopped}[/red]")
-
-
-def usage_snippet(result: TrainMcpResult) -> str:
-    """Python lines (inside an ``async`` function, indented) that load the trained model as a chat model."""
-    backend = (
-        f"await aa.LocalBackend(run_dir={str((result.run_dir / 'backend').resolve())!r}).start()"
-        if result.owned_backend
-        else f"aa.RemoteBackend({result.backend_url!r})"
-    )
-    lines = [
-        "import art_adapters as aa",
-        f"backend = {backend}",
-        f"model = aa.TrainableModel(name={result.model_name!r}, project={result.project!r})",
-        "await model.register(backend)",
-        f"llm = model.chat_model(step={result.step})",
-    ]
-    return "\n".join(f"    {line}" for line in lines)
