@@ -168,6 +168,8 @@ def _messages(value: Any) -> tuple[Any, Any]:
 
 
 def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
+    """A Langfuse observation as the OTel span our span processor reads: a generation as a GenAI chat
+    span, a tool observation as an ``execute_tool`` (MCP ``tools/call``) span, anything else as is."""
     kind = str(obs.get("type", "SPAN")).upper()
     name = str(obs.get("name") or kind.lower())
     attributes: dict[str, Any] = {"langfuse.observation.type": kind.lower()}
@@ -175,52 +177,9 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
     end = iso_ns(obs.get("endTime")) or iso_ns(obs.get("startTime"))
     metadata = obs.get("metadata") if isinstance(obs.get("metadata"), Mapping) else {}
     if kind == "GENERATION":
-        messages, tools = _messages(obs.get("input"))
-        output = obs.get("output")
-        if isinstance(output, str):
-            output = {"role": "assistant", "content": output}
-        attributes["gen_ai.operation.name"] = "chat"
-        events.append(Event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps(messages)}, end))
-        events.append(Event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(output)}, end))
-        if tools:
-            attributes["gen_ai.tool.definitions"] = json.dumps(tools)
-        usage = obs.get("usageDetails") or obs.get("usage") or {}
-        for ours, keys in (
-            ("input_tokens", ("input", "promptTokens")),
-            ("output_tokens", ("output", "completionTokens")),
-        ):
-            for key in keys:
-                if isinstance(usage.get(key), int):
-                    attributes[f"gen_ai.usage.{ours}"] = usage[key]
-                    break
-        if obs.get("model"):
-            attributes["gen_ai.request.model"] = str(obs["model"])
-        response_id = (metadata or {}).get("completion_id") or (metadata or {}).get("response_id")
-        if isinstance(response_id, str):
-            attributes["gen_ai.response.id"] = response_id
+        events = _generation_attributes(obs, metadata or {}, attributes, end)
     elif kind == "TOOL" or name.startswith(("tools/call", "execute_tool")):
-        tool = name.removeprefix("tools/call").removeprefix("execute_tool").strip() or name
-        arguments = obs.get("input")
-        result = obs.get("output")
-        attributes.update(
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool,
-                "gen_ai.tool.call.arguments": arguments
-                if isinstance(arguments, str)
-                else json.dumps(arguments),
-            }
-        )
-        if result is not None:
-            attributes["gen_ai.tool.call.result"] = result if isinstance(result, str) else json.dumps(result)
-        call_id = (metadata or {}).get("tool_call_id")
-        if isinstance(call_id, str):
-            attributes["gen_ai.tool.call.id"] = call_id
-        if name.startswith("tools/call") or (metadata or {}).get("mcp.session.id"):
-            attributes["mcp.method.name"] = "tools/call"
-            for key in ("mcp.session.id", "mcp.server.name"):
-                if isinstance((metadata or {}).get(key), str):
-                    attributes[key] = metadata[key]
+        attributes.update(_tool_attributes(obs, name, metadata or {}))
     flags = TraceFlags(TraceFlags.SAMPLED)
     parent = obs.get("parentObservationId")
     error = obs.get("level") == "ERROR"
@@ -235,6 +194,61 @@ def _observation_span(trace_id: int, obs: Mapping[str, Any]) -> ReadableSpan:
         end_time=end,
         instrumentation_scope=InstrumentationScope("langfuse-import"),
     )
+
+
+def _generation_attributes(
+    obs: Mapping[str, Any], metadata: Mapping[str, Any], attributes: dict[str, Any], end: int | None
+) -> list[Event]:
+    """Add a generation's GenAI attributes (model, usage, tools, response id) to ``attributes``;
+    its prompt and completion, as the GenAI content events."""
+    messages, tools = _messages(obs.get("input"))
+    output = obs.get("output")
+    if isinstance(output, str):
+        output = {"role": "assistant", "content": output}
+    attributes["gen_ai.operation.name"] = "chat"
+    if tools:
+        attributes["gen_ai.tool.definitions"] = json.dumps(tools)
+    usage = obs.get("usageDetails") or obs.get("usage") or {}
+    for ours, keys in (
+        ("input_tokens", ("input", "promptTokens")),
+        ("output_tokens", ("output", "completionTokens")),
+    ):
+        for key in keys:
+            if isinstance(usage.get(key), int):
+                attributes[f"gen_ai.usage.{ours}"] = usage[key]
+                break
+    if obs.get("model"):
+        attributes["gen_ai.request.model"] = str(obs["model"])
+    response_id = metadata.get("completion_id") or metadata.get("response_id")
+    if isinstance(response_id, str):
+        attributes["gen_ai.response.id"] = response_id
+    return [
+        Event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps(messages)}, end),
+        Event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(output)}, end),
+    ]
+
+
+def _tool_attributes(obs: Mapping[str, Any], name: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool observation's ``execute_tool`` attributes; MCP's too when it was an MCP call."""
+    tool = name.removeprefix("tools/call").removeprefix("execute_tool").strip() or name
+    arguments = obs.get("input")
+    result = obs.get("output")
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+    }
+    if result is not None:
+        attributes["gen_ai.tool.call.result"] = result if isinstance(result, str) else json.dumps(result)
+    call_id = metadata.get("tool_call_id")
+    if isinstance(call_id, str):
+        attributes["gen_ai.tool.call.id"] = call_id
+    if name.startswith("tools/call") or metadata.get("mcp.session.id"):
+        attributes["mcp.method.name"] = "tools/call"
+        for key in ("mcp.session.id", "mcp.server.name"):
+            if isinstance(metadata.get(key), str):
+                attributes[key] = metadata[key]
+    return attributes
 
 
 def trajectories_from_langfuse(
