@@ -48,16 +48,16 @@ class APIError(Exception):
 
         APIError                    an error with an HTTP status (raise it anywhere in a request)
         ├── BadRequestError         400: the request is malformed or asks for the impossible
-        │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (engine.base)
-        │   ├── ConstraintError     400: a JSON schema cannot be compiled (engine.constraint)
-        │   └── ExportError         400: a checkpoint cannot be exported (export)
+        │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (serving.engine.base)
+        │   ├── ConstraintError     400: a JSON schema cannot be compiled (serving.engine.constraint)
+        │   └── ExportError         400: a checkpoint cannot be exported (serving.export)
         │       ├── ExportNotFoundError  404: no such run directory, model or step
         │       └── ExportExistsError    409: the output folder exists and is not empty
         ├── AuthenticationError     401: missing or wrong API key
         ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
         ├── NotFoundError           404: unknown model, completion id or route
         ├── ConflictError           409: the request contradicts existing state
-        ├── BodyTooLargeError       413: a body past the size limit (body_limit; also an HTTPException)
+        ├── BodyTooLargeError       413: a body past the size limit (http.body_limit; also an HTTPException)
         ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
         ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
         ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)

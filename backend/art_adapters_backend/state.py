@@ -13,22 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from art_adapters.files import private_dir, write_atomic
 
-from .adapters import AdapterCache
-from .admission import AdmissionGate
-from .chat_template import ChatTemplate
-from .checkpoint_leases import CheckpointLeases
 from .freed_memory import FREED_MEMORY
 from .gc_pauses import PAUSES
-from .model_family import ModelFamily, resolve_model_family
-from .records import RecordStore
-from .registry import Registry
-from .token_text import TokenTexts
+from .http.admission import AdmissionGate
+from .serving.adapters import AdapterCache
+from .serving.chat_template import ChatTemplate
+from .serving.model_family import ModelFamily, resolve_model_family
+from .serving.records import RecordStore
+from .serving.registry import Registry
+from .serving.token_text import TokenTexts
+from .training.checkpoint_leases import CheckpointLeases
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from .config import ServeConfig
-    from .engine.base import InferenceEngine
+    from .serving.engine.base import InferenceEngine
     from .training.trainer import LoraTrainer
 
 #: Builds the engine from the model folder and its tokenizer (a test seam: a fake engine, no weights).
@@ -117,7 +117,7 @@ class ServerState:
         the seam the tests' fake engine uses to serve the real app without model weights.
         """
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
-        from .engine.torch_engine import TorchEngine
+        from .serving.engine.torch_engine import TorchEngine
 
         run_dir = private_dir(config.run_dir)  # 0o700: records, groups, checkpoints are the owner's only
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
@@ -135,7 +135,7 @@ class ServerState:
         if engine_factory is not None:
             engine: Any = await asyncio.to_thread(engine_factory, path, family_tokenizer)
         elif config.engine == "vllm":
-            from .engine.vllm_engine import VllmEngine
+            from .serving.engine.vllm_engine import VllmEngine
 
             engine = await asyncio.to_thread(
                 VllmEngine.load,

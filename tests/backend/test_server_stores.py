@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from art_adapters_backend.config import ServeConfig, is_loopback
 from art_adapters_backend.errors import BadRequestError, ConflictError, NotFoundError, validation_message
-from art_adapters_backend.records import ChoiceRecord, CompletionRecord, RecordStore
-from art_adapters_backend.registry import Registry
+from art_adapters_backend.serving.records import ChoiceRecord, CompletionRecord, RecordStore
+from art_adapters_backend.serving.registry import Registry
 from pydantic import ValidationError
 
 from art_adapters.files import TMP_PREFIX

@@ -1,7 +1,7 @@
 """``POST /v1/responses``: OpenAI's Responses API served through the chat-completions path.
 
-The body becomes a chat request (:func:`.responses.to_chat_request`), prepared, admitted, decoded and
-recorded exactly as ``/v1/chat/completions`` does; the record is keyed by the response id.
+The body becomes a chat request (:func:`..serving.responses.to_chat_request`), prepared, admitted,
+decoded and recorded exactly as ``/v1/chat/completions`` does; the record is keyed by the response id.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .chat import choice_record, make_record, prepare_chat
-from .engine.base import ContextLengthError
-from .responses import new_response_id, output_items, response_object, to_chat_request, usage
+from ..serving.chat import choice_record, make_record, prepare_chat
+from ..serving.engine.base import ContextLengthError
+from ..serving.responses import new_response_id, output_items, response_object, to_chat_request, usage
+from ..serving.responses_types import ResponsesRequest
+from ..state import ServerState
 from .responses_stream import open_response_stream
-from .responses_types import ResponsesRequest
 from .routes_openai import COMPLETION_ID_HEADER, ClientGone, ClosingStreamingResponse, unless_disconnected
-from .state import ServerState
 
 __all__ = ["router"]
 

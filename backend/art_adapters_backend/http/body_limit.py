@@ -12,7 +12,7 @@ import logging
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import APIError
+from ..errors import APIError
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 

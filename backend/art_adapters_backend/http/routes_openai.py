@@ -16,10 +16,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .chat import PreparedChat, choice_record, make_record, prepare_chat, response_body
-from .engine.base import ContextLengthError
-from .openai_types import ChatCompletionRequest
-from .state import ServerState
+from ..serving.chat import PreparedChat, choice_record, make_record, prepare_chat, response_body
+from ..serving.engine.base import ContextLengthError
+from ..serving.openai_types import ChatCompletionRequest
+from ..state import ServerState
 from .streaming import open_stream
 
 __all__ = ["COMPLETION_ID_HEADER", "ClientGone", "ClosingStreamingResponse", "router", "unless_disconnected"]

@@ -12,10 +12,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from .chat import PreparedChat, choice_record, make_record
-from .engine.base import GeneratedSequence, SequenceDelta
-from .errors import APIError
-from .responses import (
+from ..errors import APIError
+from ..serving.chat import PreparedChat, choice_record, make_record
+from ..serving.engine.base import GeneratedSequence, SequenceDelta
+from ..serving.responses import (
     function_call_item,
     message_item,
     new_item_id,
@@ -24,11 +24,11 @@ from .responses import (
     response_object,
     usage,
 )
-from .responses_types import ResponsesRequest
+from ..serving.responses_types import ResponsesRequest
 from .streaming import start_deltas
 
 if TYPE_CHECKING:
-    from .state import ServerState
+    from ..state import ServerState
 
 __all__ = ["open_response_stream"]
 

@@ -7,9 +7,10 @@ import logging
 
 from fastapi import FastAPI
 
+from ..errors import install_error_handlers
+from ..state import ServerState
 from .auth import ApiKeyMiddleware
 from .body_limit import BodyLimitMiddleware
-from .errors import install_error_handlers
 from .host_check import HostOriginMiddleware
 from .quiet_memory import QuietMemoryMiddleware
 from .routes_art import health_router
@@ -17,7 +18,6 @@ from .routes_art import router as art_router
 from .routes_export import router as export_router
 from .routes_openai import router as openai_router
 from .routes_responses import router as responses_router
-from .state import ServerState
 
 __all__ = ["create_app"]
 

@@ -67,7 +67,7 @@ class ModelFamily:
 
 def bundled_chat_template_path() -> Path:
     """The tool-capable chat template shipped for the bundled SmolLM2 (usable as vLLM's ``--chat-template``)."""
-    return Path(str(resources.files("art_adapters_backend") / "templates" / _BUNDLED_TEMPLATE))
+    return Path(str(resources.files("art_adapters_backend.serving") / "templates" / _BUNDLED_TEMPLATE))
 
 
 def _looks_like_template(text: str) -> bool:
@@ -143,7 +143,7 @@ def resolve_model_family(
 
     * **Template**: ``--chat-template`` (a file, or the template text itself, as vLLM accepts);
       else, for the bundled SmolLM2 (whose own template has no tool block), the tool-capable
-      template shipped in ``art_adapters_backend/templates/``; else the tokenizer's own
+      template shipped in ``art_adapters_backend/serving/templates/``; else the tokenizer's own
       ``chat_template``. A tokenizer without one is a start-up error naming ``--chat-template``.
     * **Tool-call parser**: the flag, else read off the template: ``<tool_call>`` is ``hermes``
       (Qwen2.5, Qwen3, Hermes, our SmolLM2 template); ``"parameters"`` with Llama 3's

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from art_adapters.files import PRIVATE_FILE_MODE, private_dir, write_atomic
 
-from .errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError, shown
+from ..errors import BadRequestError, ConflictError, NotFoundError, StorageUnavailableError, shown
 
 __all__ = ["ModelRecord", "Registry", "ServedModel"]
 
@@ -97,7 +97,7 @@ class Registry:
 
     The file is rewritten atomically (temp file, fsync, rename) on every change, so it survives
     restarts and crashes. It is written before memory changes: a change the disk refused (503,
-    :class:`~.errors.StorageUnavailableError`) is not made at all.
+    :class:`~..errors.StorageUnavailableError`) is not made at all.
 
     Args:
         run_dir: the run directory (created if missing).

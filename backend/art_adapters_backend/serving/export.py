@@ -19,11 +19,11 @@ from typing import Any
 
 from art_adapters.files import atomic_directory
 
-from .bundled import is_bundled, resolve_model_path
-from .errors import BadRequestError
+from ..bundled import is_bundled, resolve_model_path
+from ..errors import BadRequestError
+from ..state import SERVING_SETTINGS
 from .model_family import ModelFamily
 from .registry import ModelRecord, Registry
-from .state import SERVING_SETTINGS
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
@@ -184,7 +184,7 @@ def read_serving_settings(
         )
     if base_model is None:
         raise ExportNotFoundError(f"{run_dir} has no {SERVING_SETTINGS}: start the backend on it once")
-    from .bundled import load_tokenizer
+    from ..bundled import load_tokenizer
     from .model_family import resolve_model_family
 
     logger.warning(

@@ -1,6 +1,6 @@
 """The training API: ``POST /art/models/{name}/train``, checkpoints and retention.
 
-See :mod:`.training.service` for what one step does; ``docs/backend-api.md`` for the bodies.
+See :mod:`..training.service` for what one step does; ``docs/backend-api.md`` for the bodies.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, TrajectoryGroup
 
-from .errors import BadRequestError
-from .limits import ServeLimits
+from ..errors import BadRequestError
+from ..limits import ServeLimits
+from ..training.service import TrainingService
 from .train_body import read_train_body
-from .training.service import TrainingService
 
 __all__ = [
     "TRAINER_ENV", "DeleteCheckpointsRequest", "SFTRequest", "TrainRequest", "check_train_limits", "router",

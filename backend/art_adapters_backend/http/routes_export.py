@@ -1,7 +1,8 @@
 """The export API: ``POST /art/models/{name}/export`` writes a checkpoint out for deployment.
 
 The folder is written on the backend's machine (``out`` is an absolute path there, under
-``run_dir/exports`` or a ``--export-root``); see :mod:`.export` for what it holds and ``docs/export.md``.
+``run_dir/exports`` or a ``--export-root``); see :mod:`..serving.export` for what it holds and
+``docs/export.md``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ServeConfig
-from .errors import BadRequestError, PermissionDeniedError, shown
-from .export import EXPORT_MANIFEST, ExportExistsError, export_checkpoint
-from .state import ServerState
+from ..config import ServeConfig
+from ..errors import BadRequestError, PermissionDeniedError, shown
+from ..serving.export import EXPORT_MANIFEST, ExportExistsError, export_checkpoint
+from ..state import ServerState
 
 __all__ = ["EXPORTS_DIR", "ExportRequest", "check_out", "export_roots", "router"]
 

@@ -13,8 +13,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from .errors import BadRequestError
-from .limits import ServeLimits
+from ..errors import BadRequestError
+from ..limits import ServeLimits
 from .openai_types import ChatCompletionRequest, NamedToolChoice
 
 __all__ = ["check_forced_size", "check_schema", "check_schema_bounds"]

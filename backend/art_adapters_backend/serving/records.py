@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 
 from art_adapters.files import PRIVATE_FILE_MODE, append_durably, cut_torn_line
 
-from .errors import StorageUnavailableError
-from .workers import run_request_work
+from ..errors import StorageUnavailableError
+from ..workers import run_request_work
 
 __all__ = ["ChoiceRecord", "CompletionRecord", "RecordStore"]
 
@@ -106,7 +106,7 @@ class RecordStore:
     :meth:`put` returns, so a response is only sent once its record is durable; a line torn by a
     crash, or by an append that failed part-way, is cut off). An index (id -> byte offset) is
     rebuilt when the store opens. After a failed append every write is refused with
-    :class:`~.errors.StorageUnavailableError` (503) until the file is whole again.
+    :class:`~..errors.StorageUnavailableError` (503) until the file is whole again.
 
     Safe to use from several threads and from the event loop (writes run in a thread).
     """

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .limits import MAX_STOP_CHARS, MAX_TOOLS
+from ..limits import MAX_STOP_CHARS, MAX_TOOLS
 
 #: Variables the chat template gets from the server, which ``chat_template_kwargs`` may not replace
 #: (names ending in ``_token``, the special tokens such as ``bos_token``, are refused too).

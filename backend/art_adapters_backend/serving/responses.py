@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from ..errors import BadRequestError, validation_message
 from .chat import PreparedChat, split_reply
-from .errors import BadRequestError, validation_message
 from .openai_types import ChatCompletionRequest
 from .responses_types import ResponsesRequest
 
 if TYPE_CHECKING:
+    from ..state import ServerState
     from .engine.base import GeneratedSequence
-    from .state import ServerState
 
 __all__ = ["new_item_id", "new_response_id", "output_items", "response_object", "to_chat_request", "usage"]
 

@@ -2,7 +2,7 @@
 
 A burst of requests (large bodies, many completions) leaves glibc holding the freed heap: after a
 64-client soak the server stayed 12% above where it started, and a ``malloc_trim`` brought it back
-to 1%. Trimming while requests run held the allocator and slowed them (see :mod:`.freed_memory`),
+to 1%. Trimming while requests run held the allocator and slowed them (see :mod:`..freed_memory`),
 so it is done only once no request (probes aside) has run for ``quiet_s`` seconds.
 """
 
@@ -14,7 +14,7 @@ import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .freed_memory import FREED_MEMORY, FreedMemory
+from ..freed_memory import FREED_MEMORY, FreedMemory
 
 __all__ = ["QuietMemoryMiddleware"]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..errors import EngineUnavailableError
+from ...errors import EngineUnavailableError
 from .base import (
     Constraint,
     ContextLengthError,
@@ -270,7 +270,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], uds: Path, timeout: float, l
 class VllmEngine:
     """Inference through a ``vllm serve`` subprocess (:func:`vllm_serve_command`).
 
-    Build it with :meth:`load`; the server's :class:`~..state.ServerState` uses it like the torch
+    Build it with :meth:`load`; the server's :class:`~...state.ServerState` uses it like the torch
     engine: ``generate``, ``stream``, ``load_adapter``, ``unload_adapter``, ``paused``, ``close``.
 
     Requests go to ``POST /v1/completions`` with the prompt as token ids, ``logprobs=0`` (the sampled
@@ -340,7 +340,7 @@ class VllmEngine:
         Raises:
             RuntimeError: vLLM cannot run here, or the server exited / did not become healthy.
         """
-        from ..bundled import load_tokenizer
+        from ...bundled import load_tokenizer
 
         reason = vllm_available()
         if reason is not None:

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from .errors import NotFoundError
-from .state import ServerState
+from ..errors import NotFoundError
+from ..state import ServerState
 
 __all__ = ["RegisterRequest", "health_router", "router"]
 

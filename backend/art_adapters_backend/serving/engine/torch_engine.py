@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..threads import THREADS_ENV, set_torch_threads
+from ...threads import THREADS_ENV, set_torch_threads
 from .base import (
     ContextLengthError,
     EngineStats,
@@ -127,7 +127,7 @@ class TorchEngine:
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> TorchEngine:
-        """Load a Hugging Face model folder (e.g. from :func:`~..bundled.resolve_model_path`).
+        """Load a Hugging Face model folder (e.g. from :func:`~...bundled.resolve_model_path`).
 
         Blocking (a few seconds for the bundled model): call it before serving or in a thread.
 
@@ -147,7 +147,7 @@ class TorchEngine:
         """
         from transformers import AutoModelForCausalLM
 
-        from ..bundled import load_tokenizer
+        from ...bundled import load_tokenizer
 
         set_torch_threads(num_threads)
         started = time.monotonic()

@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CheckpointUnavailableError
+from ..errors import CheckpointUnavailableError
 
 if TYPE_CHECKING:
     from .engine.base import InferenceEngine

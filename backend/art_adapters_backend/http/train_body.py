@@ -18,8 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from art_adapters import Trajectory, TrajectoryGroup
 
-from .errors import BadRequestError
-from .limits import ServeLimits
+from ..errors import BadRequestError
+from ..limits import ServeLimits
 
 __all__ = ["MAX_BODY_DEPTH", "read_train_body"]
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..errors import BadRequestError
+from ...errors import BadRequestError
 
 __all__ = [
     "Constraint",

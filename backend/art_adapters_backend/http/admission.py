@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .errors import BadRequestError, ServerBusyError
-from .limits import ServeLimits
+from ..errors import BadRequestError, ServerBusyError
+from ..limits import ServeLimits
 
 __all__ = ["Admission", "AdmissionGate"]
 
@@ -32,13 +32,13 @@ class AdmissionGate:
 
     Every chat completion holds an :class:`Admission` from its start to the end of its response
     (prompt rendering, waiting for a batch slot, decoding, streaming). Two bounds (see
-    :class:`~.limits.ServeLimits`):
+    :class:`~..limits.ServeLimits`):
 
     - ``max_concurrent_requests``: completions in progress;
     - ``max_queued_sequences``: their choices beyond what the engine decodes at once
       (``max_batch_size``), i.e. the engine's waiting queue.
 
-    A request that would pass either is refused at once with :class:`~.errors.ServerBusyError`
+    A request that would pass either is refused at once with :class:`~..errors.ServerBusyError`
     (429 with ``Retry-After``), before any work is done for it; one whose ``n`` could never fit
     is a 400. The gate lives on the event loop: no locks.
 

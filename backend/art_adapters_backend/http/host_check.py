@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import is_loopback
-from .errors import PermissionDeniedError
+from ..config import is_loopback
+from ..errors import PermissionDeniedError
 
 __all__ = ["HostOriginMiddleware", "host_name", "host_allowed", "origin_allowed"]
 

@@ -8,7 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import AuthenticationError
+from ..errors import AuthenticationError
 
 __all__ = ["MIN_API_KEY_CHARS", "OPEN_PATHS", "REJECTION_LOG_INTERVAL_S", "ApiKeyMiddleware"]
 

@@ -1,7 +1,7 @@
 """Chat completions without HTTP: an OpenAI request -> an engine request -> OpenAI choices + a record.
 
-Kept apart from the routes so the non-streaming path and :mod:`.streaming` share one validation and one
-response/record builder.
+Kept apart from the HTTP routes so the non-streaming path and the streams (:mod:`..http.streaming`)
+share one validation and one response/record builder.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import BadRequestError
+from ..limits import ServeLimits
+from ..workers import run_request_work, run_schema_work
 from .chat_template import ChatTemplateError
 from .engine.base import Constraint, GeneratedSequence, GenerationRequest, SamplingParams
-from .errors import BadRequestError
-from .limits import ServeLimits
 from .openai_types import ChatCompletionRequest, NamedToolChoice
 from .reasoning import ReasoningParser, get_reasoning_parser
 from .records import ChoiceRecord, CompletionRecord
 from .registry import ServedModel
 from .schema_checks import check_forced_size, check_schema, check_schema_bounds
 from .tool_parser import ParsedToolCall, ToolCallParser, get_tool_parser
-from .workers import run_request_work, run_schema_work
 
 if TYPE_CHECKING:
+    from ..state import ServerState
     from .chat_template import ChatTemplate
-    from .state import ServerState
 
 __all__ = [
     "PreparedChat",
@@ -288,7 +288,7 @@ async def prepare_chat(request: ChatCompletionRequest, state: ServerState) -> Pr
     """Validate ``request`` against the server and build the engine request.
 
     Everything that needs the server's state (model, tools, schemas, context length) is checked
-    here and raised as an :class:`~.errors.APIError` with a readable message.
+    here and raised as an :class:`~..errors.APIError` with a readable message.
 
     Cheap checks and the server's bounds run first; the CPU work (prompt rendering, the length
     bound, schema compilation, tokenisation) runs in a worker thread, so no request holds up

@@ -12,14 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .chat import PreparedChat, choice_record, make_record, usage_body
-from .engine.base import GeneratedSequence, SequenceDelta
-from .errors import APIError, error_body
-from .reasoning import StreamingReasoningParser
-from .tool_parser import ParsedToolCall, StreamingParser
+from ..errors import APIError, error_body
+from ..serving.chat import PreparedChat, choice_record, make_record, usage_body
+from ..serving.engine.base import GeneratedSequence, SequenceDelta
+from ..serving.reasoning import StreamingReasoningParser
+from ..serving.tool_parser import ParsedToolCall, StreamingParser
 
 if TYPE_CHECKING:
-    from .state import ServerState
+    from ..state import ServerState
 
 __all__ = ["open_stream"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import BadRequestError, ServerBusyError
+from ...errors import BadRequestError, ServerBusyError
 from .base import Constraint
 
 if TYPE_CHECKING:
