@@ -118,6 +118,7 @@ def test_each_error_carries_its_status_and_one_handler_answers_them_all(tmp_path
     from art_adapters_backend.errors import APIError, ServerBusyError
     from art_adapters_backend.http.app import create_app
     from art_adapters_backend.http.body_limit import BodyTooLargeError
+    from art_adapters_backend.http.error_handlers import error_response
     from art_adapters_backend.serving.engine.base import ContextLengthError
     from art_adapters_backend.serving.engine.constraint import ConstraintError
     from art_adapters_backend.serving.export import ExportError, ExportExistsError, ExportNotFoundError
@@ -135,8 +136,8 @@ def test_each_error_carries_its_status_and_one_handler_answers_them_all(tmp_path
         (ServerBusyError("busy", retry_after=3), 429, "server_busy", None),
     ]
     for error, status, code, param in expected:
-        response = error.response()
+        response = error_response(error)
         body = json.loads(bytes(response.body))["error"]
         assert (response.status_code, body["code"], body["param"]) == (status, code, param), error
         assert body["message"] == error.message
-    assert ServerBusyError("busy", retry_after=3).response().headers["Retry-After"] == "3"
+    assert error_response(ServerBusyError("busy", retry_after=3)).headers["Retry-After"] == "3"

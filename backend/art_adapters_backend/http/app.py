@@ -7,10 +7,10 @@ import logging
 
 from fastapi import FastAPI
 
-from ..errors import install_error_handlers
 from ..state import ServerState
 from .auth import ApiKeyMiddleware
 from .body_limit import BodyLimitMiddleware
+from .error_handlers import install_error_handlers
 from .host_check import HostOriginMiddleware
 from .quiet_memory import QuietMemoryMiddleware
 from .routes_art import health_router

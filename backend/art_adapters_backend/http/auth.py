@@ -9,6 +9,7 @@ import time
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import AuthenticationError
+from .error_handlers import error_response
 
 __all__ = ["MIN_API_KEY_CHARS", "OPEN_PATHS", "REJECTION_LOG_INTERVAL_S", "ApiKeyMiddleware"]
 
@@ -65,7 +66,7 @@ class ApiKeyMiddleware:
         else:
             message = "invalid API key: the bearer token does not match the server's key"
         self._log_rejection(scope, message.split(":")[0])
-        response = AuthenticationError(message, code="invalid_api_key").response()
+        response = error_response(AuthenticationError(message, code="invalid_api_key"))
         await response(scope, receive, send)
 
     def _log_rejection(self, scope: Scope, reason: str) -> None:

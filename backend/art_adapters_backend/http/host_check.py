@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import is_loopback
 from ..errors import PermissionDeniedError
+from .error_handlers import error_response
 
 __all__ = ["HostOriginMiddleware", "host_name", "host_allowed", "origin_allowed"]
 
@@ -123,4 +124,4 @@ class HostOriginMiddleware:
         if scope["type"] == "websocket":  # pragma: no cover - the API has no websockets
             await send({"type": "websocket.close", "code": 1008})
             return
-        await PermissionDeniedError(message, code=code).response()(scope, receive, send)
+        await error_response(PermissionDeniedError(message, code=code))(scope, receive, send)
