@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -11,14 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters.files import private_dir, write_atomic
+from art_adapters.files import private_dir
 
 from .freed_memory import FREED_MEMORY
 from .gc_pauses import PAUSES
 from .http.admission import AdmissionGate
 from .serving.adapters import AdapterCache
 from .serving.chat_template import ChatTemplate
-from .serving.model_family import ModelFamily, resolve_model_family
+from .serving.model_family import (
+    CHAT_TEMPLATE_FILE,
+    ModelFamily,
+    resolve_model_family,
+    write_serving_settings,
+)
 from .serving.records import RecordStore
 from .serving.registry import Registry
 from .serving.token_text import TokenTexts
@@ -36,29 +40,7 @@ EngineFactory = Callable[[Path, "PreTrainedTokenizerBase"], "InferenceEngine"]
 #: Builds the LoRA trainer from the model folder and the device (a test seam: a trainer without torch math).
 TrainerFactory = Callable[[Path, str], "LoraTrainer"]
 
-__all__ = ["SERVING_SETTINGS", "EngineFactory", "ServerState", "TrainerFactory", "write_serving_settings"]
-
-#: The file in the run directory that says how prompts are rendered and parsed (read by export).
-SERVING_SETTINGS = "serving.json"
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
-
-
-def write_serving_settings(run_dir: Path, base_model: str, model_path: Path, family: ModelFamily) -> None:
-    """Write ``chat_template.jinja`` and ``serving.json`` into the run directory (atomically).
-
-    They record what every prompt of this run was rendered with, so an exported checkpoint can
-    name the exact ``vllm serve`` flags that reproduce it.
-    """
-    write_atomic(run_dir / CHAT_TEMPLATE_FILE, family.chat_template.encode("utf-8"))
-    settings = {
-        "base_model": base_model,
-        "base_model_path": str(Path(model_path).resolve()),
-        "chat_template_file": CHAT_TEMPLATE_FILE,
-        "chat_template_source": family.chat_template_source,
-        "tool_call_parser": family.tool_call_parser,
-        "reasoning_parser": family.reasoning_parser,
-    }
-    write_atomic(run_dir / SERVING_SETTINGS, (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
+__all__ = ["EngineFactory", "ServerState", "TrainerFactory"]
 
 logger = logging.getLogger(__name__)
 

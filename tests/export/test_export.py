@@ -26,9 +26,12 @@ from art_adapters_backend.serving.export import (
     parse_model_ref,
     vllm_serve_command,
 )
-from art_adapters_backend.serving.model_family import bundled_chat_template_path, resolve_model_family
+from art_adapters_backend.serving.model_family import (
+    bundled_chat_template_path,
+    resolve_model_family,
+    write_serving_settings,
+)
 from art_adapters_backend.serving.registry import Registry
-from art_adapters_backend.state import write_serving_settings
 from art_adapters_backend.training.checkpoints import CheckpointStore
 from typer.testing import CliRunner
 

@@ -21,8 +21,7 @@ from art_adapters.files import atomic_directory
 
 from ..bundled import is_bundled, resolve_model_path
 from ..errors import BadRequestError
-from ..state import SERVING_SETTINGS
-from .model_family import ModelFamily
+from .model_family import CHAT_TEMPLATE_FILE, SERVING_SETTINGS, ModelFamily
 from .registry import ModelRecord, Registry
 
 __all__ = [
@@ -40,8 +39,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The exported chat template (also what the tokenizer in the folder carries).
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
 #: What was exported, from where, and the vLLM command: written into every export.
 EXPORT_MANIFEST = "export.json"
 #: The PEFT adapter files copied from a checkpoint (its optimizer state and trainer state stay behind).

@@ -8,11 +8,14 @@ calls and reasoning with parsers named like vLLM's ``--tool-call-parser`` and
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from art_adapters.files import write_atomic
 
 from .reasoning import REASONING_PARSERS
 from .tool_parser import TOOL_CALL_PARSERS
@@ -21,12 +24,15 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = [
+    "CHAT_TEMPLATE_FILE",
+    "SERVING_SETTINGS",
     "ModelFamily",
     "ModelFamilyError",
     "bundled_chat_template_path",
     "detect_reasoning_parser",
     "detect_tool_call_parser",
     "resolve_model_family",
+    "write_serving_settings",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +69,29 @@ class ModelFamily:
         if self.reasoning_parser:
             flags += ["--reasoning-parser", self.reasoning_parser]
         return flags
+
+
+#: The file in the run directory that says how prompts are rendered and parsed (read by :mod:`.export`).
+SERVING_SETTINGS = "serving.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def write_serving_settings(run_dir: Path, base_model: str, model_path: Path, family: ModelFamily) -> None:
+    """Write ``chat_template.jinja`` and ``serving.json`` into the run directory (atomically).
+
+    They record what every prompt of this run was rendered with, so an exported checkpoint can
+    name the exact ``vllm serve`` flags that reproduce it.
+    """
+    write_atomic(run_dir / CHAT_TEMPLATE_FILE, family.chat_template.encode("utf-8"))
+    settings = {
+        "base_model": base_model,
+        "base_model_path": str(Path(model_path).resolve()),
+        "chat_template_file": CHAT_TEMPLATE_FILE,
+        "chat_template_source": family.chat_template_source,
+        "tool_call_parser": family.tool_call_parser,
+        "reasoning_parser": family.reasoning_parser,
+    }
+    write_atomic(run_dir / SERVING_SETTINGS, (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
 
 
 def bundled_chat_template_path() -> Path:
