@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import inspect
 import json
 import os
@@ -59,6 +60,15 @@ TOOLS = [
 ]
 
 
+def engine_module(name: str) -> Any:
+    """``art_adapters_backend.serving.engine.<name>``, or ``art_adapters_backend.engine.<name>`` in code
+    from before the backend's wings (``--baseline-code`` may be older)."""
+    try:
+        return importlib.import_module(f"art_adapters_backend.serving.engine.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"art_adapters_backend.engine.{name}")
+
+
 def chat_ids(tokenizer: Any, template: str, user: str, *, system: str | None = None, tools: Any = None) -> list[int]:
     """The bundled template's prompt token ids for one user message."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
@@ -70,7 +80,7 @@ def chat_ids(tokenizer: Any, template: str, user: str, *, system: str | None = N
 
 def make_engine(path: Path, cache_bytes: int, batch: int) -> Any:
     """A TorchEngine with the prefix cache at ``cache_bytes`` (0 = off), on engines that have one."""
-    from art_adapters_backend.engine.torch_engine import TorchEngine
+    TorchEngine = engine_module("torch_engine").TorchEngine
 
     kwargs: dict[str, Any] = {"max_batch_size": batch}
     if "prefix_cache_bytes" in inspect.signature(TorchEngine.load).parameters:
@@ -80,7 +90,8 @@ def make_engine(path: Path, cache_bytes: int, batch: int) -> Any:
 
 async def engine_rate(engine: Any, prompts: list[list[int]], concurrency: int, max_tokens: int) -> float:
     """Tokens/s of ``len(prompts)`` requests sent ``concurrency`` at a time (min_tokens forces the length)."""
-    from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
+    base = engine_module("base")
+    GenerationRequest, SamplingParams = base.GenerationRequest, base.SamplingParams
 
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, min_tokens=max_tokens, seed=0)
     gate = asyncio.Semaphore(concurrency)
@@ -115,7 +126,9 @@ def hf_rate(model: Any, prompts: list[list[int]], batch: int, max_tokens: int, p
 async def rl_workload(engine: Any, tokenizer: Any, template: str, groups: int, max_tokens: int) -> tuple[float, dict]:
     """Rollouts per minute: ``groups`` groups of 4 rollouts, 2 turns each, all groups at once."""
     from art_adapters.apps._demo_agent import SYSTEM_PROMPT, make_scenarios
-    from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
+
+    base = engine_module("base")
+    GenerationRequest, SamplingParams = base.GenerationRequest, base.SamplingParams
 
     scenarios = make_scenarios(groups, seed=7)
 
@@ -218,7 +231,10 @@ async def main() -> None:
 
     path = resolve_model_path("smollm2-135m-instruct")
     tokenizer = load_tokenizer(path)
-    template = (Path(sys.modules["art_adapters_backend"].__file__).parent / "templates" / "smollm2-tool-use.jinja").read_text()
+    package = Path(sys.modules["art_adapters_backend"].__file__).parent
+    # serving/templates, or templates in code from before the backend's wings (--baseline-code)
+    templates = next(p for p in (package / "serving" / "templates", package / "templates") if p.is_dir())
+    template = (templates / "smollm2-tool-use.jinja").read_text()
     texts = [PROMPTS[i % len(PROMPTS)] + f" (variant {i})" for i in range(args.requests)]
     prompts = [chat_ids(tokenizer, template, t) for t in texts]
     levels = [1, 8, 32]

@@ -180,7 +180,7 @@ def export(
     """Export checkpoint NAME[@STEP] of a run directory into OUT (see ``_EXPORT_HELP`` and docs/export.md)."""
     try:
         from art_adapters_backend.bundled import BundledModelError
-        from art_adapters_backend.export import EXPORT_MANIFEST, export_checkpoint, parse_model_ref
+        from art_adapters_backend.serving import EXPORT_MANIFEST, export_checkpoint, parse_model_ref
     except ImportError as exc:
         console.print(f"[red]export needs the backend ({exc}): pip install 'art-adapters[backend]'[/red]")
         raise typer.Exit(code=2) from exc

@@ -213,7 +213,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 
     Raises:
         ValueError: the tokenizer has no EOS token (a missing chat template is checked by
-            :func:`~.model_family.resolve_model_family`, which names ``--chat-template``).
+            :func:`~.serving.model_family.resolve_model_family`, which names ``--chat-template``).
     """
     from transformers import AutoTokenizer
 

@@ -73,7 +73,7 @@ class ServeConfig(BaseModel):
         graceful_shutdown_s: seconds to let in-flight requests finish on SIGTERM. Default 5.
         quiet_memory_return_s: once no request (``/health`` and ``/art/stats`` aside) has run for this many seconds,
             the memory requests freed is handed back to the OS (glibc keeps it otherwise; see
-            :mod:`.quiet_memory`). 0 never does. Default 1.
+            :mod:`.http.quiet_memory`). 0 never does. Default 1.
         log_level: uvicorn's log level. Default ``info``.
         engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
             subprocess on a CUDA GPU, slept during training steps).

@@ -1,21 +1,16 @@
-"""OpenAI-shaped HTTP errors of the backend, and the handlers that produce them.
+"""The backend's errors, each with the HTTP status and OpenAI-style body it is answered with.
 
 Every error the server returns has the body OpenAI uses, so OpenAI clients raise their usual exceptions::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "...", "code": "..."}}
+
+No web framework here: the wings raise these, and :mod:`.http.error_handlers` answers them.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "APIError",
@@ -28,14 +23,10 @@ __all__ = [
     "PermissionDeniedError",
     "ServerBusyError",
     "StorageUnavailableError",
-    "UnexpectedErrorMiddleware",
     "error_body",
-    "install_error_handlers",
     "shown",
     "validation_message",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: Roles used as discriminator tags of the message union; they are dropped from error paths.
 _UNION_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -48,23 +39,24 @@ class APIError(Exception):
 
         APIError                    an error with an HTTP status (raise it anywhere in a request)
         ├── BadRequestError         400: the request is malformed or asks for the impossible
-        │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (engine.base)
-        │   ├── ConstraintError     400: a JSON schema cannot be compiled (engine.constraint)
-        │   └── ExportError         400: a checkpoint cannot be exported (export)
+        │   ├── ContextLengthError  400: the prompt and max_tokens do not fit (serving.engine.base)
+        │   ├── ConstraintError     400: a JSON schema cannot be compiled (serving.engine.constraint)
+        │   └── ExportError         400: a checkpoint cannot be exported (serving.export)
         │       ├── ExportNotFoundError  404: no such run directory, model or step
         │       └── ExportExistsError    409: the output folder exists and is not empty
         ├── AuthenticationError     401: missing or wrong API key
         ├── PermissionDeniedError   403: a Host/Origin a server without a key does not answer
         ├── NotFoundError           404: unknown model, completion id or route
         ├── ConflictError           409: the request contradicts existing state
-        ├── BodyTooLargeError       413: a body past the size limit (body_limit; also an HTTPException)
+        ├── BodyTooLargeError       413: a body past the size limit (http.body_limit; an HTTPException)
         ├── ServerBusyError         429: at a concurrency or queue limit; retry after ``Retry-After`` s
         ├── CheckpointUnavailableError  500: a registered checkpoint's folder cannot be loaded
         ├── EngineUnavailableError  503: the inference engine cannot serve (e.g. it did not wake up)
         └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
 
     A subclass sets ``status_code``, ``error_type`` and, where it has one, a default ``code``
-    (class attributes); the app's one handler answers every subclass from them.
+    (class attributes); the app's one handler (:func:`.http.error_handlers.error_response`)
+    answers every subclass from them.
 
     Args:
         message: what is wrong and, where it helps, what to do instead.
@@ -92,11 +84,6 @@ class APIError(Exception):
     def response_headers(self) -> dict[str, str]:
         """Headers the response carries (none but for a subclass's own)."""
         return {}
-
-    def response(self) -> JSONResponse:
-        """This error as a response."""
-        headers = self.response_headers() or None
-        return JSONResponse(self.body(), status_code=self.status_code, headers=headers)
 
 
 class BadRequestError(APIError):
@@ -239,81 +226,3 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | 
     if len(problems) > 5:
         problems = [*problems[:5], f"and {len(problems) - 5} more"]
     return "invalid request: " + "; ".join(problems), first_param
-
-
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, APIError)
-    return exc.response()
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors = list(exc.errors())
-    message, param = validation_message(errors)
-    code = "invalid_json" if message.startswith("invalid JSON") else "invalid_value"
-    if code == "invalid_value" and any(error.get("type") == "extra_forbidden" for error in errors):
-        code = "unsupported_parameter"
-    return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 404:
-        message = f"no route {request.method} {request.url.path}; see /docs for the API"
-    elif exc.status_code == 405:
-        message = f"method {request.method} is not allowed on {request.url.path}"
-    else:
-        message = str(exc.detail)
-    error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return JSONResponse(
-        error_body(message, error_type), status_code=exc.status_code, headers=getattr(exc, "headers", None)
-    )
-
-
-class UnexpectedErrorMiddleware:
-    """Answer an exception no handler took with a JSON 500, and log it once, with its traceback.
-
-    Starlette's catch-all ``Exception`` handler re-raises after answering, so the ASGI server
-    logs the same traceback a second time; this middleware keeps the exception from ever
-    reaching the server. An exception raised after the response has started (a stream cut
-    short) cannot be answered any more and is left to the server, which logs it.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the wrapped app, turning an exception before the response starts into a 500."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_tracking(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_tracking)
-        except Exception as exc:
-            if started:
-                raise
-            logger.error(
-                "unexpected error serving %s %s", scope.get("method"), scope.get("path"), exc_info=exc
-            )
-            message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
-            await JSONResponse(error_body(message, "server_error"), status_code=500)(scope, receive, send)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Answer every error of ``app`` with an OpenAI-style JSON body (never a stack trace).
-
-    One handler answers every :class:`APIError` (each class carries its status, type and default
-    code); FastAPI's validation errors get one readable message instead of pydantic's list; any
-    unexpected exception is logged with its traceback and answered as a 500 without it.
-    """
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(UnexpectedErrorMiddleware)

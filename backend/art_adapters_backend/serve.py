@@ -18,9 +18,9 @@ import uvicorn
 
 from art_adapters.files import PRIVATE_FILE_MODE, write_atomic
 
-from .app import create_app
 from .config import ServeConfig
 from .gc_pauses import tune_pauses
+from .http.app import create_app
 from .state import EngineFactory, ServerState, TrainerFactory
 
 __all__ = ["run_server", "serve"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -11,24 +10,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_adapters.files import private_dir, write_atomic
+from art_adapters.files import private_dir
 
-from .adapters import AdapterCache
-from .admission import AdmissionGate
-from .chat_template import ChatTemplate
-from .checkpoint_leases import CheckpointLeases
 from .freed_memory import FREED_MEMORY
 from .gc_pauses import PAUSES
-from .model_family import ModelFamily, resolve_model_family
-from .records import RecordStore
-from .registry import Registry
-from .token_text import TokenTexts
+from .http.admission import AdmissionGate
+from .serving.adapters import AdapterCache
+from .serving.chat_template import ChatTemplate
+from .serving.model_family import (
+    CHAT_TEMPLATE_FILE,
+    ModelFamily,
+    resolve_model_family,
+    write_serving_settings,
+)
+from .serving.records import RecordStore
+from .serving.registry import Registry
+from .serving.token_text import TokenTexts
+from .training.checkpoint_leases import CheckpointLeases
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from .config import ServeConfig
-    from .engine.base import InferenceEngine
+    from .serving.engine.base import InferenceEngine
     from .training.trainer import LoraTrainer
 
 #: Builds the engine from the model folder and its tokenizer (a test seam: a fake engine, no weights).
@@ -36,29 +40,7 @@ EngineFactory = Callable[[Path, "PreTrainedTokenizerBase"], "InferenceEngine"]
 #: Builds the LoRA trainer from the model folder and the device (a test seam: a trainer without torch math).
 TrainerFactory = Callable[[Path, str], "LoraTrainer"]
 
-__all__ = ["SERVING_SETTINGS", "EngineFactory", "ServerState", "TrainerFactory", "write_serving_settings"]
-
-#: The file in the run directory that says how prompts are rendered and parsed (read by export).
-SERVING_SETTINGS = "serving.json"
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
-
-
-def write_serving_settings(run_dir: Path, base_model: str, model_path: Path, family: ModelFamily) -> None:
-    """Write ``chat_template.jinja`` and ``serving.json`` into the run directory (atomically).
-
-    They record what every prompt of this run was rendered with, so an exported checkpoint can
-    name the exact ``vllm serve`` flags that reproduce it.
-    """
-    write_atomic(run_dir / CHAT_TEMPLATE_FILE, family.chat_template.encode("utf-8"))
-    settings = {
-        "base_model": base_model,
-        "base_model_path": str(Path(model_path).resolve()),
-        "chat_template_file": CHAT_TEMPLATE_FILE,
-        "chat_template_source": family.chat_template_source,
-        "tool_call_parser": family.tool_call_parser,
-        "reasoning_parser": family.reasoning_parser,
-    }
-    write_atomic(run_dir / SERVING_SETTINGS, (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
+__all__ = ["EngineFactory", "ServerState", "TrainerFactory"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +99,7 @@ class ServerState:
         the seam the tests' fake engine uses to serve the real app without model weights.
         """
         from .bundled import is_bundled, load_tokenizer, resolve_model_path
-        from .engine.torch_engine import TorchEngine
+        from .serving.engine.torch_engine import TorchEngine
 
         run_dir = private_dir(config.run_dir)  # 0o700: records, groups, checkpoints are the owner's only
         path = await asyncio.to_thread(resolve_model_path, config.base_model, config.cache_dir)
@@ -135,7 +117,7 @@ class ServerState:
         if engine_factory is not None:
             engine: Any = await asyncio.to_thread(engine_factory, path, family_tokenizer)
         elif config.engine == "vllm":
-            from .engine.vllm_engine import VllmEngine
+            from .serving.engine.vllm_engine import VllmEngine
 
             engine = await asyncio.to_thread(
                 VllmEngine.load,

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 from art_adapters_backend.bundled import BUNDLED_MODEL, resolve_model_path
-from art_adapters_backend.engine.base import (
+from art_adapters_backend.serving.engine.base import (
     Constraint,
     ContextLengthError,
     GenerationRequest,
     InferenceEngine,
     SamplingParams,
 )
-from art_adapters_backend.engine.constraint import ConstraintError
-from art_adapters_backend.engine.text import TextTracker
-from art_adapters_backend.engine.torch_engine import TorchEngine
+from art_adapters_backend.serving.engine.constraint import ConstraintError
+from art_adapters_backend.serving.engine.text import TextTracker
+from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 
 from tests.helpers.engines import started_engines
 
@@ -347,7 +347,7 @@ async def test_arrivals_merge_into_a_running_batch_exactly(engine: TorchEngine) 
 @pytest.mark.slow
 async def test_small_batch_limit_queues_choices_and_close_fails_waiters(model_path: Path) -> None:
     """n above max_batch_size is decoded in turns; closing fails what is left, clearly."""
-    from art_adapters_backend.engine.torch_engine import EngineClosedError
+    from art_adapters_backend.serving.engine.torch_engine import EngineClosedError
 
     threads = torch.get_num_threads()
     small = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=2, num_threads=1)
@@ -371,7 +371,7 @@ async def test_small_batch_limit_queues_choices_and_close_fails_waiters(model_pa
 
 
 def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
-    from art_adapters_backend.engine.sampling import sample_next
+    from art_adapters_backend.serving.engine.sampling import sample_next
 
     logits = torch.log(torch.tensor([0.5, 0.3, 0.2, 0.0]))
     generator = torch.Generator().manual_seed(0)
@@ -401,7 +401,7 @@ async def test_a_short_request_is_admitted_before_longer_ones_that_wait(model_pa
     a request that has waited MAX_WAIT_S goes before shorter ones (no starvation). A one-token
     request takes no slot at all (its prefill gives its token): it finishes first, preempting
     nobody."""
-    from art_adapters_backend.engine import torch_engine
+    from art_adapters_backend.serving.engine import torch_engine
 
     threads = torch.get_num_threads()
     one = await asyncio.to_thread(TorchEngine.load, model_path, max_batch_size=1, num_threads=1)

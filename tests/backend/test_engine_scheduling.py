@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
-from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
-from art_adapters_backend.engine.text import TextTracker
-from art_adapters_backend.engine.torch_engine import TorchEngine
+from art_adapters_backend.serving.engine.base import GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.text import TextTracker
+from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 
 from tests.helpers.engines import started_engines
 

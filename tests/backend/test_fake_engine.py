@@ -6,14 +6,14 @@ import json
 from typing import Any
 
 import pytest
-from art_adapters_backend.engine.base import (
+from art_adapters_backend.serving.engine.base import (
     Constraint,
     ContextLengthError,
     GenerationRequest,
     InferenceEngine,
     SamplingParams,
 )
-from art_adapters_backend.engine.constraint import ConstraintError
+from art_adapters_backend.serving.engine.constraint import ConstraintError
 
 from tests.helpers.fake_engine import MAX_WORDS, FakeEngine
 

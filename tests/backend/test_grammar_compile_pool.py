@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 from art_adapters_backend.bundled import BUNDLED_MODEL, load_tokenizer, resolve_model_path
-from art_adapters_backend.engine.base import Constraint, GenerationRequest, SamplingParams
-from art_adapters_backend.engine.constraint import GrammarCache
-from art_adapters_backend.engine.torch_engine import TorchEngine
+from art_adapters_backend.serving.engine.base import Constraint, GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.constraint import GrammarCache
+from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 from art_adapters_backend.errors import ServerBusyError
 
 from tests.helpers.slow_grammar import pattern_schema, slow_pattern_length

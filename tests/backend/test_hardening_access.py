@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from art_adapters_backend.app import create_app
 from art_adapters_backend.config import ServeConfig
-from art_adapters_backend.host_check import host_allowed, origin_allowed
-from art_adapters_backend.registry import Registry
+from art_adapters_backend.http.app import create_app
+from art_adapters_backend.http.host_check import host_allowed, origin_allowed
+from art_adapters_backend.serving.registry import Registry
 
 BASE = "base-model"
 REGISTER = {"name": "agent", "project": "p", "base_model": BASE}

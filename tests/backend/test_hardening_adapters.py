@@ -7,9 +7,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from art_adapters_backend.adapters import AdapterCache
 from art_adapters_backend.errors import CheckpointUnavailableError
-from art_adapters_backend.registry import ServedModel
+from art_adapters_backend.serving.adapters import AdapterCache
+from art_adapters_backend.serving.registry import ServedModel
 
 
 class Engine:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from art_adapters_backend.registry import Registry
+from art_adapters_backend.serving.registry import Registry
 
 from art_adapters.files import open_private, private_dir
 from art_adapters.ruler._answer import JudgeScore

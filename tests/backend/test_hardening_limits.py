@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from art_adapters_backend.chat import check_schema
-from art_adapters_backend.engine.text import TextTracker
+from art_adapters_backend.serving.chat import check_schema
+from art_adapters_backend.serving.engine.text import TextTracker
 from art_adapters_backend.limits import MAX_STOP_CHARS
 
 from art_adapters import LocalBackend

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from art_adapters_backend.errors import BadRequestError, NotFoundError
-from art_adapters_backend.export import ExportError, parse_model_ref
-from art_adapters_backend.openai_types import ChatCompletionRequest
-from art_adapters_backend.registry import Registry
+from art_adapters_backend.serving.export import ExportError, parse_model_ref
+from art_adapters_backend.serving.openai_types import ChatCompletionRequest
+from art_adapters_backend.serving.registry import Registry
 from pydantic import ValidationError
 
 from art_adapters import TrainableModel

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
-from art_adapters_backend.engine.vllm_engine import VllmEngine, vllm_environment
 from art_adapters_backend.errors import EngineUnavailableError
+from art_adapters_backend.serving.engine.base import GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.vllm_engine import VllmEngine, vllm_environment
 
 from tests.helpers.json_server import QuietHandler, serve_in_thread
 

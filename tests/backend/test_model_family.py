@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from art_adapters_backend.model_family import (
+from art_adapters_backend.serving.model_family import (
     ModelFamilyError,
     bundled_chat_template_path,
     detect_reasoning_parser,

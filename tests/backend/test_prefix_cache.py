@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from art_adapters_backend.bundled import BUNDLED_MODEL, resolve_model_path
-from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
-from art_adapters_backend.engine.prefix_cache import BLOCK, PrefixCache
-from art_adapters_backend.engine.torch_engine import TorchEngine
+from art_adapters_backend.serving.engine.base import GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.prefix_cache import BLOCK, PrefixCache
+from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 
 from tests.helpers.engines import started_engines
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from art_adapters_backend.reasoning import REASONING_PARSERS, get_reasoning_parser
+from art_adapters_backend.serving.reasoning import REASONING_PARSERS, get_reasoning_parser
 
 QWEN3 = REASONING_PARSERS["qwen3"]
 R1 = REASONING_PARSERS["deepseek_r1"]

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from art_adapters_backend.chat import _constraint
-from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
-from art_adapters_backend.openai_types import ChatCompletionRequest
-from art_adapters_backend.tool_parser import HermesToolParser
+from art_adapters_backend.serving.chat import _constraint
+from art_adapters_backend.serving.chat_template import ChatTemplate, ChatTemplateError
+from art_adapters_backend.serving.openai_types import ChatCompletionRequest
+from art_adapters_backend.serving.tool_parser import HermesToolParser
 
 from tests.helpers.fake_backend import FakeBackend
 
@@ -29,7 +29,7 @@ def _body(**overrides: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def template() -> ChatTemplate:
     from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
-    from art_adapters_backend.model_family import resolve_model_family
+    from art_adapters_backend.serving.model_family import resolve_model_family
 
     tokenizer = load_tokenizer(resolve_model_path(MODEL))
     return ChatTemplate(tokenizer, resolve_model_family(tokenizer, bundled=True).chat_template)

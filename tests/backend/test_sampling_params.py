@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from art_adapters_backend.engine.base import SamplingParams
-from art_adapters_backend.engine.sampling import LogitAdjuster, sample_next
-from art_adapters_backend.engine.text import TextTracker
+from art_adapters_backend.serving.engine.base import SamplingParams
+from art_adapters_backend.serving.engine.sampling import LogitAdjuster, sample_next
+from art_adapters_backend.serving.engine.text import TextTracker
 
 from art_adapters import LocalBackend
 

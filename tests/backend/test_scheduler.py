@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from art_adapters_backend.engine.base import GenerationRequest, SamplingParams
-from art_adapters_backend.engine.batch import Job, Row
-from art_adapters_backend.engine.scheduler import admit
+from art_adapters_backend.serving.engine.base import GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.batch import Job, Row
+from art_adapters_backend.serving.engine.scheduler import admit
 
 
 def rows(n: int, max_tokens: int = 16, queued_at: float = 100.0) -> list[Row]:

@@ -34,7 +34,7 @@ def _random_lora(base: Path, target: Path, seed: int) -> None:
 
 def _prepare_run_dir(run_dir: Path, tmp_path: Path) -> None:
     from art_adapters_backend.bundled import resolve_model_path
-    from art_adapters_backend.registry import Registry
+    from art_adapters_backend.serving.registry import Registry
 
     base = resolve_model_path(MODEL)
     registry = Registry(run_dir, MODEL)

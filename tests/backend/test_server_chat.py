@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from art_adapters_backend.chat_template import ChatTemplate
+from art_adapters_backend.serving.chat_template import ChatTemplate
 
 from art_adapters import LocalBackend
 
@@ -20,7 +20,7 @@ HELLO = [{"role": "user", "content": "Say hello to Ada in one short sentence."}]
 @pytest.fixture(scope="module")
 def template() -> ChatTemplate:
     from art_adapters_backend.bundled import load_tokenizer, resolve_model_path
-    from art_adapters_backend.model_family import resolve_model_family
+    from art_adapters_backend.serving.model_family import resolve_model_family
 
     tokenizer = load_tokenizer(resolve_model_path(MODEL))
     return ChatTemplate(tokenizer, resolve_model_family(tokenizer, bundled=True).chat_template)

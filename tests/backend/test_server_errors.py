@@ -114,13 +114,14 @@ async def test_sdk_raises_with_the_message_and_the_server_keeps_serving(fake_bac
 
 
 def test_each_error_carries_its_status_and_one_handler_answers_them_all(tmp_path: Path) -> None:
-    from art_adapters_backend.app import create_app
-    from art_adapters_backend.body_limit import BodyTooLargeError
     from art_adapters_backend.config import ServeConfig
-    from art_adapters_backend.engine.base import ContextLengthError
-    from art_adapters_backend.engine.constraint import ConstraintError
     from art_adapters_backend.errors import APIError, ServerBusyError
-    from art_adapters_backend.export import ExportError, ExportExistsError, ExportNotFoundError
+    from art_adapters_backend.http.app import create_app
+    from art_adapters_backend.http.body_limit import BodyTooLargeError
+    from art_adapters_backend.http.error_handlers import error_response
+    from art_adapters_backend.serving.engine.base import ContextLengthError
+    from art_adapters_backend.serving.engine.constraint import ConstraintError
+    from art_adapters_backend.serving.export import ExportError, ExportExistsError, ExportNotFoundError
 
     app = create_app(SimpleNamespace(config=ServeConfig(run_dir=tmp_path)))  # type: ignore[arg-type]
     handled = [c for c in app.exception_handlers if isinstance(c, type) and issubclass(c, APIError)]
@@ -135,8 +136,8 @@ def test_each_error_carries_its_status_and_one_handler_answers_them_all(tmp_path
         (ServerBusyError("busy", retry_after=3), 429, "server_busy", None),
     ]
     for error, status, code, param in expected:
-        response = error.response()
+        response = error_response(error)
         body = json.loads(bytes(response.body))["error"]
         assert (response.status_code, body["code"], body["param"]) == (status, code, param), error
         assert body["message"] == error.message
-    assert ServerBusyError("busy", retry_after=3).response().headers["Retry-After"] == "3"
+    assert error_response(ServerBusyError("busy", retry_after=3)).headers["Retry-After"] == "3"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from art_adapters_backend.config import ServeConfig, is_loopback
 from art_adapters_backend.errors import BadRequestError, ConflictError, NotFoundError, validation_message
-from art_adapters_backend.records import ChoiceRecord, CompletionRecord, RecordStore
-from art_adapters_backend.registry import Registry
+from art_adapters_backend.serving.records import ChoiceRecord, CompletionRecord, RecordStore
+from art_adapters_backend.serving.registry import Registry
 from pydantic import ValidationError
 
 from art_adapters.files import TMP_PREFIX
@@ -115,7 +115,7 @@ def test_validation_errors_become_one_readable_message() -> None:
 
 
 def test_unexpected_errors_are_a_json_500_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    from art_adapters_backend.errors import install_error_handlers
+    from art_adapters_backend.http.error_handlers import install_error_handlers
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
@@ -135,4 +135,4 @@ def test_unexpected_errors_are_a_json_500_without_traceback(caplog: pytest.LogCa
     assert error["type"] == "server_error" and "KeyError" in error["message"]
     assert "secret internals" not in response.text and "Traceback" not in response.text
     logged = [r for r in caplog.records if r.exc_info and "secret internals" in str(r.exc_info[1])]
-    assert len(logged) == 1 and logged[0].name == "art_adapters_backend.errors"
+    assert len(logged) == 1 and logged[0].name == "art_adapters_backend.http.error_handlers"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from art_adapters_backend.chat_template import ChatTemplate, ChatTemplateError
-from art_adapters_backend.model_family import resolve_model_family
-from art_adapters_backend.tool_parser import StreamingToolParser, parse_reply
+from art_adapters_backend.serving.chat_template import ChatTemplate, ChatTemplateError
+from art_adapters_backend.serving.model_family import resolve_model_family
+from art_adapters_backend.serving.tool_parser import StreamingToolParser, parse_reply
 
 from tests.helpers.openai_tools import ADD_TOOL
 

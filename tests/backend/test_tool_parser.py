@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from art_adapters_backend.tool_parser import StreamingToolParser, parse_reply
+from art_adapters_backend.serving.tool_parser import StreamingToolParser, parse_reply
 
 DEEP = "[" * 5_000  # a degenerate sample: deeper than Python's recursion limit
 
@@ -74,7 +74,7 @@ def test_block_splitting(text: str, content: str | None, calls: int) -> None:
 
 # --------------------------------------------------------------------------- llama3_json
 
-from art_adapters_backend.tool_parser import TOOL_CALL_PARSERS, get_tool_parser  # noqa: E402
+from art_adapters_backend.serving.tool_parser import TOOL_CALL_PARSERS, get_tool_parser  # noqa: E402
 
 LLAMA = TOOL_CALL_PARSERS["llama3_json"]
 

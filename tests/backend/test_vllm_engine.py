@@ -23,12 +23,12 @@ from typing import Any
 
 import httpx
 import pytest
-from art_adapters_backend.chat import _constraint
 from art_adapters_backend.config import ServeConfig
-from art_adapters_backend.engine.base import Constraint, GenerationRequest, SamplingParams
-from art_adapters_backend.engine.constraint import ConstraintError
-from art_adapters_backend.engine.text import TextTracker
-from art_adapters_backend.engine.vllm_engine import (
+from art_adapters_backend.serving.chat import _constraint
+from art_adapters_backend.serving.engine.base import Constraint, GenerationRequest, SamplingParams
+from art_adapters_backend.serving.engine.constraint import ConstraintError
+from art_adapters_backend.serving.engine.text import TextTracker
+from art_adapters_backend.serving.engine.vllm_engine import (
     LOCAL_URL,
     VllmEngine,
     constraint_grammar,
@@ -37,10 +37,10 @@ from art_adapters_backend.engine.vllm_engine import (
     structured_outputs,
     vllm_serve_command,
 )
-from art_adapters_backend.model_family import ModelFamily, resolve_model_family
-from art_adapters_backend.openai_types import ChatCompletionRequest
-from art_adapters_backend.reasoning import get_reasoning_parser
-from art_adapters_backend.tool_parser import get_tool_parser
+from art_adapters_backend.serving.model_family import ModelFamily, resolve_model_family
+from art_adapters_backend.serving.openai_types import ChatCompletionRequest
+from art_adapters_backend.serving.reasoning import get_reasoning_parser
+from art_adapters_backend.serving.tool_parser import get_tool_parser
 
 from tests.helpers.json_server import QuietHandler
 
@@ -388,9 +388,9 @@ def _completion(*choices: dict[str, Any]) -> dict[str, Any]:
 
 async def _serve(tmp_path: Path, family: ModelFamily, tokenizer: Any, fake: FakeVllm, base_model: str) -> Any:
     """The real backend state and app with a ``VllmEngine`` pointed at the stand-in server."""
-    from art_adapters_backend.app import create_app
-    from art_adapters_backend.records import RecordStore
-    from art_adapters_backend.registry import Registry
+    from art_adapters_backend.http.app import create_app
+    from art_adapters_backend.serving.records import RecordStore
+    from art_adapters_backend.serving.registry import Registry
     from art_adapters_backend.state import ServerState
 
     config = ServeConfig(run_dir=tmp_path, base_model=base_model, engine="vllm")

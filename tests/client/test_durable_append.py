@@ -19,7 +19,7 @@ import pytest
 from art_adapters import Trajectory, TrajectoryGroup, load_groups, save_groups
 from art_adapters.files import PRIVATE_FILE_MODE, append_durably, cut_torn_line
 from art_adapters.observe import MetricsHistory
-from art_adapters_backend.records import ChoiceRecord, CompletionRecord, RecordStore
+from art_adapters_backend.serving.records import ChoiceRecord, CompletionRecord, RecordStore
 from mcp_tools import Cassette, Scenario, load_scenarios
 from mcp_tools._scenarios import append_scenarios
 

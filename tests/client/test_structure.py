@@ -90,3 +90,47 @@ def test_a_private_module_of_another_subpackage_is_a_reach_in(toy_package: Path)
     (toy_package / "sub" / "_inner.py").write_text("x = 1\n")
     (toy_package / "_user.py").write_text("from toy.sub._inner import x\nfrom toy.sub import x as y\n")
     assert structure.private_reach_ins() == ["toy/_user.py:1 uses toy.sub._inner (a private module of toy.sub)"]
+
+
+def test_the_backend_wings_import_one_way() -> None:
+    """http -> serving, training -> shared modules; FastAPI/Starlette only in http (see docs/structure.md)."""
+    found = structure.backend_layer_violations()
+    assert found == [], "backend imports against its layers:\n" + "\n".join(found)
+
+
+def test_the_backend_layer_checker_sees_each_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = tmp_path / "art_adapters_backend"
+    sources = {
+        "__init__.py": "",
+        "errors.py": "import fastapi\nfrom .serving import chat\n",
+        "state.py": "from .http import app\nfrom .training.service import S\n",
+        "http/__init__.py": "",
+        "http/app.py": "from fastapi import FastAPI\nfrom ..serving.chat import x\nfrom ..state import S\n",
+        "serving/__init__.py": "",
+        "serving/chat.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..state import S\n"
+            "    from ..http import app\nfrom ..errors import E\n"
+        ),
+        "training/__init__.py": "",
+        "training/service.py": (
+            "from ..serving import chat\nfrom starlette.types import Scope\nfrom ..state import S\n"
+        ),
+    }
+    for name, text in sources.items():
+        (backend / name).parent.mkdir(parents=True, exist_ok=True)
+        (backend / name).write_text(text)
+    monkeypatch.setattr(structure, "PACKAGES", {"art_adapters_backend": backend})
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    where = "art_adapters_backend"
+    web = "only the http wing and process modules use it"
+    shared = "a shared module imports no wing and no process module"
+    typing = "a wing imports the process modules for typing only"
+    sibling = "the training wing may not import the serving wing"
+    assert structure.backend_layer_violations() == [
+        f"{where}/errors.py:1 imports fastapi: {web}",
+        f"{where}/errors.py:2 imports {where}.serving.chat: {shared}",
+        f"{where}/serving/chat.py:4 imports {where}.http.app: the serving wing may not import the http wing",
+        f"{where}/training/service.py:1 imports {where}.serving.chat: {sibling}",
+        f"{where}/training/service.py:2 imports starlette.types: {web}",
+        f"{where}/training/service.py:3 imports {where}.state: {typing}",
+    ]

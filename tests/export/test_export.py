@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from art_adapters_backend.export import (
+from art_adapters_backend.serving.export import (
     CHAT_TEMPLATE_FILE,
     EXPORT_MANIFEST,
     ExportError,
@@ -26,9 +26,12 @@ from art_adapters_backend.export import (
     parse_model_ref,
     vllm_serve_command,
 )
-from art_adapters_backend.model_family import bundled_chat_template_path, resolve_model_family
-from art_adapters_backend.registry import Registry
-from art_adapters_backend.state import write_serving_settings
+from art_adapters_backend.serving.model_family import (
+    bundled_chat_template_path,
+    resolve_model_family,
+    write_serving_settings,
+)
+from art_adapters_backend.serving.registry import Registry
 from art_adapters_backend.training.checkpoints import CheckpointStore
 from typer.testing import CliRunner
 
@@ -99,7 +102,7 @@ def prompt_ids(tiny_base: Path) -> torch.Tensor:
 @pytest.fixture(scope="module")
 async def engine_logits(tiny_base: Path, tiny_run: Path, prompt_ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """The backend engine's logits (every position) for the prompt: base weights and ``tiny@1``."""
-    from art_adapters_backend.engine.torch_engine import TorchEngine
+    from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 
     engine = TorchEngine.load(tiny_base)
     checkpoint = tiny_run / "models" / NAME / "checkpoints" / "000001"

@@ -95,7 +95,7 @@ def _smollm2(request: pytest.FixtureRequest) -> Family:
     from art_adapters_backend.bundled import resolve_model_path
     from transformers import AutoTokenizer
 
-    template = resources.files("art_adapters_backend") / "templates" / "smollm2-tool-use.jinja"
+    template = resources.files("art_adapters_backend.serving") / "templates" / "smollm2-tool-use.jinja"
     return Family(
         name="smollm2",
         backend=request.getfixturevalue("local_backend"),

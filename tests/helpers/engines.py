@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import torch
-from art_adapters_backend.engine.torch_engine import TorchEngine
+from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 
 __all__ = ["started_engines"]
 

@@ -83,8 +83,8 @@ class FakeBackendServer:
 
     async def _serve(self) -> None:
         import uvicorn
-        from art_adapters_backend.app import create_app
         from art_adapters_backend.config import ServeConfig
+        from art_adapters_backend.http.app import create_app
         from art_adapters_backend.state import ServerState
 
         from .fake_engine import FakeEngine

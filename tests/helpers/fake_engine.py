@@ -32,14 +32,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from art_adapters_backend.engine.base import (
+from art_adapters_backend.serving.engine.base import (
     ContextLengthError,
     EngineStats,
     GeneratedSequence,
     GenerationRequest,
     SequenceDelta,
 )
-from art_adapters_backend.engine.text import TextTracker
+from art_adapters_backend.serving.engine.text import TextTracker
 
 __all__ = ["MAX_WORDS", "WORDS", "FakeEngine", "schema_instance"]
 
@@ -209,7 +209,7 @@ class FakeEngine:
 
     def _compile(self, request: GenerationRequest) -> Any:
         """The real engine's compiled grammar of the request's constraint (its errors are the engine's)."""
-        from art_adapters_backend.engine.constraint import GrammarCache
+        from art_adapters_backend.serving.engine.constraint import GrammarCache
 
         if self._grammars is None:
             self._grammars = GrammarCache(self.tokenizer, self.vocab_size, [self.eos_token_id])

@@ -1,5 +1,5 @@
 """Structure figures read off the shipped packages' syntax trees: import circles, long modules and
-functions, long module docstrings, private names used across modules.
+functions, long module docstrings, private names used across modules, the backend's layers.
 
 Used by ``tests/client/test_structure.py`` (the guard rails) and runnable for the before/after
 figures: ``python -m tests.helpers.structure`` (repeated-code pairs come from ``duplicates``).
@@ -19,6 +19,14 @@ PACKAGES = {
     "mcp_tools": ROOT / "mcp_tools",
     "art_adapters_backend": ROOT / "backend" / "art_adapters_backend",
 }
+BACKEND = "art_adapters_backend"
+#: The backend's wings and the other wings each may import (each may import itself and the shared
+#: modules: every top-level module that is not a process module).
+BACKEND_WINGS: dict[str, set[str]] = {"http": {"serving", "training"}, "serving": set(), "training": set()}
+#: The backend's top-level modules that assemble the wings into a server process (and the package itself).
+PROCESS_MODULES = {"__main__", "cli", "serve", "state"}
+#: Web frameworks and the ASGI server: only the http wing and the process modules import them.
+WEB_FRAMEWORKS = {"fastapi", "starlette", "sse_starlette", "uvicorn"}
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 MAX_DOCSTRING_LINES = 8
@@ -67,27 +75,37 @@ def imported_from(node: ast.ImportFrom, package: str) -> str:
     return base
 
 
-def imports(module: Module, known: dict[str, Module]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
-    """``(line, target module, imported names)`` for each import that runs (function-local ones
-    too, ``TYPE_CHECKING`` ones not). ``from p import m`` where ``m`` is a submodule targets ``p.m``."""
-    skipped = _type_checking_nodes(module.tree)
+def every_import(
+    module: Module, known: dict[str, Module]
+) -> Iterator[tuple[int, str, tuple[str, ...], bool]]:
+    """``(line, target module, imported names, typing only)`` for each import, function-local and
+    ``TYPE_CHECKING`` ones (typing only) too. ``from p import m`` where ``m`` is a submodule targets
+    ``p.m``."""
+    typing_only = _type_checking_nodes(module.tree)
     package = module.name if module.is_package else module.name.rpartition(".")[0]
     for node in ast.walk(module.tree):
-        if id(node) in skipped:
-            continue
+        typing = id(node) in typing_only
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name, ()
+                yield node.lineno, alias.name, (), typing
         elif isinstance(node, ast.ImportFrom):
             base = imported_from(node, package)
             plain: list[str] = []
             for alias in node.names:
                 if f"{base}.{alias.name}" in known:
-                    yield node.lineno, f"{base}.{alias.name}", ()
+                    yield node.lineno, f"{base}.{alias.name}", (), typing
                 else:
                     plain.append(alias.name)
             if plain:
-                yield node.lineno, base, tuple(plain)
+                yield node.lineno, base, tuple(plain), typing
+
+
+def imports(module: Module, known: dict[str, Module]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """``(line, target module, imported names)`` for each import that runs (function-local ones
+    too, ``TYPE_CHECKING`` ones not)."""
+    for line, target, names, typing in every_import(module, known):
+        if not typing:
+            yield line, target, names
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -210,6 +228,49 @@ def private_reach_ins() -> list[str]:
     return sorted(set(found))
 
 
+def backend_layer(module: str) -> str:
+    """Where a module of the backend sits: ``process``, one of :data:`BACKEND_WINGS`, or ``shared``."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in PROCESS_MODULES:
+        return "process"
+    return parts[1] if parts[1] in BACKEND_WINGS else "shared"
+
+
+def _backend_rule(importer: str, target: str, typing: bool) -> str | None:
+    """Why ``importer`` (a backend layer) may not import ``target`` (a module), or ``None``."""
+    top = target.split(".")[0]
+    if top in WEB_FRAMEWORKS:
+        return None if importer in {"http", "process"} else "only the http wing and process modules use it"
+    if top != BACKEND:
+        return None
+    layer = backend_layer(target)
+    if layer in {importer, "shared"} or importer == "process":
+        return None
+    if importer == "shared":
+        return "a shared module imports no wing and no process module"
+    if layer == "process":
+        return None if typing or importer == "http" else "a wing imports the process modules for typing only"
+    if layer not in BACKEND_WINGS[importer]:
+        return f"the {importer} wing may not import the {layer} wing"
+    return None
+
+
+def backend_layer_violations() -> list[str]:
+    """``path:line module imports target: rule`` for each backend import against its layers (all
+    imports: function-local and ``TYPE_CHECKING`` ones too, the latter only typing the process modules)."""
+    known = modules()
+    found: list[str] = []
+    for name, module in known.items():
+        if name.split(".")[0] != BACKEND:
+            continue
+        importer = backend_layer(name)
+        for line, target, _, typing in every_import(module, known):
+            reason = _backend_rule(importer, target, typing)
+            if reason is not None:
+                found.append(f"{module.path.relative_to(ROOT)}:{line} imports {target}: {reason}")
+    return sorted(set(found))
+
+
 def long_modules() -> list[tuple[str, int]]:
     """``(path, lines)`` of the modules over :data:`MAX_MODULE_LINES`."""
     result = []
@@ -253,6 +314,10 @@ def main() -> None:
         print("  " + " <-> ".join(circle))
     reach = private_reach_ins()
     print(f"private names used across modules: {len(reach)}")
+    layers = backend_layer_violations()
+    print(f"backend imports against its layers: {len(layers)}")
+    for row in layers:
+        print("  " + row)
     for section, rows in (
         (f"modules over {MAX_MODULE_LINES} lines", long_modules()),
         (f"functions over {MAX_FUNCTION_LINES} lines", long_functions()),

@@ -69,8 +69,8 @@ def _group(*trajectories: Trajectory) -> TrajectoryGroup:
 
 def _server_template(tokenizer: Any, template: str | None = None) -> Any:
     """The server's renderer: the shipped SmolLM2 tool template (or ``template``), rendered as vLLM does."""
-    from art_adapters_backend.chat_template import ChatTemplate
-    from art_adapters_backend.model_family import bundled_chat_template_path
+    from art_adapters_backend.serving.chat_template import ChatTemplate
+    from art_adapters_backend.serving.model_family import bundled_chat_template_path
 
     text = template if template is not None else bundled_chat_template_path().read_text()
     return ChatTemplate(tokenizer, text)
@@ -351,7 +351,7 @@ def test_tool_call_conversation_with_the_servers_template_and_records(tokenizer:
     conversation stays one sequence; one sampled with other spacing cannot, and the next
     turn starts a new sequence (counted) instead of being cut.
     """
-    from art_adapters_backend.records import ChoiceRecord, CompletionRecord
+    from art_adapters_backend.serving.records import ChoiceRecord, CompletionRecord
 
     template = _server_template(tokenizer)
     canonical_call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from art_adapters_backend.engine.vllm_engine import vllm_available
+from art_adapters_backend.serving.engine.vllm_engine import vllm_available
 
 from art_adapters import LocalBackend, TrainableModel, TrainConfig
 from art_adapters._trajectory import Message

@@ -14,8 +14,8 @@ import uuid
 from typing import Any
 
 import pytest
-from art_adapters_backend.chat_template import ChatTemplate
-from art_adapters_backend.model_family import bundled_chat_template_path
+from art_adapters_backend.serving.chat_template import ChatTemplate
+from art_adapters_backend.serving.model_family import bundled_chat_template_path
 from art_adapters_backend.training.groups import build_sequences
 from langchain_core.messages import AIMessage
 

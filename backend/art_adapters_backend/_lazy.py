@@ -1,0 +1,32 @@
+"""Names a package exports but imports on first use, so importing the backend or a wing stays light."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(package: str, where: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` of ``package`` (PEP 562).
+
+    Each name of ``where`` is taken from its module (a path relative to ``package``) on first
+    access, then kept in the package's namespace; any other name is an ``AttributeError``.
+    """
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(where))
+
+    return __getattr__, __dir__

@@ -1,1 +1,0 @@
-"""Inference engines behind one interface (see :mod:`.base`)."""
