@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from art_adapters._capture.assembly import ModelCall
 from art_adapters._trajectory import FunctionCall, Message, ToolCall, ToolCallRecord, ToolSchema
 
 __all__ = [
@@ -43,30 +44,19 @@ _VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _ROLE_ALIASES = {"human": "user", "ai": "assistant", "model": "assistant", "function": "tool"}
 
 
-@dataclass
-class SpanModelCall:
-    """One chat-model call seen in a span.
+@dataclass(kw_only=True)
+class SpanModelCall(ModelCall):
+    """One chat-model call seen in a span: a :class:`~art_adapters._capture.assembly.ModelCall` (input
+    messages, tools, output, usage, error, model name as the span reports it: response model first,
+    else the requested one) and where the span is.
 
     Attributes:
         span_id: the span's id, to merge nested spans that describe the same call.
         start_ns: the span's start time (ns since the epoch), for ordering.
-        messages: the input messages, OpenAI format, system prompt first.
-        tools: the tools offered to the model, or ``None`` when none were recorded.
-        output: the assistant message the model produced, ``None`` when it failed.
-        usage: token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
-        error: the exception's type and message when the call failed.
-        model: the model's name as the span reports it (response model first, else the
-            requested one), ``None`` when it does not say.
     """
 
     span_id: int
     start_ns: int
-    messages: list[Message]
-    tools: list[ToolSchema] | None = None
-    output: Message | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    model: str | None = None
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -19,6 +18,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from art_adapters._capture.otel_trace import TraceState
 from art_adapters._errors import ConfigError
 from art_adapters._trajectory import Trajectory
+from art_adapters.observe._json_values import json_values
 from art_adapters.observe._otlp_json import spans_from_otlp_json
 from art_adapters.observe._times import iso_ns
 from art_adapters.ruler import TrajectoryJudgement
@@ -120,20 +120,11 @@ def _restore(trajectory: Trajectory, root: ReadableSpan | None, spans: Sequence[
 
 
 def _load(source: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Any]) -> list[Mapping[str, Any]]:
-    value: Any = source
-    if isinstance(source, str | os.PathLike):
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"no such Langfuse export file: {path}")
-        text = path.read_text(encoding="utf-8")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = [json.loads(line) for line in text.splitlines() if line.strip()]
-    if isinstance(value, Mapping) and isinstance(value.get("data"), list):
-        value = value["data"]
+    value: Any = json_values(source, "Langfuse export") if isinstance(source, str | os.PathLike) else source
     if isinstance(value, Mapping):
         value = [value]
+    if len(value) == 1 and isinstance(value[0], Mapping) and isinstance(value[0].get("data"), list):
+        value = value[0]["data"]  # the API's {"data": [...]}
     traces = [t for t in value if isinstance(t, Mapping) and isinstance(t.get("observations"), list)]
     if not traces:
         raise ConfigError(

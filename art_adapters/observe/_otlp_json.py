@@ -20,6 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from art_adapters._errors import ConfigError
+from art_adapters.observe._json_values import json_values
 
 __all__ = ["OtlpJsonFileExporter", "otlp_json_request", "read_otlp_json", "spans_from_otlp_json"]
 
@@ -93,21 +94,7 @@ def read_otlp_json(
     elif isinstance(source, Sequence) and not isinstance(source, str | bytes):
         values = list(source)
     else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"no such OTLP JSON file: {path}")
-        text = path.read_text(encoding="utf-8")
-        try:
-            parsed = json.loads(text)
-            values = parsed if isinstance(parsed, list) else [parsed]
-        except json.JSONDecodeError:
-            values = []
-            for number, line in enumerate(text.splitlines(), start=1):
-                if line.strip():
-                    try:
-                        values.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise ConfigError(f"{path}:{number}: not JSON: {exc}") from exc
+        values = json_values(source, "OTLP JSON")
     requests = [v for v in values if isinstance(v, Mapping) and "resourceSpans" in v]
     if values and not requests:
         raise ConfigError("no OTLP trace request found (expected objects with 'resourceSpans')")

@@ -166,3 +166,17 @@ def test_bad_langfuse_input_is_a_clear_error(tmp_path: Path) -> None:
         aa.trajectories_from_otlp_json({"spans": []})
     with pytest.raises(ConfigError, match="no such OTLP JSON file"):
         aa.trajectories_from_otlp_json(tmp_path / "missing.json")
+    lines = tmp_path / "traces.jsonl"
+    lines.write_text(json.dumps(langfuse_trace()) + "\n{not json\n")
+    with pytest.raises(ConfigError, match=r"traces\.jsonl:2: not JSON"):
+        aa.trajectories_from_langfuse(lines)
+
+
+def test_a_langfuse_export_in_json_lines_and_an_api_page_in_a_file(tmp_path: Path) -> None:
+    lines = tmp_path / "traces.jsonl"
+    lines.write_text(json.dumps(langfuse_trace()) + "\n\n" + json.dumps(langfuse_trace("0" * 31 + "1")) + "\n")
+    page = tmp_path / "page.json"
+    page.write_text(json.dumps({"data": [langfuse_trace()], "meta": {"page": 1}}))
+    assert len(aa.trajectories_from_langfuse(lines)) == 2
+    (trajectory,) = aa.trajectories_from_langfuse(page)
+    assert trajectory.reward == 0.75
