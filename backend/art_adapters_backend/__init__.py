@@ -23,10 +23,10 @@ __all__ = ["APIError", "ServeConfig", "ServeLimits", "ServerState", "run_server"
 __getattr__, __dir__ = _lazy_exports(
     __name__,
     {
-        "APIError": ".errors",
-        "ServeConfig": ".config",
-        "ServeLimits": ".limits",
-        "ServerState": ".state",
-        "run_server": ".serve",
+        ".errors": "APIError",
+        ".config": "ServeConfig",
+        ".limits": "ServeLimits",
+        ".state": "ServerState",
+        ".serve": "run_server",
     },
 )

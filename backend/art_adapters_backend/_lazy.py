@@ -10,13 +10,17 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, where: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, modules: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module ``__getattr__`` and ``__dir__`` of ``package`` (PEP 562).
 
-    Each name of ``where`` is taken from its module (a path relative to ``package``) on first
-    access, then kept in the package's namespace; any other name is an ``AttributeError``.
+    ``modules`` maps a module (a path relative to ``package``) to the names it gives, space-separated,
+    as an import line would: each is taken from there on first access, then kept in the package's
+    namespace; any other name is an ``AttributeError``.
     """
     namespace = sys.modules[package].__dict__
+    where = {name: module for module, names in modules.items() for name in names.split()}
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)

@@ -16,40 +16,22 @@ import sys
 
 import pytest
 
+#: Each package's ``__all__``, in order (a string per package: one change here is one deliberate edit).
 SURFACES: dict[str, list[str]] = {
-    "art_adapters_backend": ["APIError", "ServeConfig", "ServeLimits", "ServerState", "run_server"],
-    "art_adapters_backend.http": ["AdmissionGate", "create_app", "error_response", "install_error_handlers"],
-    "art_adapters_backend.serving": [
-        "AdapterCache",
-        "CHAT_TEMPLATE_FILE",
-        "ChatTemplate",
-        "EXPORT_MANIFEST",
-        "ModelFamily",
-        "RecordStore",
-        "Registry",
-        "TokenTexts",
-        "bundled_chat_template_path",
-        "export_checkpoint",
-        "parse_model_ref",
-        "resolve_model_family",
-        "write_serving_settings",
-    ],
-    "art_adapters_backend.serving.engine": [
-        "GenerationRequest",
-        "InferenceEngine",
-        "SamplingParams",
-        "TorchEngine",
-        "VllmEngine",
-    ],
-    "art_adapters_backend.training": [
-        "CheckpointLeases",
-        "CheckpointStore",
-        "LoraTrainer",
-        "PeftTrainer",
-        "TrainingSequence",
-        "TrainingService",
-        "UnslothTrainer",
-    ],
+    "art_adapters_backend": "APIError ServeConfig ServeLimits ServerState run_server".split(),
+    "art_adapters_backend.http": "AdmissionGate create_app error_response install_error_handlers".split(),
+    "art_adapters_backend.serving": (
+        "AdapterCache CHAT_TEMPLATE_FILE ChatTemplate EXPORT_MANIFEST ModelFamily RecordStore "
+        "Registry TokenTexts bundled_chat_template_path export_checkpoint parse_model_ref "
+        "resolve_model_family write_serving_settings"
+    ).split(),
+    "art_adapters_backend.serving.engine": (
+        "GenerationRequest InferenceEngine SamplingParams TorchEngine VllmEngine"
+    ).split(),
+    "art_adapters_backend.training": (
+        "CheckpointLeases CheckpointStore LoraTrainer PeftTrainer TrainingSequence TrainingService "
+        "UnslothTrainer"
+    ).split(),
 }
 
 

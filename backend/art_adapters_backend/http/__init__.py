@@ -19,9 +19,8 @@ __all__ = ["AdmissionGate", "create_app", "error_response", "install_error_handl
 __getattr__, __dir__ = _lazy_exports(
     __name__,
     {
-        "AdmissionGate": ".admission",
-        "create_app": ".app",
-        "error_response": ".error_handlers",
-        "install_error_handlers": ".error_handlers",
+        ".admission": "AdmissionGate",
+        ".app": "create_app",
+        ".error_handlers": "error_response install_error_handlers",
     },
 )

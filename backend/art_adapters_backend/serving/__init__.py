@@ -44,18 +44,13 @@ __all__ = [
 __getattr__, __dir__ = _lazy_exports(
     __name__,
     {
-        "AdapterCache": ".adapters",
-        "CHAT_TEMPLATE_FILE": ".model_family",
-        "ChatTemplate": ".chat_template",
-        "EXPORT_MANIFEST": ".export",
-        "ModelFamily": ".model_family",
-        "RecordStore": ".records",
-        "Registry": ".registry",
-        "TokenTexts": ".token_text",
-        "bundled_chat_template_path": ".model_family",
-        "export_checkpoint": ".export",
-        "parse_model_ref": ".export",
-        "resolve_model_family": ".model_family",
-        "write_serving_settings": ".model_family",
+        ".adapters": "AdapterCache",
+        ".model_family": "CHAT_TEMPLATE_FILE ModelFamily bundled_chat_template_path resolve_model_family "
+        "write_serving_settings",
+        ".chat_template": "ChatTemplate",
+        ".export": "EXPORT_MANIFEST export_checkpoint parse_model_ref",
+        ".records": "RecordStore",
+        ".registry": "Registry",
+        ".token_text": "TokenTexts",
     },
 )

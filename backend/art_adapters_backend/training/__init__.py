@@ -33,12 +33,12 @@ __all__ = [
 __getattr__, __dir__ = _lazy_exports(
     __name__,
     {
-        "CheckpointLeases": ".checkpoint_leases",
-        "CheckpointStore": ".checkpoints",
-        "LoraTrainer": ".trainer",
-        "PeftTrainer": ".peft_trainer",
-        "TrainingSequence": ".data",
-        "TrainingService": ".service",
-        "UnslothTrainer": ".unsloth_trainer",
+        ".checkpoint_leases": "CheckpointLeases",
+        ".checkpoints": "CheckpointStore",
+        ".trainer": "LoraTrainer",
+        ".peft_trainer": "PeftTrainer",
+        ".data": "TrainingSequence",
+        ".service": "TrainingService",
+        ".unsloth_trainer": "UnslothTrainer",
     },
 )

@@ -17,10 +17,8 @@ __all__ = ["GenerationRequest", "InferenceEngine", "SamplingParams", "TorchEngin
 __getattr__, __dir__ = _lazy_exports(
     __name__,
     {
-        "GenerationRequest": ".base",
-        "InferenceEngine": ".base",
-        "SamplingParams": ".base",
-        "TorchEngine": ".torch_engine",
-        "VllmEngine": ".vllm_engine",
+        ".base": "GenerationRequest InferenceEngine SamplingParams",
+        ".torch_engine": "TorchEngine",
+        ".vllm_engine": "VllmEngine",
     },
 )
