@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -214,19 +215,23 @@ def test_beta_without_reference_is_an_error() -> None:
         _loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2), TrainConfig(beta=0.1), 2)
 
 
-def test_config_cross_field_errors_say_what_to_change() -> None:
-    with pytest.raises(ValidationError, match="set max_tokens"):
-        TrainConfig(loss_normalization="constant")
-    with pytest.raises(ValidationError, match="remove max_tokens"):
-        TrainConfig(max_tokens=100)
-    with pytest.raises(ValidationError, match="lora_target_modules"):
-        TrainConfig(lora_target_modules=())
-    with pytest.raises(ValidationError):
-        TrainConfig(epsilon=1.5)
-    with pytest.raises(ValidationError):
-        TrainConfig(importance_level="tokens")
-    with pytest.raises(ValidationError):
-        TrainConfig(learnin_rate=1e-5)  # typo: unknown fields are rejected
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"loss_normalization": "constant"}, "set max_tokens"),
+        ({"max_tokens": 100}, "remove max_tokens"),
+        ({"lora_target_modules": ()}, "lora_target_modules"),
+        ({"epsilon": 1.5}, "epsilon"),
+        ({"importance_level": "tokens"}, "importance_level"),
+        ({"learnin_rate": 1e-5}, "learnin_rate"),  # typo: unknown fields are rejected
+    ],
+)
+def test_config_cross_field_errors_say_what_to_change(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        TrainConfig(**fields)
+
+
+def test_clip_high_defaults_to_epsilon() -> None:
     assert TrainConfig().clip_high == 0.2 and TrainConfig(epsilon_high=0.28).clip_high == 0.28
 
 

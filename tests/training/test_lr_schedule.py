@@ -8,6 +8,7 @@ import logging
 import math
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from art_adapters_backend.config import ServeConfig
@@ -35,17 +36,19 @@ def test_schedule_values() -> None:
     assert TrainConfig(learning_rate=3e-4).learning_rate_at(1000) == 3e-4  # the default: constant
 
 
-def test_schedule_validation_says_what_to_change() -> None:
-    with pytest.raises(ValidationError, match="set total_steps"):
-        TrainConfig(lr_schedule="cosine")
-    with pytest.raises(ValidationError, match="remove total_steps"):
-        TrainConfig(total_steps=10)
-    with pytest.raises(ValidationError, match="must exceed warmup_steps"):
-        TrainConfig(lr_schedule="linear", warmup_steps=10, total_steps=10)
-    with pytest.raises(ValidationError):
-        TrainConfig(warmup_steps=-1)
-    with pytest.raises(ValidationError):
-        TrainConfig(lr_schedule="exponential", total_steps=3)
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"lr_schedule": "cosine"}, "set total_steps"),
+        ({"total_steps": 10}, "remove total_steps"),
+        ({"lr_schedule": "linear", "warmup_steps": 10, "total_steps": 10}, "must exceed warmup_steps"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"lr_schedule": "exponential", "total_steps": 3}, "lr_schedule"),
+    ],
+)
+def test_schedule_validation_says_what_to_change(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        TrainConfig(**fields)
 
 
 def _groups() -> list[TrajectoryGroup]:
