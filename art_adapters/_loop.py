@@ -352,6 +352,7 @@ def _log(
     return row
 
 
+# shape: the public entry point: its keywords are the hooks a caller plugs in
 async def train_loop(  # 13 parameters, over 60 lines: public API (README.md), its docstring the reference
     model: TrainableModel,
     rollout: RolloutFn,

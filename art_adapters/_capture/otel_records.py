@@ -73,6 +73,7 @@ class SpanToolCall:
         return self.start_ns <= other.start_ns and (not self.end_ns or other.start_ns <= self.end_ns)
 
 
+# shape: one keyword per ToolCallRecord field: the one place a tool span becomes a record
 def tool_record(
     name: str,
     arguments: Any,

@@ -215,6 +215,7 @@ def read_source(
     return trajectories[-limit:] if limit else trajectories
 
 
+# shape: the import command's options, one keyword each, passed through from the CLI
 def import_traces(
     source: Annotated[
         str,

@@ -537,6 +537,7 @@ def _rollouts(
     )
 
 
+# shape: hands train-mcp's resolved pieces to train_loop in one place
 async def _train(
     model: TrainableModel,
     rollout: Callable[[Scenario], Awaitable[Trajectory]],

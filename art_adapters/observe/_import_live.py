@@ -415,6 +415,7 @@ def _traces_v1(
     return traces
 
 
+# shape: a public function: one keyword per Observations API filter, all defaulted
 def trajectories_from_langfuse_api(
     *,
     tags: Sequence[str] | None = None,

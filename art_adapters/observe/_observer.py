@@ -226,18 +226,25 @@ class Observer:
             endpoint=endpoint, headers=dict(headers), timeout=self.config.export_timeout_s
         )
 
+    def _langfuse_sdk(self) -> Any:
+        """The ``langfuse`` module, or ``None`` (not wanted, or not installed and not required)."""
+        if self.config.use_langfuse_sdk is False:
+            return None
+        try:
+            import langfuse
+        except ImportError as exc:
+            if self.config.use_langfuse_sdk:
+                raise ConfigError(
+                    "use_langfuse_sdk=True but the langfuse package is missing: "
+                    "pip install 'art-adapters[langfuse]'"
+                ) from exc
+            return None
+        return langfuse
+
     def _add_langfuse(self, provider: TracerProvider, batch: Any) -> None:
+        """Traces to Langfuse: through its SDK on our provider when it can, else over plain OTLP."""
         cfg = self.config
-        sdk = None
-        if cfg.use_langfuse_sdk is not False:
-            try:
-                import langfuse as sdk
-            except ImportError as exc:
-                if cfg.use_langfuse_sdk:
-                    raise ConfigError(
-                        "use_langfuse_sdk=True but the langfuse package is missing: "
-                        "pip install 'art-adapters[langfuse]'"
-                    ) from exc
+        sdk = self._langfuse_sdk()
         if sdk is None:
             url = cfg.langfuse_otlp_url()
             provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
@@ -265,30 +272,36 @@ class Observer:
         self._score_sink = self._langfuse
         resources = getattr(self._langfuse, "_resources", None)
         if getattr(resources, "tracer_provider", provider) is not provider:
-            # The SDK keeps one client per public key for the whole process: an earlier one was
-            # returned, with its own provider and host, maybe shut down (then it drops every score:
-            # langfuse-python#1799). Spans go over plain OTLP; scores through the SDK's API client
-            # (LangfuseAPI) when that client cannot carry them to our host.
-            url = cfg.langfuse_otlp_url()
-            provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
-            their_host = str(getattr(resources, "base_url", "")).rstrip("/")
-            same_host = their_host == cfg.langfuse_base_url.rstrip("/")
-            if getattr(resources, "_shutdown", False) or not same_host:
-                from art_adapters.observe._langfuse_api import LangfuseScoreClient
-
-                self._score_sink = LangfuseScoreClient(
-                    cfg.langfuse_public_key or "",
-                    secret_key or "",
-                    cfg.langfuse_base_url,
-                    timeout_s=cfg.export_timeout_s,
-                )
-            logger.info(
-                "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s%s",
-                url,
-                "" if self._score_sink is self._langfuse else ", scores through the SDK's API client",
-            )
+            self._beside_an_earlier_client(resources, provider, batch, secret_key)
             return
         logger.info("observe: Langfuse SDK at %s", cfg.langfuse_base_url)
+
+    def _beside_an_earlier_client(
+        self, resources: Any, provider: TracerProvider, batch: Any, secret_key: str | None
+    ) -> None:
+        """The SDK keeps one client per public key for the whole process: an earlier one was returned,
+        with its own provider and host, maybe shut down (then it drops every score: langfuse-python#1799).
+        Spans go over plain OTLP; scores through the SDK's API client (LangfuseAPI) when that client
+        cannot carry them to our host."""
+        cfg = self.config
+        url = cfg.langfuse_otlp_url()
+        provider.add_span_processor(batch(self._otlp_exporter(url, cfg.langfuse_headers()), url))
+        their_host = str(getattr(resources, "base_url", "")).rstrip("/")
+        same_host = their_host == cfg.langfuse_base_url.rstrip("/")
+        if getattr(resources, "_shutdown", False) or not same_host:
+            from art_adapters.observe._langfuse_api import LangfuseScoreClient
+
+            self._score_sink = LangfuseScoreClient(
+                cfg.langfuse_public_key or "",
+                secret_key or "",
+                cfg.langfuse_base_url,
+                timeout_s=cfg.export_timeout_s,
+            )
+        logger.info(
+            "observe: a Langfuse client for this key already existed; spans over plain OTLP to %s%s",
+            url,
+            "" if self._score_sink is self._langfuse else ", scores through the SDK's API client",
+        )
 
     def where(self) -> list[str]:
         """One line per trace destination saying where the traces can be seen (empty when disabled)."""
@@ -391,6 +404,7 @@ class Observer:
             span.end()
         return len(spans)
 
+    # shape: a public method: its keywords label the logged rollouts (step, split, scores...)
     def log_rollouts(
         self,
         groups: Iterable[TrajectoryGroup],

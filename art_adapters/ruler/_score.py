@@ -414,9 +414,24 @@ async def _score(
             raise
         _unscored(str(exc), name, identities).write(scored)
         return scored
-
-    hits = [hit for _, _, hit in results]
     _forget_dimensions(scored, ruler)
+    _judged(scored, request, members, results, ruler).write(scored)
+    if ruler.reward_weights is not None:
+        scored = combine_rewards(scored, ruler.reward_weights)
+    return scored
+
+
+def _judged(
+    scored: TrajectoryGroup,
+    request: JudgeRequest,
+    members: Sequence[_Member],
+    results: Sequence[tuple[dict[str, JudgeScore], int, bool]],
+    ruler: RulerConfig,
+) -> GroupJudgement:
+    """Put the judges' scores on ``scored``'s trajectories (one judge's, or the ensemble's aggregate);
+    the group's judgement: who judged, from the cache or not, in how many attempts."""
+    hits = [hit for _, _, hit in results]
+    name = _judge_name(members)
     judgement = GroupJudgement(
         status="scored",
         judge=name,
@@ -430,15 +445,12 @@ async def _score(
     else:
         tau = _apply_ensemble(scored, request, members, [scores for scores, _, _ in results], ruler.aggregate)
         judgement.aggregate, judgement.kendall_tau, judgement.cache_hits = ruler.aggregate, tau, sum(hits)
-    judgement.judges = identities
+    judgement.judges = [m.identity for m in members]
     if request.per_turn:
         judgement.per_turn = True
     if request.dimensions is not None:
         judgement.dimensions = dict(request.dimensions)
-    judgement.write(scored)
-    if ruler.reward_weights is not None:
-        scored = combine_rewards(scored, ruler.reward_weights)
-    return scored
+    return judgement
 
 
 async def ruler_score_groups(

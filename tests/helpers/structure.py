@@ -281,16 +281,62 @@ def long_modules() -> list[tuple[str, int]]:
     return sorted(result, key=lambda item: -item[1])
 
 
-def long_functions() -> list[tuple[str, int]]:
-    """``(path:line name, lines)`` of the functions over :data:`MAX_FUNCTION_LINES` (nested ones
-    counted on their own and inside their parent)."""
-    result = []
+#: The comment above a function (or its decorators) that says why it is longer or wider than the limits.
+SHAPE_REASON = "# shape:"
+MAX_PARAMETERS = 8
+
+
+def _functions() -> Iterator[tuple[Module, ast.FunctionDef | ast.AsyncFunctionDef]]:
     for module in modules().values():
         for node in ast.walk(module.tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                count = (node.end_lineno or node.lineno) - node.lineno + 1
-                if count > MAX_FUNCTION_LINES:
-                    result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
+                yield module, node
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The function's lines, its docstring left out (a docstring documents; it does not make code long)."""
+    count = (node.end_lineno or node.lineno) - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        count -= (first.end_lineno or first.lineno) - first.lineno + 1
+    return count
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Named parameters, ``self``/``cls`` not counted (``*args``/``**kwargs`` neither)."""
+    args = node.args
+    named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    return len(named) - bool(named and named[0].arg in ("self", "cls"))
+
+
+def shape_reason(module: Module, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The reason written above the function (``# shape: ...`` on the line before it or its decorators)."""
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = module.path.read_text().splitlines()
+    above = lines[first - 2].strip() if first >= 2 else ""
+    return above.removeprefix(SHAPE_REASON).strip() or None if above.startswith(SHAPE_REASON) else None
+
+
+def long_functions(*, unexplained: bool = False) -> list[tuple[str, int]]:
+    """``(path:line name, lines)`` of the functions whose body (docstring aside, nested functions
+    counted on their own and inside their parent) is over :data:`MAX_FUNCTION_LINES`; with
+    ``unexplained``, only those without a written reason (:func:`shape_reason`)."""
+    result = []
+    for module, node in _functions():
+        count = body_lines(node)
+        if count > MAX_FUNCTION_LINES and not (unexplained and shape_reason(module, node)):
+            result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
+    return sorted(result, key=lambda item: -item[1])
+
+
+def wide_functions(*, unexplained: bool = False) -> list[tuple[str, int]]:
+    """``(path:line name, parameters)`` of the functions over :data:`MAX_PARAMETERS` parameters;
+    with ``unexplained``, only those without a written reason."""
+    result = []
+    for module, node in _functions():
+        count = parameters(node)
+        if count > MAX_PARAMETERS and not (unexplained and shape_reason(module, node)):
+            result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
     return sorted(result, key=lambda item: -item[1])
 
 
@@ -320,7 +366,10 @@ def main() -> None:
         print("  " + row)
     for section, rows in (
         (f"modules over {MAX_MODULE_LINES} lines", long_modules()),
-        (f"functions over {MAX_FUNCTION_LINES} lines", long_functions()),
+        (f"functions over {MAX_FUNCTION_LINES} lines, docstring aside", long_functions()),
+        ("  of them without a written reason", long_functions(unexplained=True)),
+        (f"functions over {MAX_PARAMETERS} parameters", wide_functions()),
+        ("  of them without a written reason", wide_functions(unexplained=True)),
         (f"module docstrings over {MAX_DOCSTRING_LINES} lines", long_docstrings()),
     ):
         print(f"{section}: {len(rows)}")

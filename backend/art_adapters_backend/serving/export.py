@@ -287,6 +287,7 @@ def _write_merged(target: Path, base_path: Path, adapter: Path | None) -> None:
     model.save_pretrained(str(target))
 
 
+# shape: a README template: its length is the text it writes
 def _readme(manifest: dict[str, Any], settings: ServingSettings) -> str:
     name, step, out = manifest["name"], manifest["step"], manifest["path"]
     command = shlex.join(manifest["vllm_command"])
@@ -387,6 +388,7 @@ def _prepare_out(out: Path, run_dir: Path, untouchable: list[Path], force: bool)
         )
 
 
+# shape: the export's steps in order inside one atomic folder
 def export_checkpoint(
     run_dir: str | os.PathLike[str],
     name: str,

@@ -405,6 +405,7 @@ def _fallback_turn(
     return _Turn(prompt, completion, [None] * len(completion))
 
 
+# shape: one walk over a trajectory's histories with one builder and one set of seen turns
 def trajectory_sequences(
     trajectory: Trajectory,
     get_record: RecordLookup,

@@ -76,6 +76,7 @@ def _turn_advantages(scored: Sequence[TurnRewards], scale: bool) -> list[list[fl
     return out
 
 
+# shape: one pass over a step's groups filling one BuildMetrics; its parts are named helpers
 def build_sequences(
     groups: Sequence[TrajectoryGroup],
     get_record: RecordLookup,

@@ -259,6 +259,7 @@ class TrainingService:
         while len(self._results) > _REMEMBERED_RESULTS:
             self._results.popitem(last=False)
 
+    # shape: one request's stages in order, each failure rule beside its stage
     async def train(
         self,
         name: str,

@@ -158,6 +158,7 @@ class Batch:
                 row.past, row.computed, row.cached_tokens = hit.layers, hit.length, hit.length
                 row.ready_logits = hit.logits
 
+    # shape: the engine's hot prefill step (plan, pad, one forward, keep each row's KV) in one frame
     def prefill(self, rows: list[Row], chunk: int) -> tuple[list[Row], list[Row]]:
         """Compute up to ``chunk`` tokens of the rows' contexts (first rows first) in one forward pass.
 

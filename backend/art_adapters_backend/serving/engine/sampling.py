@@ -140,6 +140,7 @@ def _min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
 
 
+# shape: vLLM's sampling parameters, one keyword each, as SamplingParams names them
 def sample_next(
     logits: torch.Tensor,
     *,

@@ -18,6 +18,7 @@ __all__ = ["QUANTUM_STEPS", "admit"]
 QUANTUM_STEPS = 4
 
 
+# shape: one admission rule over one step's state (order, fair shares, rows held)
 def admit(
     waiting: Sequence[Row],
     prefilling: Sequence[Row],

@@ -296,6 +296,7 @@ class VllmEngine:
     it), so its record has one more token.
     """
 
+    # shape: one vLLM server connection's settings, one keyword each (built by start())
     def __init__(self, model_path: Path, tokenizer: PreTrainedTokenizerBase,
                  process: subprocess.Popen[bytes] | None, base_url: str, context_length: int,
                  eos_token_ids: set[int], *, api_key: str | None = None, sleep_timeout_s: float = 300.0,
