@@ -352,8 +352,7 @@ def _log(
     return row
 
 
-# shape: the public entry point: its keywords are the hooks a caller plugs in
-async def train_loop(  # 13 parameters, over 60 lines: public API (README.md), its docstring the reference
+async def train_loop(  # shape: the public entry point (README.md); its keywords are a caller's hooks
     model: TrainableModel,
     rollout: RolloutFn,
     train_scenarios: Sequence[Any],

@@ -193,8 +193,7 @@ def _check_arguments(
             raise ConfigError(f"task_pattern is not a valid regular expression: {exc}") from exc
 
 
-# shape: a public function: one keyword per documented generator option, all defaulted
-async def generate_scenarios(  # 16 options, the public API, each documented below; the body is 26 lines
+async def generate_scenarios(  # shape: the public API: 16 options, each documented below
     tools: Any,
     *,
     n: int = 20,

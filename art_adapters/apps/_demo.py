@@ -12,12 +12,11 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import mcp_tools
@@ -27,6 +26,7 @@ from art_adapters import (
     HackingWarning,
     LocalBackend,
     LoopConfig,
+    LoopResult,
     PairedComparison,
     RetentionPolicy,
     RunConfig,
@@ -53,6 +53,7 @@ from ._demo_agent import (
     scripted_trajectories,
 )
 from ._demo_eval import GreedyEvals
+from ._demo_progress import DemoProgress
 
 __all__ = [
     "DemoConfig",
@@ -409,7 +410,6 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
     questions = make_scenarios(config.train_size + config.eval_size, seed=config.seed)
     train, held_out = questions[: config.train_size], questions[config.train_size :]
     judges, scorer_line = resolve_judges(config.no_judge)
-    check_scorer: Scorer = verifiable_scorer(check)
     console.print(scorer_line)
     for line in get_observer().where():  # Langfuse / OTLP from the environment: traced with no code
         console.print(line)
@@ -426,51 +426,18 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
         async with mcp_tools.rollout():  # one calculator session for every rollout (stateless server)
             tools = await mcp_tools.load_tools(CALCULATOR_SERVER)
             console.print(f"calculator MCP server: {', '.join(t.name for t in tools)}")
-            sampler = build_agent(
-                model.chat_model(temperature=config.temperature, max_tokens=config.max_tokens), tools
-            )
-            evaluator = build_agent(
-                model.chat_model(temperature=config.eval_temperature, max_tokens=config.max_tokens), tools
-            )
             sft_file = await write_imitation_file(config, train, tools, start)
             if sft_file is not None:
                 console.print(
                     f"imitation of a scripted policy (not RL): an SFT step on {config.scripted_imitation} "
                     f"of its runs in {sft_file}"
                 )
-            loop_config = _loop_config(config, start, sft_file)
-            greedy_agent = build_agent(model.chat_model(temperature=0.0, max_tokens=config.max_tokens), tools)
-            greedy = GreedyEvals(model, tools, held_out, config.max_tokens) if config.eval_temperature > 0 else None
-            if greedy is not None:
-                await greedy.begin(start)
-
-            def stepped(report: StepReport) -> None:
-                _print_step(report, console)
-                bar.next_step(report, loop_config.steps)
-                if greedy is not None and report.trained and report.step >= loop_config.steps:
-                    greedy.last_step(report.step)  # beside the final sampled evaluation
-
-            try:
-                with _Bar(console, f"evaluating step {start} on held-out questions") as bar:
-                    result = await train_loop(
-                        model, make_rollout(sampler), train,
-                        score=demo_scorer(judges), config=loop_config,
-                        val_scenarios=held_out, eval_rollout=make_rollout(evaluator), eval_score=check_scorer,
-                        on_step=stepped, on_eval=lambda report: bar.evaluated(report, start),
-                        progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
-                    )  # fmt: skip
-                if result.stopped:
-                    console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
-                for line in result.where:
-                    console.print(f"this run: {line}", highlight=False)
-                before, after = result.evals[0], result.evals[-1]
-                greedy_before, greedy_after = await greedy.results(after.step) if greedy is not None else ({}, {})
-            finally:
-                if greedy is not None:
-                    greedy.cancel()
-            sampled = greedy is not None
+            run = _DemoRun(config, model, tools, start, console)
+            result, greedy_before, greedy_after = await run.train(train, held_out, judges, sft_file)
+            before, after = result.evals[0], result.evals[-1]
             grpo = [s for s in result.steps if not s.metrics.get("sft_warmup")]
             trained = sum(s.trained for s in grpo)
+            sampled = config.eval_temperature > 0
             label = f"T={config.eval_temperature:g}" if sampled else "greedy"
             console.print(results_table(
                 before, after, judge_rows(config.run_dir, start),
@@ -479,7 +446,7 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
             ))  # fmt: skip
             paired = _compare(before, after, label, console)
             plot = _plot(config.run_dir, console)
-            answer = await _answer(greedy_agent, config.question, console)
+            answer = await _answer(run.agent(0.0), config.question, console)
         return DemoResult(
             before=before, after=after, greedy_before=greedy_before, greedy_after=greedy_after,
             trained_steps=trained, untrained_steps=len(grpo) - trained, start_step=start,
@@ -488,6 +455,61 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
         )  # fmt: skip
     finally:
         await backend.close()
+
+
+class _DemoRun:
+    """The demo's training run on one model and its calculator tools: the agents at each temperature,
+    and ``train_loop`` with the greedy evaluations beside it."""
+
+    def __init__(
+        self, config: DemoConfig, model: TrainableModel, tools: Sequence[Any], start: int, console: Console
+    ) -> None:
+        self.config, self.model, self.tools, self.start, self.console = config, model, tools, start, console
+
+    def agent(self, temperature: float) -> Any:
+        """The demo's agent on the latest step, sampling at ``temperature``."""
+        chat = self.model.chat_model(temperature=temperature, max_tokens=self.config.max_tokens)
+        return build_agent(chat, self.tools)
+
+    async def train(
+        self, train: Sequence[Any], held_out: Sequence[Any], judges: Sequence[Any], sft_file: Path | None
+    ) -> tuple[LoopResult, dict[str, float], dict[str, float]]:
+        """Run ``train_loop`` with a progress bar and a line per step; with a sampled evaluation, the
+        greedy agent's before and after beside it (empty dicts otherwise)."""
+        config, start, console = self.config, self.start, self.console
+        loop_config = _loop_config(config, start, sft_file)
+        greedy = None
+        if config.eval_temperature > 0:
+            greedy = GreedyEvals(self.model, self.tools, held_out, config.max_tokens)
+            await greedy.begin(start)
+
+        def stepped(report: StepReport) -> None:
+            _print_step(report, console)
+            bar.next_step(report, loop_config.steps)
+            if greedy is not None and report.trained and report.step >= loop_config.steps:
+                greedy.last_step(report.step)  # beside the final sampled evaluation
+
+        try:
+            with DemoProgress(console, f"evaluating step {start} on held-out questions") as bar:
+                result = await train_loop(
+                    self.model, make_rollout(self.agent(config.temperature)), train,
+                    score=demo_scorer(judges), config=loop_config, val_scenarios=held_out,
+                    eval_rollout=make_rollout(self.agent(config.eval_temperature)),
+                    eval_score=verifiable_scorer(check),
+                    on_step=stepped, on_eval=lambda report: bar.evaluated(report, start),
+                    progress=bar.update, on_warning=lambda warning: _print_warning(warning, console),
+                )  # fmt: skip
+            if result.stopped:
+                console.print(f"[yellow]training stopped early: {result.stopped}[/yellow]")
+            for line in result.where:
+                console.print(f"this run: {line}", highlight=False)
+            if greedy is None:
+                return result, {}, {}
+            greedy_before, greedy_after = await greedy.results(result.evals[-1].step)
+            return result, greedy_before, greedy_after
+        finally:
+            if greedy is not None:
+                greedy.cancel()
 
 
 def _compare(before: EvalReport, after: EvalReport, label: str, console: Console) -> PairedComparison | None:
@@ -513,54 +535,6 @@ def _print_step(report: StepReport, console: Console) -> None:
         + (f", loss {loss:.4f}" if isinstance(loss, float) else "")
         + (f"; [yellow]unscored groups: {len(report.unscored)}[/yellow]" * bool(report.unscored))
     )
-
-
-class _Bar:
-    """A rich progress bar of the current batch of rollouts, fed by ``run_groups``' progress callback."""
-
-    def __init__(self, console: Console, description: str) -> None:
-        self._console = console
-        self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console, transient=True,
-        )  # fmt: skip
-        self._task = self._progress.add_task(description, total=None, note="")
-        self._label = description
-        self._evaluations = 0
-
-    def __enter__(self) -> Self:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def update(self, state: Any) -> None:
-        """Show a ``RunProgress``: rollouts done of total, mean reward, failures."""
-        note = f"reward {state.mean_reward:.2f}" if state.mean_reward is not None else ""
-        if state.exceptions:
-            note += f" [red]{state.exceptions} failed[/red]"
-        label = self._label if state.done < state.total else f"{self._label}: rollouts done"
-        self._progress.update(
-            self._task, total=state.total, completed=state.done, note=note, description=label
-        )
-
-    def evaluated(self, report: EvalReport, start: int) -> None:
-        """After the first evaluation: say how the start step did, and label the first training batch."""
-        self._evaluations += 1
-        if self._evaluations == 1:
-            correct = report.metrics.get("correct_mean", 0)
-            self._console.print(f"step {report.step}: held-out correct {correct:.0%}")
-            self._relabel(f"training: rollouts of step {start + 1}")
-
-    def next_step(self, report: StepReport, last: int) -> None:
-        """After a step: label the next batch (or the final evaluation)."""
-        more = report.step < last
-        self._relabel(f"training: rollouts of step {report.step + 1}" if more else "evaluating held-out")
-
-    def _relabel(self, label: str) -> None:
-        self._label = label
-        self._progress.update(self._task, completed=0, description=label, note="")
 
 
 def _plot(run_dir: Path, console: Console) -> Path | None:

@@ -38,64 +38,13 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
+    from art_adapters.observe._guarded_export import GuardedExporter
+
 __all__ = ["Observer"]
 
 logger = logging.getLogger(__name__)
 
 _SCOPE = "art_adapters.observe"
-
-
-#: After a failed export, a destination is skipped (its batches dropped at once) for this long.
-DOWN_COOLDOWN_S = 30.0
-
-
-def _guarded_exporter(inner: SpanExporter, destination: str, observer: Observer) -> SpanExporter:
-    """Wrap an exporter: a failed or raising export is counted and warned about, then dropped.
-
-    A destination whose export failed is skipped for :data:`DOWN_COOLDOWN_S` (its batches are
-    dropped without trying), so an endpoint that is down costs one timeout, not one per batch,
-    and shutting down does not wait on it.
-    """
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class _Guarded(SpanExporter):
-        down_until = 0.0
-        stopped = False
-
-        def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            if self.stopped or time.monotonic() < self.down_until:
-                observer._dropped(len(spans), destination, "it failed recently; skipped")
-                return SpanExportResult.FAILURE
-            try:
-                result = inner.export(spans)
-            except Exception as exc:  # noqa: BLE001 - an exporter must never take the batch thread down
-                result = SpanExportResult.FAILURE
-                reason = f"{type(exc).__name__}: {exc}"
-            else:
-                reason = "the exporter reported a failure"
-            if result is not SpanExportResult.SUCCESS:
-                self.down_until = time.monotonic() + DOWN_COOLDOWN_S
-                observer._dropped(len(spans), destination, reason)
-            else:
-                self.down_until = 0.0
-                observer.exported_spans += len(spans)
-            return result
-
-        @property
-        def down(self) -> bool:
-            return time.monotonic() < self.down_until
-
-        def shutdown(self) -> None:
-            if not self.stopped:
-                self.stopped = True
-                inner.shutdown()  # also interrupts an export waiting to retry
-
-        def force_flush(self, timeout_millis: int = 30_000) -> bool:
-            return inner.force_flush(timeout_millis)
-
-    guarded = _Guarded()
-    observer._exporters.append(guarded)
-    return guarded
 
 
 class Observer:
@@ -195,7 +144,7 @@ class Observer:
 
         def batch(exporter: SpanExporter, destination: str) -> BatchSpanProcessor:
             return BatchSpanProcessor(
-                _guarded_exporter(exporter, destination, self),
+                self._guarded(exporter, destination),
                 max_queue_size=cfg.max_queue_size,
                 schedule_delay_millis=cfg.schedule_delay_s * 1000,
                 export_timeout_millis=cfg.export_timeout_s * 1000,
@@ -213,6 +162,18 @@ class Observer:
             provider.add_span_processor(processor)
         self._provider = provider
         self._tracer = provider.get_tracer(_SCOPE)
+
+    def _guarded(self, exporter: SpanExporter, destination: str) -> GuardedExporter:
+        """``exporter`` guarded (:class:`GuardedExporter`), counting into this observer; kept to shut down."""
+
+        from art_adapters.observe._guarded_export import GuardedExporter  # the OTel SDK, on first use
+
+        def exported(count: int) -> None:
+            self.exported_spans += count
+
+        guarded = GuardedExporter(exporter, destination, self._dropped, exported)
+        self._exporters.append(guarded)
+        return guarded
 
     def _otlp_exporter(self, endpoint: str, headers: Mapping[str, str]) -> SpanExporter:
         try:

@@ -129,8 +129,25 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
         raise ConfigError("plots need matplotlib: pip install 'art-adapters[plot]'") from exc
     out = Path(out_dir) if out_dir is not None else history.path.parent / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    written = [path for path in (_reward_chart(plt, history, out / "reward.png"),) if path is not None]
+    written += _metric_charts(plt, history, out)
+    keys = _dimension_keys(history)
+    dimensions = [(key, key.removeprefix(_DIMENSION_PREFIX).removesuffix("_mean")) for key in keys]
+    judged = [(_DIMENSIONS_CHART, "RULER rubric dimensions (mean score)", "score", dimensions)]
+    judged += [(stem, title, ylabel, list(keys)) for stem, title, ylabel, keys in _JUDGE_CHARTS]
+    for stem, title, ylabel, series in judged:
+        path = out / f"{stem}.png"
+        if series and _lines_chart(plt, history, path, title, ylabel, series):
+            written.append(path)
+    if not written:
+        raise ConfigError(f"{history.path} has no reward, loss or KL values to plot")
+    logger.info("wrote %d chart(s) to %s", len(written), out)
+    return written
 
+
+def _reward_chart(plt: Any, history: MetricsHistory, path: Path) -> Path | None:
+    """Mean reward per split, a band of one standard deviation, min and max dotted; ``None`` when
+    the history has no reward."""
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     drawn = False
     for split in history.splits():
@@ -154,12 +171,15 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
         ax.set(title="Reward", xlabel="training step", ylabel="reward")
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-        path = out / "reward.png"
         fig.tight_layout()
         fig.savefig(path)
-        written.append(path)
     plt.close(fig)
+    return path if drawn else None
 
+
+def _metric_charts(plt: Any, history: MetricsHistory, out: Path) -> list[Path]:
+    """One chart per metric of :data:`_CHARTS` the history has (loss, KL, error rates...)."""
+    written = []
     for stem, title, keys in _CHARTS:
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
         drawn = False
@@ -179,16 +199,4 @@ def plot_run(run: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None
             fig.savefig(path)
             written.append(path)
         plt.close(fig)
-
-    keys = _dimension_keys(history)
-    dimensions = [(key, key.removeprefix(_DIMENSION_PREFIX).removesuffix("_mean")) for key in keys]
-    judged = [(_DIMENSIONS_CHART, "RULER rubric dimensions (mean score)", "score", dimensions)]
-    judged += [(stem, title, ylabel, list(keys)) for stem, title, ylabel, keys in _JUDGE_CHARTS]
-    for stem, title, ylabel, series in judged:
-        path = out / f"{stem}.png"
-        if series and _lines_chart(plt, history, path, title, ylabel, series):
-            written.append(path)
-    if not written:
-        raise ConfigError(f"{history.path} has no reward, loss or KL values to plot")
-    logger.info("wrote %d chart(s) to %s", len(written), out)
     return written

@@ -1,5 +1,6 @@
 """Guard rails on the shipped packages' shape: no import circles, no private names used across
-modules except through the seams listed here, module docstrings of at most eight lines.
+modules except through the seams listed here, module docstrings of at most eight lines, functions
+over 60 lines or 8 parameters only with a written reason.
 
 Read off the syntax trees (:mod:`tests.helpers.structure`); no import, no model.
 """
@@ -58,6 +59,28 @@ def test_every_seam_is_still_used() -> None:
 
 def test_module_docstrings_are_at_most_eight_lines() -> None:
     assert structure.long_docstrings() == []
+
+
+def test_long_or_wide_functions_say_why() -> None:
+    """A body over 60 lines (docstring aside) or over 8 parameters comes with a ``# shape:`` reason."""
+    assert structure.long_functions(unexplained=True) == []
+    assert structure.wide_functions(unexplained=True) == []
+
+
+def test_the_shape_checker_counts_the_body_and_reads_the_reason(toy_package: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(60))
+    doc = '    """' + "\n".join(["Doc."] * 30) + '"""\n'
+    (toy_package / "_f.py").write_text(
+        f"def long(a, b):\n{body}\n"  # 61 lines with the def line
+        f"def documented():\n{doc}{body[: body.rindex('    x59')]}\n"  # 60 under a 30-line docstring
+        f"# shape: a table, one row per line\n@staticmethod\ndef explained():\n{body}\n"
+        "def wide(a, b, c, d, e, f, g, h, i):  # shape: mirrors the wire format\n    return a\n"
+        "def wider(self, a, b, c, d, e, f, g, h, *, i, **kw):\n    return a\n"
+    )
+    assert structure.long_functions() == [("toy/_f.py:1 long", 61), ("toy/_f.py:156 explained", 61)]
+    assert structure.long_functions(unexplained=True) == [("toy/_f.py:1 long", 61)]
+    assert structure.wide_functions() == [("toy/_f.py:218 wide", 9), ("toy/_f.py:220 wider", 9)]
+    assert structure.wide_functions(unexplained=True) == [("toy/_f.py:220 wider", 9)]
 
 
 @pytest.fixture

@@ -310,11 +310,15 @@ def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def shape_reason(module: Module, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
-    """The reason written above the function (``# shape: ...`` on the line before it or its decorators)."""
+    """The reason written for the function: ``# shape: ...`` on the line before it (or its decorators)
+    or at the end of its ``def`` line."""
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     lines = module.path.read_text().splitlines()
     above = lines[first - 2].strip() if first >= 2 else ""
-    return above.removeprefix(SHAPE_REASON).strip() or None if above.startswith(SHAPE_REASON) else None
+    _, marker, inline = lines[node.lineno - 1].partition(SHAPE_REASON)
+    if above.startswith(SHAPE_REASON):
+        return above.removeprefix(SHAPE_REASON).strip() or None
+    return inline.strip() or None if marker else None
 
 
 def long_functions(*, unexplained: bool = False) -> list[tuple[str, int]]:
