@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ WEB_FRAMEWORKS = {"fastapi", "starlette", "sse_starlette", "uvicorn"}
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 MAX_DOCSTRING_LINES = 8
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def _defined_private_names(tree: ast.Module) -> set[str]:
     """``_names`` a module defines itself: functions, classes, assigned names and attributes."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        if isinstance(node, FunctionNode | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
@@ -286,14 +287,14 @@ SHAPE_REASON = "# shape:"
 MAX_PARAMETERS = 8
 
 
-def _functions() -> Iterator[tuple[Module, ast.FunctionDef | ast.AsyncFunctionDef]]:
+def _functions() -> Iterator[tuple[Module, FunctionNode]]:
     for module in modules().values():
         for node in ast.walk(module.tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if isinstance(node, FunctionNode):
                 yield module, node
 
 
-def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+def body_lines(node: FunctionNode) -> int:
     """The function's lines, its docstring left out (a docstring documents; it does not make code long)."""
     count = (node.end_lineno or node.lineno) - node.lineno + 1
     first = node.body[0]
@@ -302,14 +303,14 @@ def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return count
 
 
-def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+def parameters(node: FunctionNode) -> int:
     """Named parameters, ``self``/``cls`` not counted (``*args``/``**kwargs`` neither)."""
     args = node.args
     named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
     return len(named) - bool(named and named[0].arg in ("self", "cls"))
 
 
-def shape_reason(module: Module, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+def shape_reason(module: Module, node: FunctionNode) -> str | None:
     """The reason written for the function: ``# shape: ...`` on the line before it (or its decorators)
     or at the end of its ``def`` line."""
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
@@ -321,27 +322,26 @@ def shape_reason(module: Module, node: ast.FunctionDef | ast.AsyncFunctionDef) -
     return inline.strip() or None if marker else None
 
 
+def _over(measure: Callable[[FunctionNode], int], limit: int, unexplained: bool) -> list[tuple[str, int]]:
+    result = []
+    for module, node in _functions():
+        count = measure(node)
+        if count > limit and not (unexplained and shape_reason(module, node)):
+            result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
+    return sorted(result, key=lambda item: -item[1])
+
+
 def long_functions(*, unexplained: bool = False) -> list[tuple[str, int]]:
     """``(path:line name, lines)`` of the functions whose body (docstring aside, nested functions
     counted on their own and inside their parent) is over :data:`MAX_FUNCTION_LINES`; with
     ``unexplained``, only those without a written reason (:func:`shape_reason`)."""
-    result = []
-    for module, node in _functions():
-        count = body_lines(node)
-        if count > MAX_FUNCTION_LINES and not (unexplained and shape_reason(module, node)):
-            result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
-    return sorted(result, key=lambda item: -item[1])
+    return _over(body_lines, MAX_FUNCTION_LINES, unexplained)
 
 
 def wide_functions(*, unexplained: bool = False) -> list[tuple[str, int]]:
     """``(path:line name, parameters)`` of the functions over :data:`MAX_PARAMETERS` parameters;
     with ``unexplained``, only those without a written reason."""
-    result = []
-    for module, node in _functions():
-        count = parameters(node)
-        if count > MAX_PARAMETERS and not (unexplained and shape_reason(module, node)):
-            result.append((f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}", count))
-    return sorted(result, key=lambda item: -item[1])
+    return _over(parameters, MAX_PARAMETERS, unexplained)
 
 
 def long_docstrings() -> list[tuple[str, int]]:
