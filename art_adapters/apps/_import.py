@@ -215,7 +215,7 @@ def read_source(
     return trajectories[-limit:] if limit else trajectories
 
 
-# shape: the import command's options, one keyword each, passed through from the CLI
+# shape: the import command: one keyword per CLI option; reads, filters, writes and reports in order
 def import_traces(
     source: Annotated[
         str,
