@@ -96,3 +96,30 @@ def test_langchain_mcp_adapters_tools_and_mcp_tools_on_mcp_1x(compat_python: Pat
     assert (create["source"], create["server"], create["result"]) == ("mcp", "notes", "created note #13")
     assert create["session_id"] == search["session_id"] and "#13 compat" in search["result"]
     assert result["http_isolated"] is True
+
+
+async def test_a_genuine_mcp_1x_server_speaks_2025_11_25_to_our_clients_on_mcp_2x(compat_python: Path) -> None:
+    """Not an emulation: the calculator server run by mcp 1.30 (newest protocol 2025-11-25, no
+    ``server/discover``), called over stdio by mcp 2.x's SDK, ``mcp_tools`` and ``langchain.mcp``."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    import mcp_tools
+
+    server = [str(compat_python), "-m", "mcp_tools.servers.calculator"]
+    params = StdioServerParameters(command=server[0], args=server[1:], cwd=str(ROOT))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        assert (await session.initialize()).protocol_version == "2025-11-25"  # the handshake era
+
+    tools = {t.name: t for t in await mcp_tools.load_tools(" ".join(server))}
+    async with mcp_tools.rollout() as scope:
+        assert await tools["add"].ainvoke({"a": 2, "b": 3}) == "5"
+        assert scope.sessions and all(s.session_ids for s in scope.sessions)  # a handshake session per rollout
+
+    adapter_module = pytest.importorskip("langchain.mcp", reason="langchain.mcp needs fastmcp")
+    transports = pytest.importorskip("fastmcp.client.transports")
+    transport = transports.StdioTransport(command=server[0], args=server[1:], keep_alive=False)
+    async with adapter_module.MCPAdapter(transport) as adapter:  # probes server/discover, then falls back
+        add = next(t for t in await adapter.list_tools() if t.name == "add")
+        content = await add.ainvoke({"a": 2, "b": 3})
+    assert [part["text"] for part in content] == ["5"]
