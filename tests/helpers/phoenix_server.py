@@ -13,11 +13,9 @@ working directory (its SQLite database) and stops it afterwards.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Self
@@ -25,45 +23,17 @@ from typing import Self
 import httpx
 
 from tests.helpers.processes import stop_process
+from tests.helpers.side_venv import ROOT, ensure_side_venv
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-phoenix"
-STAMP = VENV / ".art-adapters-complete"
-LOCK = ROOT / ".venv-phoenix.lock"
 REQUIREMENT = "arize-phoenix>=12"
-
-
-def _python() -> Path:
-    return VENV / "bin" / "python"
 
 
 def ensure_venv() -> tuple[Path | None, str]:
     """The venv's python and a note (built or cached), or ``(None, reason)`` when it cannot be had."""
     if os.environ.get("ART_ADAPTERS_PHOENIX") == "0":
         return None, "ART_ADAPTERS_PHOENIX=0"
-    if STAMP.is_file():
-        return _python(), "cached"
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another run may be building it: wait, then reuse
-        if STAMP.is_file():
-            return _python(), "built by another run"
-        started = time.monotonic()
-        if VENV.exists():
-            subprocess.run(["rm", "-rf", str(VENV)], check=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        steps = [
-            [base, "-m", "venv", str(VENV)],
-            [str(_python()), "-m", "pip", "install", "-q", REQUIREMENT],
-        ]
-        for command in steps:
-            result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
-            if result.returncode != 0:
-                output = "\n".join(
-                    line for line in (result.stdout + result.stderr).splitlines() if "is ignored" not in line
-                )
-                return None, f"could not build .venv-phoenix ({' '.join(command[-2:])}): {output[-1500:]}"
-        STAMP.write_text(f"{REQUIREMENT}\nbuilt in {time.monotonic() - started:.0f}s\n")
-        return _python(), f"built in {time.monotonic() - started:.0f}s"
+    return ensure_side_venv(VENV.name, [REQUIREMENT])
 
 
 def free_port() -> int:
