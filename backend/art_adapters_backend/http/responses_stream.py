@@ -25,7 +25,7 @@ from ..serving.responses import (
     usage,
 )
 from ..serving.responses_types import ResponsesRequest
-from .streaming import start_deltas
+from .streaming import close_deltas, start_deltas
 
 if TYPE_CHECKING:
     from ..state import ServerState
@@ -237,12 +237,6 @@ async def open_response_stream(
             )
             yield events.event("error", code="server_error", message=message, param=None)
         finally:
-            try:
-                aclose = getattr(deltas, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            finally:
-                if on_close is not None:
-                    on_close()
+            await close_deltas(deltas, on_close)
 
     return stream()

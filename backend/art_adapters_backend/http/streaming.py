@@ -180,6 +180,18 @@ class _Stream:
         return out
 
 
+async def close_deltas(deltas: AsyncIterator[SequenceDelta], on_close: Callable[[], None] | None) -> None:
+    """End a stream: close the engine's delta iterator (it stops decoding), then call ``on_close``
+    even if closing failed."""
+    try:
+        aclose = getattr(deltas, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    finally:
+        if on_close is not None:
+            on_close()
+
+
 async def start_deltas(
     prepared: PreparedChat, state: ServerState
 ) -> tuple[AsyncIterator[SequenceDelta], SequenceDelta | None]:
@@ -239,12 +251,6 @@ async def open_stream(
             )
             yield _sse(error_body(message, "server_error"))
         finally:
-            try:
-                aclose = getattr(deltas, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            finally:
-                if on_close is not None:
-                    on_close()
+            await close_deltas(deltas, on_close)
 
     return events()
