@@ -111,14 +111,8 @@ class TraceState:
         its call id or, when the MCP span has none (FastMCP's, the MCP SDK's), with its tool's name
         whose span was running when the MCP call started."""
         tools = [t for t in self.tool_calls if t.record.source != "mcp"]
-        ids = {t.record.call_id for t in tools if t.record.call_id is not None}
-        for mcp in (t for t in other.tool_calls if t.record.source == "mcp"):
-            if mcp.record.call_id is not None:
-                if mcp.record.call_id in ids:
-                    return True
-            elif any(t.record.name == mcp.record.name and t.encloses(mcp) for t in tools):
-                return True
-        return False
+        mcp_calls = [t for t in other.tool_calls if t.record.source == "mcp"]
+        return any(_made_by(mcp, tool) for mcp in mcp_calls for tool in tools)
 
     def adopt(self, other: TraceState) -> None:
         """Take over another trace's calls (an MCP-only trace whose tool call is in this one)."""
@@ -256,6 +250,9 @@ class TraceState:
             if first is not tool and self.scopes.get(first.span_id) != self.scopes.get(tool.span_id):
                 replaced.add(tool.span_id)  # the same call, from another instrumentation
         by_span = {t.span_id: t for t in self.tool_calls if t.span_id not in replaced}
+        innermost_first = sorted(
+            (t for t in by_span.values() if t.record.source != "mcp"), key=lambda t: t.start_ns, reverse=True
+        )
         mcp_calls = sorted((t for t in self.tool_calls if t.record.source == "mcp"), key=lambda t: t.start_ns)
         for tool in mcp_calls:
             outer = next((by_span[a] for a in self._ancestors(tool.span_id) if a in by_span), None)
@@ -266,10 +263,8 @@ class TraceState:
             if outer is None and tool.record.call_id is not None:
                 outer = by_call_id.get(tool.record.call_id)
             if outer is None and tool.record.call_id is None:
-                free = self._untaken(by_span, replaced)
-                outer = next(
-                    (t for t in free if t.record.name == tool.record.name and t.encloses(tool)), None
-                )
+                free = (t for t in innermost_first if t.span_id not in replaced)
+                outer = next((t for t in free if _made_by(tool, t)), None)
             if outer is None:
                 continue
             _fill(tool.record, outer.record)
@@ -277,10 +272,13 @@ class TraceState:
         kept = [t for t in self.tool_calls if t.span_id not in replaced]
         return sorted(kept, key=lambda t: t.start_ns)
 
-    def _untaken(self, by_span: dict[int, SpanToolCall], replaced: set[int]) -> list[SpanToolCall]:
-        """The non-MCP tool calls no MCP call has replaced yet, latest start first (the innermost)."""
-        free = [t for t in by_span.values() if t.record.source != "mcp" and t.span_id not in replaced]
-        return sorted(free, key=lambda t: t.start_ns, reverse=True)
+
+def _made_by(mcp: SpanToolCall, tool: SpanToolCall) -> bool:
+    """Whether the MCP call ``mcp`` is the one ``tool`` made: the same call id or, when the MCP span
+    has none (FastMCP's, the MCP SDK's), the same tool's name and ``tool`` running when it started."""
+    if mcp.record.call_id is not None:
+        return mcp.record.call_id == tool.record.call_id
+    return mcp.record.name == tool.record.name and tool.encloses(mcp)
 
 
 def _fill(record: ToolCallRecord, other: ToolCallRecord) -> None:

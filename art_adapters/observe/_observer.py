@@ -165,7 +165,6 @@ class Observer:
 
     def _guarded(self, exporter: SpanExporter, destination: str) -> GuardedExporter:
         """``exporter`` guarded (:class:`GuardedExporter`), counting into this observer; kept to shut down."""
-
         from art_adapters.observe._guarded_export import GuardedExporter  # the OTel SDK, on first use
 
         def exported(count: int) -> None:
