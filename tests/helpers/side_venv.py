@@ -1,5 +1,6 @@
 """Side virtual environments for the tests: third-party software that cannot share ``.venv`` (Arize
-Phoenix's dependencies, an older MCP SDK), each built once at the repository root (git-ignored).
+Phoenix's dependencies, mcp 1.x with langchain-mcp-adapters, an older MCP SDK), each built once at the
+repository root (git-ignored).
 
 :func:`ensure_side_venv` builds one under an exclusive file lock, so two pytest runs never build it
 twice, and marks it complete with a stamp file naming what it holds; a build that died half-way, or
@@ -12,7 +13,7 @@ import fcntl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = ["ROOT", "ensure_side_venv"]
@@ -22,16 +23,22 @@ STAMP_NAME = ".art-adapters-complete"
 
 
 def ensure_side_venv(
-    name: str, requirements: Sequence[str], *, timeout_s: float = 900
+    name: str,
+    requirements: Sequence[str],
+    *,
+    usable: Callable[[Path], bool] | None = None,
+    timeout_s: float = 900,
 ) -> tuple[Path | None, str]:
     """``ROOT/name``'s python and a note (built or cached), or ``(None, reason)`` when pip could not
-    build it (the reason ends with pip's own output)."""
+    build it (the reason ends with pip's own output). ``usable(python)``, when given, must also hold
+    of a built venv, or it is rebuilt (an editable install of this project misses a new dependency)."""
     venv = ROOT / name
     python, stamp = venv / "bin" / "python", venv / STAMP_NAME
     wanted = " ".join(requirements)
 
     def complete() -> bool:
-        return stamp.is_file() and stamp.read_text().splitlines()[:1] == [wanted]
+        built = stamp.is_file() and stamp.read_text().splitlines()[:1] == [wanted]
+        return built and (usable is None or usable(python))
 
     if complete():
         return python, "cached"

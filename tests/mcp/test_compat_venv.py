@@ -9,57 +9,34 @@ the test is skipped with pip's own message, never silently passed.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.side_venv import ROOT, ensure_side_venv
+
 VENV = ROOT / ".venv-compat"
-PYTHON = VENV / "bin" / "python"
 PROBE = "import langchain_mcp_adapters, mcp, art_adapters, mcp_tools, langgraph.prebuilt; assert mcp.__name__"
-BUILD_TIMEOUT_S = 300
 
 
-def _probe() -> bool:
-    if not PYTHON.exists():
+def _probe(python: Path) -> bool:
+    if not python.exists():
         return False
-    done = subprocess.run([str(PYTHON), "-c", PROBE], capture_output=True, timeout=120, cwd=ROOT, check=False)
+    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, timeout=120, cwd=ROOT, check=False)
     return done.returncode == 0
-
-
-def _build() -> None:
-    base = getattr(sys, "_base_executable", sys.executable)
-    steps = [
-        [base, "-m", "venv", "--clear", str(VENV)],
-        [str(PYTHON), "-m", "pip", "install", "--quiet", "-e", str(ROOT), "langchain-mcp-adapters"],
-    ]
-    for step in steps:
-        done = subprocess.run(
-            step, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=ROOT, check=False
-        )
-        if done.returncode != 0:
-            pytest.skip(
-                f"could not build {VENV.name} ({' '.join(step[:4])} ...): {done.stderr.strip()[-800:]}"
-            )
 
 
 @pytest.fixture(scope="module")
 def compat_python() -> Path:
     """The interpreter of ``.venv-compat`` (mcp 1.x + langchain-mcp-adapters), built on first use."""
-    with open(
-        Path(tempfile.gettempdir()) / "art-adapters-venv-compat.lock", "w"
-    ) as lock:  # two test runs must not build it at once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _probe():
-            _build()
-            if not _probe():
-                pytest.skip(f"{VENV.name} was built but cannot import {PROBE!r}")
-    return PYTHON
+    python, note = ensure_side_venv(VENV.name, ["-e", str(ROOT), "langchain-mcp-adapters"], usable=_probe)
+    if python is None:
+        pytest.skip(note)
+    if not _probe(python):
+        pytest.skip(f"{VENV.name} was built but cannot import {PROBE!r}")
+    return python
 
 
 def test_langchain_mcp_adapters_tools_and_mcp_tools_on_mcp_1x(compat_python: Path) -> None:
