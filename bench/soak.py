@@ -22,7 +22,8 @@ both probes (over every probe, whatever its answer) under attack against idle
 and their ratio (goal: p99 within 3x), the server's memory growth over the attack, when the
 clients stop and once the server is quiet and has returned what requests freed (goal < 10%,
 embedded backend only), open adapter leases once the clients stop (goal 0) and acknowledged
-records that cannot be read back (goal 0). 429/503 answers with ``Retry-After`` are the admission
+records that cannot be read back (goal 0). One prober process times both phases, and idle is probed
+about as many times as the attack is (a nearest-rank p99 of 20 samples is their largest). 429/503 answers with ``Retry-After`` are the admission
 limits working, not failures. Not part of the test suite. Usage::
 
     .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY] [--without KIND]
@@ -163,17 +164,19 @@ class Soak:
             while time.monotonic() < deadline:
                 await self.one(http, rng.choices(kinds, weights)[0])
 
-    async def probe(self, deadline: float | None, samples: int | None = None) -> dict[str, list[float]]:
+    async def probe(
+        self, pool: ProcessPoolExecutor, deadline: float | None, samples: int | None = None
+    ) -> dict[str, list[float]]:
         """Time ``/health`` and a one-token completion every half second (until *deadline* or *samples*).
 
-        The prober runs in a process of its own (:func:`probe_loop`): a thread here would share this
-        process's GIL with the clients (building and sending their big bodies), and the latencies
-        must be the server's.
+        The prober runs in a process of its own (:func:`probe_loop`, in *pool*): a thread here would
+        share this process's GIL with the clients (building and sending their big bodies), and the
+        latencies must be the server's. The same process measures idle and attack, at the priority
+        it was started with (the clients' process lowers its own before the attack).
         """
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            out, codes, ids = await asyncio.get_running_loop().run_in_executor(
-                pool, probe_loop, self.base_url, self.headers, self.chat("soak@1", 1), deadline, samples
-            )
+        out, codes, ids = await asyncio.get_running_loop().run_in_executor(
+            pool, probe_loop, self.base_url, self.headers, self.chat("soak@1", 1), deadline, samples
+        )
         for name, counted in codes.items():
             self.codes[name].update(counted)
         self.completion_ids += ids
@@ -242,7 +245,7 @@ async def prepare(backend: aa.Backend) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     """Set up, measure idle, soak, check, print."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         local = None
         if args.url:
             backend: aa.Backend = aa.RemoteBackend(args.url, api_key=args.api_key)
@@ -255,7 +258,9 @@ async def run(args: argparse.Namespace) -> None:
         try:
             await prepare(backend)
             soak = Soak(backend.base_url, args.api_key, args)
-            idle = await soak.probe(None, samples=args.idle_samples)
+            prober = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            stack.callback(prober.shutdown)
+            idle = await soak.probe(prober, None, samples=args.idle_samples)
             soak.codes.pop("probe_health", None)  # the tallies are the attack's
             soak.codes.pop("probe_small", None)
             pid = local.process.pid if local is not None and local.process is not None else None
@@ -263,7 +268,7 @@ async def run(args: argparse.Namespace) -> None:
             deadline = time.monotonic() + args.seconds
             print(f"idle measured; attacking for {args.seconds:.0f} s", flush=True)
             clients = [soak.client(deadline, seed) for seed in range(args.clients)]
-            results = await asyncio.gather(soak.probe(deadline), *clients)
+            results = await asyncio.gather(soak.probe(prober, deadline), *clients)
             attack = results[0]
             memory_after = rss_mb(pid)
             returns = (await backend.request("GET", "/art/stats"))["memory"]["returns"]
@@ -345,7 +350,11 @@ def main() -> None:
     parser.add_argument("--big-mb", type=float, default=9.0, help="size of the oversized bodies")
     parser.add_argument("--depth", type=int, default=400, help="nesting depth of the hostile tool schema")
     parser.add_argument("--normal-weight", type=float, default=3.0, help="weight of normal requests in the mix")
-    parser.add_argument("--idle-samples", type=int, default=20)
+    parser.add_argument(
+        "--idle-samples", type=int, default=60,
+        help="probes while idle: about as many as the attack gets (~70 in 60 s), so both p99s are of like samples",
+    )  # fmt: skip
+
     parser.add_argument("--train-mb", type=float, default=16.0, help="size of the train bodies for a missing model")
     parser.add_argument(
         "--server-arg", action="append", default=[], metavar="ARG",
