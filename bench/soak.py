@@ -23,8 +23,8 @@ and their ratio (goal: p99 within 3x), the server's memory growth over the attac
 clients stop and once the server is quiet and has returned what requests freed (goal < 10%,
 embedded backend only), open adapter leases once the clients stop (goal 0) and acknowledged
 records that cannot be read back (goal 0). One prober process times both phases, and idle is probed
-about as many times as the attack is (a nearest-rank p99 of 20 samples is their largest). 429/503 answers with ``Retry-After`` are the admission
-limits working, not failures. Not part of the test suite. Usage::
+about as many times as the attack is (a nearest-rank p99 of 20 samples is their largest). 429/503
+answers with ``Retry-After`` are the admission limits working, not failures. Not part of the test suite. Usage::
 
     .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY] [--without KIND]
 """
