@@ -19,15 +19,12 @@ __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 logger = logging.getLogger(__name__)
 
 
-class BodyTooLargeError(APIError, HTTPException):
+class BodyTooLargeError(APIError, HTTPException, status=413, code="request_too_large"):
     """413: the request body is larger than the server accepts on this route.
 
     Also an ``HTTPException``: FastAPI lets only those through while it reads the body (any
     other error there becomes a 400), so the app's one :class:`APIError` handler answers it.
     """
-
-    status_code = 413
-    code = "request_too_large"
 
     def __init__(self, limit: int, flag: str, size: int | None = None) -> None:
         what = f"is {size} bytes" if size is not None else "is larger than that"
