@@ -13,6 +13,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import APIError
+from .error_handlers import raised_before_start
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 
@@ -88,18 +89,9 @@ class BodyLimitMiddleware:
                     raise BodyTooLargeError(limit, flag)
             return message
 
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLargeError as exc:  # read outside a route (the route's handler answers it)
-            if started:
-                raise
+        # a body read outside a route (a route's own handler answers one read inside it)
+        exc = await raised_before_start(self.app, scope, counting_receive, send, BodyTooLargeError)
+        if exc is not None:
             await _respond_413(exc, send)
 
 
