@@ -55,8 +55,9 @@ class APIError(Exception):
         └── StorageUnavailableError 503: the run directory refused a write (disk full); nothing kept
 
     A subclass sets ``status_code``, ``error_type`` and, where it has one, a default ``code``
-    (class attributes); the app's one handler (:func:`.http.error_handlers.error_response`)
-    answers every subclass from them.
+    (class attributes), most simply as class keywords: ``class X(APIError, status=401,
+    kind="authentication_error", code=...)``. The app's one handler
+    (:func:`.http.error_handlers.error_response`) answers every subclass from them.
 
     Args:
         message: what is wrong and, where it helps, what to do instead.
@@ -68,6 +69,16 @@ class APIError(Exception):
     error_type: str = "invalid_request_error"
     code: str | None = None
     param: str | None = None
+
+    def __init_subclass__(
+        cls, *, status: int | None = None, kind: str | None = None, code: str | None = None, **kwargs: Any
+    ) -> None:
+        """Set the subclass's ``status_code``, ``error_type`` and ``code`` from the class keywords given."""
+        super().__init_subclass__(**kwargs)
+        given = {"status_code": status, "error_type": kind, "code": code}
+        for name, value in given.items():
+            if value is not None:
+                setattr(cls, name, value)
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         Exception.__init__(self, message)  # not super(): a subclass may also be an HTTPException
@@ -86,45 +97,29 @@ class APIError(Exception):
         return {}
 
 
-class BadRequestError(APIError):
+class BadRequestError(APIError, status=400):
     """400: the request is malformed or asks for something impossible."""
 
-    status_code = 400
 
-
-class AuthenticationError(APIError):
+class AuthenticationError(APIError, status=401, kind="authentication_error"):
     """401: the API key is missing or wrong."""
 
-    status_code = 401
-    error_type = "authentication_error"
 
-
-class PermissionDeniedError(APIError):
+class PermissionDeniedError(APIError, status=403, kind="permission_error"):
     """403: the request may not be answered (a server without an API key refuses foreign Host/Origin headers)."""
 
-    status_code = 403
-    error_type = "permission_error"
 
-
-class NotFoundError(APIError):
+class NotFoundError(APIError, status=404):
     """404: the model, completion id or route does not exist."""
 
-    status_code = 404
 
-
-class ConflictError(APIError):
+class ConflictError(APIError, status=409):
     """409: the request contradicts what already exists (e.g. a name taken by another base model)."""
 
-    status_code = 409
 
-
-class ServerBusyError(APIError):
+class ServerBusyError(APIError, status=429, kind="rate_limit_error", code="server_busy"):
     """429: the server has as much work in progress as it takes on; the same request may be sent
     again after ``retry_after`` seconds (the ``Retry-After`` header, which OpenAI clients honour)."""
-
-    status_code = 429
-    error_type = "rate_limit_error"
-    code = "server_busy"
 
     def __init__(self, message: str, *, retry_after: int = 1, param: str | None = None,
                  code: str | None = None) -> None:  # fmt: skip
@@ -136,30 +131,20 @@ class ServerBusyError(APIError):
         return {"Retry-After": str(self.retry_after)}
 
 
-class CheckpointUnavailableError(APIError):
+class CheckpointUnavailableError(APIError, status=500, kind="server_error"):
     """500: a registered checkpoint cannot be loaded (its folder is gone or unreadable); the server keeps serving."""
 
-    status_code = 500
-    error_type = "server_error"
 
-
-class EngineUnavailableError(APIError):
+class EngineUnavailableError(APIError, status=503, kind="server_error"):
     """503: the inference engine cannot serve now (it failed to wake up after a training step)."""
 
-    status_code = 503
-    error_type = "server_error"
 
-
-class StorageUnavailableError(APIError):
+class StorageUnavailableError(APIError, status=503, kind="server_error", code="storage_unavailable"):
     """503: a write to the run directory failed (disk full, I/O error); the change was not made.
 
     Nothing the failed request did is acknowledged or kept; the same request succeeds once
     the disk has room again.
     """
-
-    status_code = 503
-    error_type = "server_error"
-    code = "storage_unavailable"
 
 
 def shown(text: str, limit: int = 80) -> str:

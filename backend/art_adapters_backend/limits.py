@@ -69,53 +69,39 @@ class ServeLimits(BaseModel):
         max_sft_epochs: largest ``epochs`` of an SFT request. Default 16.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    max_request_bytes: PositiveInt = Field(
-        default=4 * _MIB, description="Largest request body in bytes (413 beyond; training has its own)."
-    )
-    max_train_request_bytes: PositiveInt = Field(
-        default=64 * _MIB, description="Largest body of a train request, in bytes."
-    )
-    max_tools: PositiveInt = Field(default=128, le=MAX_TOOLS, description="Most tools in one chat request.")
-    max_schema_bytes: PositiveInt = Field(
-        default=64 * 1024, description="Largest JSON schema (tool parameters, response_format), in bytes."
-    )
-    max_schema_depth: PositiveInt = Field(
-        default=64, description="Deepest nesting of such a schema (objects and arrays)."
-    )
-    max_constraint_bytes: PositiveInt = Field(
-        default=128 * 1024,
-        description="Most bytes of tool schemas one forced tool call joins into a grammar.",
-    )
-    max_request_tokens: PositiveInt = Field(
-        default=262_144, description="Most n x max_tokens x (1 + top_logprobs) per chat request (400 beyond)."
-    )
-    max_concurrent_requests: PositiveInt = Field(
-        default=256, description="Most chat completions in progress (429 + Retry-After beyond)."
-    )
-    max_queued_sequences: NonNegativeInt = Field(
-        default=1024, description="Most choices waiting for a batch slot (429 + Retry-After beyond)."
-    )
-    max_lora_rank: PositiveInt = Field(
-        default=256, description="Largest lora_rank a train request may ask for."
-    )
-    max_micro_batch_size: PositiveInt = Field(
-        default=64, description="Largest micro_batch_size of a train request."
-    )
-    max_train_sequence_length: PositiveInt = Field(
-        default=32_768, description="Largest max_sequence_length of a train request, in tokens."
-    )
-    max_train_groups: PositiveInt = Field(
-        default=1024, description="Most trajectory groups in one train request."
-    )
-    max_group_trajectories: PositiveInt = Field(
-        default=256, description="Most trajectories in one group of a train request."
-    )
-    max_train_iterations: PositiveInt = Field(
-        default=16, description="Largest num_iterations of a train request (inference waits meanwhile)."
-    )
-    max_train_mini_batches: PositiveInt = Field(
-        default=64, description="Largest mini_batches of a train request."
-    )
-    max_sft_epochs: PositiveInt = Field(default=16, description="Largest epochs of an SFT request.")
+    max_request_bytes: PositiveInt = 4 * _MIB
+    """Largest request body in bytes (413 beyond; training has its own)."""
+    max_train_request_bytes: PositiveInt = 64 * _MIB
+    """Largest body of a train request, in bytes."""
+    max_tools: PositiveInt = Field(128, le=MAX_TOOLS)
+    """Most tools in one chat request."""
+    max_schema_bytes: PositiveInt = 64 * 1024
+    """Largest JSON schema (tool parameters, response_format), in bytes."""
+    max_schema_depth: PositiveInt = 64
+    """Deepest nesting of such a schema (objects and arrays)."""
+    max_constraint_bytes: PositiveInt = 128 * 1024
+    """Most bytes of tool schemas one forced tool call joins into a grammar."""
+    max_request_tokens: PositiveInt = 262_144
+    """Most n x max_tokens x (1 + top_logprobs) per chat request (400 beyond)."""
+    max_concurrent_requests: PositiveInt = 256
+    """Most chat completions in progress (429 + Retry-After beyond)."""
+    max_queued_sequences: NonNegativeInt = 1024
+    """Most choices waiting for a batch slot (429 + Retry-After beyond)."""
+    max_lora_rank: PositiveInt = 256
+    """Largest lora_rank a train request may ask for."""
+    max_micro_batch_size: PositiveInt = 64
+    """Largest micro_batch_size of a train request."""
+    max_train_sequence_length: PositiveInt = 32_768
+    """Largest max_sequence_length of a train request, in tokens."""
+    max_train_groups: PositiveInt = 1024
+    """Most trajectory groups in one train request."""
+    max_group_trajectories: PositiveInt = 256
+    """Most trajectories in one group of a train request."""
+    max_train_iterations: PositiveInt = 16
+    """Largest num_iterations of a train request (inference waits meanwhile)."""
+    max_train_mini_batches: PositiveInt = 64
+    """Largest mini_batches of a train request."""
+    max_sft_epochs: PositiveInt = 16
+    """Largest epochs of an SFT request."""

@@ -13,21 +13,19 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import APIError
+from .error_handlers import raised_before_start
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLargeError"]
 
 logger = logging.getLogger(__name__)
 
 
-class BodyTooLargeError(APIError, HTTPException):
+class BodyTooLargeError(APIError, HTTPException, status=413, code="request_too_large"):
     """413: the request body is larger than the server accepts on this route.
 
     Also an ``HTTPException``: FastAPI lets only those through while it reads the body (any
     other error there becomes a 400), so the app's one :class:`APIError` handler answers it.
     """
-
-    status_code = 413
-    code = "request_too_large"
 
     def __init__(self, limit: int, flag: str, size: int | None = None) -> None:
         what = f"is {size} bytes" if size is not None else "is larger than that"
@@ -91,18 +89,9 @@ class BodyLimitMiddleware:
                     raise BodyTooLargeError(limit, flag)
             return message
 
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLargeError as exc:  # read outside a route (the route's handler answers it)
-            if started:
-                raise
+        # a body read outside a route (a route's own handler answers one read inside it)
+        exc = await raised_before_start(self.app, scope, counting_receive, send, BodyTooLargeError)
+        if exc is not None:
             await _respond_413(exc, send)
 
 

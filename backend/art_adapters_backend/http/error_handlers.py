@@ -7,6 +7,7 @@ Installed on the app by :func:`install_error_handlers`; FastAPI's validation err
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,9 +17,32 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import APIError, error_body, validation_message
 
-__all__ = ["UnexpectedErrorMiddleware", "error_response", "install_error_handlers"]
+__all__ = ["UnexpectedErrorMiddleware", "error_response", "install_error_handlers", "raised_before_start"]
 
 logger = logging.getLogger(__name__)
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+async def raised_before_start(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, catch: type[_E]
+) -> _E | None:
+    """Run ``app``; return the ``catch`` exception it raised before its response started, for the
+    caller to answer. One raised after the start (a stream cut short) cannot be answered: re-raised."""
+    started = False
+
+    async def tracking_send(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, tracking_send)
+    except catch as exc:
+        if started:
+            raise
+        return exc
+    return None
 
 
 def error_response(error: APIError) -> JSONResponse:
@@ -73,23 +97,14 @@ class UnexpectedErrorMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def send_tracking(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_tracking)
-        except Exception as exc:
-            if started:
-                raise
-            logger.error(
-                "unexpected error serving %s %s", scope.get("method"), scope.get("path"), exc_info=exc
-            )
-            message = f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
-            await JSONResponse(error_body(message, "server_error"), status_code=500)(scope, receive, send)
+        exc = await raised_before_start(self.app, scope, receive, send, Exception)
+        if exc is None:
+            return
+        logger.error("unexpected error serving %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+        message = (
+            f"internal server error ({type(exc).__name__}); the server logged the details and keeps serving"
+        )
+        await JSONResponse(error_body(message, "server_error"), status_code=500)(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -8,13 +8,12 @@ parts and deltas, ``output_item.done``; last ``response.completed`` (``response.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import APIError
 from ..serving.chat import PreparedChat, choice_record, make_record
-from ..serving.engine.base import GeneratedSequence, SequenceDelta
+from ..serving.engine.base import SequenceDelta
 from ..serving.responses import (
     function_call_item,
     message_item,
@@ -25,14 +24,12 @@ from ..serving.responses import (
     usage,
 )
 from ..serving.responses_types import ResponsesRequest
-from .streaming import close_deltas, start_deltas
+from .streaming import StreamedTokens, pump_events
 
 if TYPE_CHECKING:
     from ..state import ServerState
 
 __all__ = ["open_response_stream"]
-
-logger = logging.getLogger(__name__)
 
 
 class _Events:
@@ -47,14 +44,8 @@ class _Events:
         self.output: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # the reasoning or message item being streamed
         self.open_text = ""
-        self.token_ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.top_logprobs: list[list[tuple[int, float]]] = []
-        self.has_top = False
-        self.text = ""
-        self.eos = False
+        self.tokens = StreamedTokens()
         self.finish_reason: str | None = None
-        self.pending_logprobs: list[dict[str, Any]] = []
         self.text_logprobs: list[dict[str, Any]] = []
         self.call_ids: list[str] = []
         self.held_reasoning = ""
@@ -63,6 +54,14 @@ class _Events:
         data = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+    def error(self, exc: APIError) -> str:
+        """``exc`` as an ``error`` event."""
+        return self.event("error", code=exc.code, message=str(exc), param=exc.param)
+
+    def failure(self, message: str) -> str:
+        """An unexpected failure as an ``error`` event with code ``server_error``."""
+        return self.event("error", code="server_error", message=message, param=None)
 
     def response(self, status: str, usage_body: dict[str, Any] | None = None) -> dict[str, Any]:
         return response_object(
@@ -123,23 +122,13 @@ class _Events:
         if kind == "reasoning":
             out.append(self.event("response.reasoning_text.delta", delta=text, **common))
         else:
-            logprobs, self.pending_logprobs = self.pending_logprobs, []
+            logprobs, self.tokens.pending_logprobs = self.tokens.pending_logprobs, []
             self.text_logprobs.extend(logprobs)
             out.append(self.event("response.output_text.delta", delta=text, logprobs=logprobs, **common))
         return out
 
     def on_delta(self, delta: SequenceDelta) -> list[str]:
-        self.token_ids.extend(delta.token_ids)
-        self.logprobs.extend(float(x) for x in delta.logprobs)
-        if delta.top_logprobs is not None:
-            self.has_top = True
-            self.top_logprobs.extend([[(int(t), float(lp)) for t, lp in row] for row in delta.top_logprobs])
-        self.text += delta.text
-        self.eos = self.eos or delta.eos
-        if self.prepared.want_logprobs:
-            self.pending_logprobs.extend(
-                self.state.token_texts.content(delta.text_token_ids, delta.logprobs, delta.top_logprobs)
-            )
+        self.tokens.add(delta, self.prepared, self.state)
         out: list[str] = []
         text = delta.text
         if self.reasoner is not None:
@@ -190,16 +179,11 @@ class _Events:
         """The closing items, the record, then ``response.completed`` (or ``response.incomplete``)."""
         out = self.finish_items()
         reason = "tool_calls" if self.call_ids else (self.finish_reason or "stop")
-        sequence = GeneratedSequence(
-            index=0, token_ids=self.token_ids, logprobs=self.logprobs, text=self.text,
-            finish_reason=self.finish_reason or "stop",  # type: ignore[arg-type]
-            top_logprobs=self.top_logprobs if self.has_top else None, eos=self.eos,
-        )  # fmt: skip
-        record = choice_record(sequence, reason, self.call_ids)
+        record = choice_record(self.tokens.sequence(0, self.finish_reason), reason, self.call_ids)
         await self.state.records.put(make_record(self.prepared, [record], self.state, stream=True))
         status = "incomplete" if self.finish_reason == "length" else "completed"
         prompt_tokens = len(self.prepared.generation.prompt_token_ids)
-        final = self.response(status, usage(prompt_tokens, len(self.token_ids)))
+        final = self.response(status, usage(prompt_tokens, len(self.tokens.token_ids)))
         out.append(self.event(f"response.{status}", response=final))
         return out
 
@@ -213,30 +197,4 @@ async def open_response_stream(
     """Start decoding and return the SSE event iterator (the first engine delta is awaited first,
     so a request the engine refuses gets a JSON error, not a broken stream). ``on_close`` runs once
     the iterator is finished or closed."""
-    events = _Events(body, prepared, state)
-    deltas, first = await start_deltas(prepared, state)
-
-    async def stream() -> AsyncIterator[str]:
-        try:
-            for event in events.start():
-                yield event
-            if first is not None:
-                for event in events.on_delta(first):
-                    yield event
-                async for delta in deltas:
-                    for event in events.on_delta(delta):
-                        yield event
-            for event in await events.finish():
-                yield event
-        except APIError as exc:
-            yield events.event("error", code=exc.code, message=str(exc), param=exc.param)
-        except Exception as exc:
-            logger.exception("streamed response %s failed", prepared.completion_id)
-            message = (
-                f"the response failed while streaming ({type(exc).__name__}); the server logged the details"
-            )
-            yield events.event("error", code="server_error", message=message, param=None)
-        finally:
-            await close_deltas(deltas, on_close)
-
-    return stream()
+    return await pump_events(_Events(body, prepared, state), prepared, state, on_close, "response")

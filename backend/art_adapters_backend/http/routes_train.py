@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Request
@@ -82,6 +82,10 @@ class TrainRequest(BaseModel):
                         )
         return self
 
+    def limited_groups(self) -> list[TrajectoryGroup]:
+        """The groups :func:`check_train_limits` counts: the request's own."""
+        return self.groups
+
 
 class SFTRequest(BaseModel):
     """Body of ``POST /art/models/{name}/train_sft``: demonstrations, no rewards needed."""
@@ -110,6 +114,10 @@ class SFTRequest(BaseModel):
                 "marked generated=False are prompt): SFT trains next-token loss on assistant messages"
             )
         return self
+
+    def limited_groups(self) -> list[TrajectoryGroup]:
+        """The groups :func:`check_train_limits` counts: the demonstrations, as one group."""
+        return [TrajectoryGroup(trajectories=self.trajectories)]
 
 
 class DeleteCheckpointsRequest(BaseModel):
@@ -147,6 +155,8 @@ _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 _M = TypeVar("_M", bound=BaseModel)
+_Step = TypeVar("_Step", TrainRequest, SFTRequest)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -186,54 +196,55 @@ def _check_key(idempotency_key: str | None) -> None:
         )
 
 
-_KEY_HEADER = Header(
-    alias="Idempotency-Key",
-    description="Makes retries safe: a request with a key that already made a step gets that step's "
-    "result again (`replayed: true`) instead of training another step. A retry must send the same "
-    "body bytes (409 otherwise).",
-)
+async def _step_body(
+    name: str, request: Request, idempotency_key: str | None, model: type[_Step]
+) -> tuple[_Step, str | None]:
+    """What both training routes do before their step: check the ``Idempotency-Key``, answer 404 for
+    an unknown model before a byte of the body is parsed, read the body as ``model`` (with its digest
+    when keyed) and refuse a request past the server's limits."""
+    _check_key(idempotency_key)
+    server = request.app.state.server
+    server.registry.require(name)
+    body, digest = await _parse_body(request, model, model is SFTRequest, idempotency_key is not None)
+    check_train_limits(body.limited_groups(), body.config, server.config.limits, server.context_length)
+    return body, digest
 
 
-@router.post(
-    "/{name}/train",
-    summary="Train one GRPO step on scored groups; serve the new checkpoint",
-    openapi_extra=_body_schema(TrainRequest),
-)
-async def train(
-    name: str, request: Request, idempotency_key: Annotated[str | None, _KEY_HEADER] = None
-) -> dict[str, Any]:
+#: The ``Idempotency-Key`` header both training routes take.
+_IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Makes retries safe: a request with a key that already made a step gets that step's "
+        "result again (`replayed: true`) instead of training another step. A retry must send the same "
+        "body bytes (409 otherwise).",
+    ),
+]
+
+
+def _step_route(path: str, summary: str, model: type[BaseModel]) -> Callable[[_F], _F]:
+    """Declare a training route: ``POST path``, whose body (documented as ``model``) it reads itself."""
+    return router.post(path, summary=summary, openapi_extra=_body_schema(model))
+
+
+@_step_route("/{name}/train", "Train one GRPO step on scored groups; serve the new checkpoint", TrainRequest)
+async def train(name: str, request: Request, idempotency_key: _IdempotencyKey = None) -> dict[str, Any]:
     """The ``TrainResult``: ``step``, ``trained``, ``reason``, ``metrics``, ``dropped``, ``groups_file``,
     ``deleted_steps`` (and ``replayed: true`` for a repeated ``Idempotency-Key``). 404 for an unknown
     model (before the body is read), 400 for malformed groups or config or a setting past the server's
     limits, 409 for a key reused with another body. The body is a ``TrainRequest``."""
-    _check_key(idempotency_key)
-    server = request.app.state.server
-    server.registry.require(name)  # 404 first, before a byte of the body is parsed
-    body, digest = await _parse_body(request, TrainRequest, False, idempotency_key is not None)
-    check_train_limits(body.groups, body.config, server.config.limits, server.context_length)
-    return await training_service(request).train(
-        name, body.groups, body.config, idempotency_key, request_digest=digest
-    )
+    body, digest = await _step_body(name, request, idempotency_key, TrainRequest)
+    service = training_service(request)
+    return await service.train(name, body.groups, body.config, idempotency_key, request_digest=digest)
 
 
-@router.post(
-    "/{name}/train_sft",
-    summary="Train one SFT step on trajectories; serve the new checkpoint",
-    openapi_extra=_body_schema(SFTRequest),
-)
-async def train_sft(
-    name: str, request: Request, idempotency_key: Annotated[str | None, _KEY_HEADER] = None
-) -> dict[str, Any]:
+@_step_route("/{name}/train_sft", "Train one SFT step on trajectories; serve the new checkpoint", SFTRequest)
+async def train_sft(name: str, request: Request, idempotency_key: _IdempotencyKey = None) -> dict[str, Any]:
     """The ``TrainResult`` of one SFT step (next-token loss on the assistant turns, ``epochs`` passes), the
     same fields as ``/train``; its checkpoint is served as ``name@step`` and listed with its metrics. 404 for
     an unknown model, 400 for no trajectories, none with an assistant turn, a malformed config or a setting
     past the server's limits, 409 for a key reused with another body. The body is an ``SFTRequest``."""
-    _check_key(idempotency_key)
-    server = request.app.state.server
-    server.registry.require(name)  # 404 first
-    body, digest = await _parse_body(request, SFTRequest, True, idempotency_key is not None)
-    group = TrajectoryGroup(trajectories=body.trajectories)
-    check_train_limits([group], body.config, server.config.limits, server.context_length)
+    body, digest = await _step_body(name, request, idempotency_key, SFTRequest)
     service = training_service(request)
     return await service.train_sft(name, body.trajectories, body.config, idempotency_key, request_digest=digest)
 

@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import APIError, error_body
 from ..serving.chat import PreparedChat, choice_record, make_record, usage_body
@@ -21,7 +21,7 @@ from ..serving.tool_parser import ParsedToolCall, StreamingParser
 if TYPE_CHECKING:
     from ..state import ServerState
 
-__all__ = ["open_stream"]
+__all__ = ["EventSource", "StreamedTokens", "open_stream", "pump_events"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,28 +31,55 @@ def _sse(data: dict[str, Any]) -> str:
 
 
 @dataclass
-class _Choice:
-    index: int
-    parser: StreamingParser | None
-    reasoner: StreamingReasoningParser | None = None
+class StreamedTokens:
+    """What a choice's engine deltas add up to while it streams, for its record and its events.
+
+    ``pending_logprobs``: OpenAI ``logprobs.content`` entries of tokens whose text is not sent yet
+    (filled only when the request asks for log-probs).
+    """
+
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     has_top: bool = False
     text: str = ""
-    pending_logprobs: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
     eos: bool = False
     cached_tokens: int = 0
-    call_ids: list[str] = field(default_factory=list)
+    pending_logprobs: list[dict[str, Any]] = field(default_factory=list)
 
-    def sequence(self) -> GeneratedSequence:
+    def add(self, delta: SequenceDelta, prepared: PreparedChat, state: ServerState) -> None:
+        """Add ``delta``'s tokens, log-probs, text and (when asked for) its OpenAI log-prob entries."""
+        self.token_ids.extend(delta.token_ids)
+        self.logprobs.extend(float(x) for x in delta.logprobs)
+        if delta.top_logprobs is not None:
+            self.has_top = True
+            self.top_logprobs.extend([[(int(t), float(lp)) for t, lp in row] for row in delta.top_logprobs])
+        self.text += delta.text
+        self.eos = self.eos or delta.eos
+        self.cached_tokens += delta.cached_tokens
+        if prepared.want_logprobs:
+            self.pending_logprobs.extend(
+                state.token_texts.content(delta.text_token_ids, delta.logprobs, delta.top_logprobs)
+            )
+
+    def sequence(self, index: int, finish_reason: str | None) -> GeneratedSequence:
+        """The finished choice, as the engine would have returned it without streaming."""
         return GeneratedSequence(
-            index=self.index, token_ids=self.token_ids, logprobs=self.logprobs, text=self.text,
-            finish_reason=self.finish_reason or "stop",  # type: ignore[arg-type]
+            index=index, token_ids=self.token_ids, logprobs=self.logprobs, text=self.text,
+            finish_reason=finish_reason or "stop",  # type: ignore[arg-type]
             top_logprobs=self.top_logprobs if self.has_top else None, eos=self.eos,
             cached_tokens=self.cached_tokens,
         )  # fmt: skip
+
+
+@dataclass
+class _Choice:
+    index: int
+    parser: StreamingParser | None
+    reasoner: StreamingReasoningParser | None = None
+    tokens: StreamedTokens = field(default_factory=StreamedTokens)
+    finish_reason: str | None = None
+    call_ids: list[str] = field(default_factory=list)
 
 
 class _Stream:
@@ -71,6 +98,18 @@ class _Stream:
         ]
         options = prepared.request.stream_options
         self.include_usage = bool(options and options.include_usage)
+
+    def start(self) -> list[str]:
+        """Each choice's first chunk, ``{"role": "assistant", "content": ""}``."""
+        return [self.chunk(choice.index, {"role": "assistant", "content": ""}) for choice in self.choices]
+
+    def error(self, exc: APIError) -> str:
+        """``exc`` as the stream's last event: its OpenAI error body."""
+        return _sse(exc.body())
+
+    def failure(self, message: str) -> str:
+        """An unexpected failure as the stream's last event: a ``server_error`` body."""
+        return _sse(error_body(message, "server_error"))
 
     def chunk(self, index: int | None, delta: dict[str, Any] | None = None, *, finish_reason: str | None = None,
               logprobs: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
@@ -95,20 +134,8 @@ class _Stream:
 
     def on_delta(self, delta: SequenceDelta) -> list[str]:
         choice = self.choices[delta.index]
-        choice.token_ids.extend(delta.token_ids)
-        choice.logprobs.extend(float(x) for x in delta.logprobs)
-        if delta.top_logprobs is not None:
-            choice.has_top = True
-            choice.top_logprobs.extend([[(int(t), float(lp)) for t, lp in row] for row in delta.top_logprobs])
-        choice.text += delta.text
-        choice.eos = choice.eos or delta.eos
-        choice.cached_tokens += delta.cached_tokens
-        out: list[str] = []
-        if self.prepared.want_logprobs:
-            choice.pending_logprobs.extend(
-                self.state.token_texts.content(delta.text_token_ids, delta.logprobs, delta.top_logprobs)
-            )
-        out.extend(self._text(choice, delta.text))
+        choice.tokens.add(delta, self.prepared, self.state)
+        out = self._text(choice, delta.text)
         if delta.finish_reason is not None:
             choice.finish_reason = delta.finish_reason
             out.extend(self._finish(choice))
@@ -133,7 +160,7 @@ class _Stream:
         """One chunk carrying ``delta`` and the log-probs of the tokens not sent yet."""
         logprobs = None
         if self.prepared.want_logprobs:
-            logprobs, choice.pending_logprobs = choice.pending_logprobs, []
+            logprobs, choice.tokens.pending_logprobs = choice.tokens.pending_logprobs, []
         return self.chunk(choice.index, delta, logprobs=logprobs)
 
     def _finish(self, choice: _Choice) -> list[str]:
@@ -165,14 +192,16 @@ class _Stream:
 
     async def finish(self) -> list[str]:
         """Record the completion, then the usage chunk (if asked) and ``[DONE]``."""
-        records = [choice_record(c.sequence(), c.finish_reason or "stop", c.call_ids) for c in self.choices]
+        records = [
+            choice_record(c.tokens.sequence(c.index, c.finish_reason), c.finish_reason or "stop", c.call_ids)
+            for c in self.choices
+        ]
         await self.state.records.put(make_record(self.prepared, records, self.state, stream=True))
         out = []
         if self.include_usage:
             prompt = len(self.prepared.generation.prompt_token_ids)
-            usage = usage_body(
-                prompt, sum(len(c.token_ids) for c in self.choices), max(c.cached_tokens for c in self.choices)
-            )
+            tokens = [c.tokens for c in self.choices]
+            usage = usage_body(prompt, sum(len(t.token_ids) for t in tokens), max(t.cached_tokens for t in tokens))
             body = json.loads(self.chunk(None)[len("data: ") :])
             body["usage"] = usage
             out.append(_sse(body))
@@ -212,6 +241,68 @@ async def start_deltas(
         raise
 
 
+class EventSource(Protocol):
+    """The events of one streamed reply, as :func:`pump_events` asks for them."""
+
+    def start(self) -> list[str]:
+        """The events sent before the first token."""
+        ...
+
+    def on_delta(self, delta: SequenceDelta) -> list[str]:
+        """The events one engine delta makes."""
+        ...
+
+    async def finish(self) -> list[str]:
+        """The last events, once the engine is done (the exact-token record is written first)."""
+        ...
+
+    def error(self, exc: APIError) -> str:
+        """The event reporting an :class:`APIError` that ended the stream."""
+        ...
+
+    def failure(self, message: str) -> str:
+        """The event reporting an unexpected exception that ended the stream, with ``message``."""
+        ...
+
+
+async def pump_events(
+    source: EventSource, prepared: PreparedChat, state: ServerState, on_close: Callable[[], None] | None,
+    noun: str,
+) -> AsyncIterator[str]:
+    """Start decoding (:func:`start_deltas`) and return the iterator of ``source``'s events.
+
+    ``source.start()``, its events of every delta, then ``source.finish()``; an error on the way
+    ends the stream with its event (an unexpected one is logged, and reported as the ``noun``,
+    "completion" or "response", failing). The engine's deltas are closed and ``on_close`` runs
+    once the iterator is finished or closed (not when this function raises).
+    """
+    deltas, first = await start_deltas(prepared, state)
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            for event in source.start():
+                yield event
+            if first is not None:
+                for event in source.on_delta(first):
+                    yield event
+                async for delta in deltas:
+                    for event in source.on_delta(delta):
+                        yield event
+            for event in await source.finish():
+                yield event
+        except APIError as exc:
+            yield source.error(exc)
+        except Exception as exc:
+            logger.exception("streamed %s %s failed", noun, prepared.completion_id)
+            yield source.failure(
+                f"the {noun} failed while streaming ({type(exc).__name__}); the server logged the details"
+            )
+        finally:
+            await close_deltas(deltas, on_close)
+
+    return events()
+
+
 async def open_stream(
     prepared: PreparedChat, state: ServerState, on_close: Callable[[], None] | None = None
 ) -> AsyncIterator[str]:
@@ -227,30 +318,4 @@ async def open_stream(
     still gets a proper JSON error instead of a broken stream. ``on_close`` runs once the
     returned iterator is finished or closed (not when this function raises).
     """
-    stream = _Stream(prepared, state)
-    deltas, first = await start_deltas(prepared, state)
-
-    async def events() -> AsyncIterator[str]:
-        try:
-            for choice in stream.choices:
-                yield stream.chunk(choice.index, {"role": "assistant", "content": ""})
-            if first is not None:
-                for event in stream.on_delta(first):
-                    yield event
-                async for delta in deltas:
-                    for event in stream.on_delta(delta):
-                        yield event
-            for event in await stream.finish():
-                yield event
-        except APIError as exc:
-            yield _sse(exc.body())
-        except Exception as exc:
-            logger.exception("streamed completion %s failed", prepared.completion_id)
-            message = (
-                f"the completion failed while streaming ({type(exc).__name__}); the server logged the details"
-            )
-            yield _sse(error_body(message, "server_error"))
-        finally:
-            await close_deltas(deltas, on_close)
-
-    return events()
+    return await pump_events(_Stream(prepared, state), prepared, state, on_close, "completion")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -81,9 +81,21 @@ def _text_content(value: Any, *, allow_none: bool, allow_refusal: bool = False) 
 
 
 class _Message(BaseModel):
+    """What every message has: an optional ``name`` and OpenAI's content (see :func:`_text_content`).
+
+    Each subclass declares ``content``; only the assistant's may be null or hold refusal parts.
+    """
+
     model_config = ConfigDict(extra="ignore")
 
+    _assistant_content: ClassVar[bool] = False
+
     name: str | None = None
+
+    @field_validator("content", mode="before", check_fields=False)
+    @classmethod
+    def _content(cls, value: Any) -> Any:
+        return _text_content(value, allow_none=cls._assistant_content, allow_refusal=cls._assistant_content)
 
 
 class SystemMessage(_Message):
@@ -91,11 +103,6 @@ class SystemMessage(_Message):
 
     role: Literal["system"]
     content: str
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, value: Any) -> Any:
-        return _text_content(value, allow_none=False)
 
 
 class DeveloperMessage(SystemMessage):
@@ -109,11 +116,6 @@ class UserMessage(_Message):
 
     role: Literal["user"]
     content: str
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, value: Any) -> Any:
-        return _text_content(value, allow_none=False)
 
 
 class FunctionCall(BaseModel):
@@ -150,16 +152,13 @@ class AssistantMessage(_Message):
     last user message and drop it for earlier ones.
     """
 
+    _assistant_content: ClassVar[bool] = True
+
     role: Literal["assistant"]
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, value: Any) -> Any:
-        return _text_content(value, allow_none=True, allow_refusal=True)
 
 
 class ToolMessage(_Message):
@@ -168,11 +167,6 @@ class ToolMessage(_Message):
     role: Literal["tool"]
     content: str
     tool_call_id: str
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, value: Any) -> Any:
-        return _text_content(value, allow_none=False)
 
 
 ChatMessage = Annotated[
