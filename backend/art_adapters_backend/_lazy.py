@@ -12,12 +12,12 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(
     package: str, modules: dict[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` of ``package`` (PEP 562).
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """The module ``__getattr__`` and ``__dir__`` of ``package`` (PEP 562), and its ``__all__``.
 
     ``modules`` maps a module (a path relative to ``package``) to the names it gives, space-separated,
     as an import line would: each is taken from there on first access, then kept in the package's
-    namespace; any other name is an ``AttributeError``.
+    namespace; any other name is an ``AttributeError``. ``__all__`` is those names, sorted.
     """
     namespace = sys.modules[package].__dict__
     where = {name: module for module, names in modules.items() for name in names.split()}
@@ -33,4 +33,4 @@ def lazy_exports(
     def __dir__() -> list[str]:
         return sorted(set(namespace) | set(where))
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(where)

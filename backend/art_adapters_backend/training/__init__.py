@@ -20,17 +20,7 @@ if _TYPE_CHECKING:
     from .trainer import LoraTrainer
     from .unsloth_trainer import UnslothTrainer
 
-__all__ = [
-    "CheckpointLeases",
-    "CheckpointStore",
-    "LoraTrainer",
-    "PeftTrainer",
-    "TrainingSequence",
-    "TrainingService",
-    "UnslothTrainer",
-]
-
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__, __all__ = _lazy_exports(
     __name__,
     {
         ".checkpoint_leases": "CheckpointLeases",

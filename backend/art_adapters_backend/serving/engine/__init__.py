@@ -12,9 +12,7 @@ if _TYPE_CHECKING:
     from .torch_engine import TorchEngine
     from .vllm_engine import VllmEngine
 
-__all__ = ["GenerationRequest", "InferenceEngine", "SamplingParams", "TorchEngine", "VllmEngine"]
-
-__getattr__, __dir__ = _lazy_exports(
+__getattr__, __dir__, __all__ = _lazy_exports(
     __name__,
     {
         ".base": "GenerationRequest InferenceEngine SamplingParams",
