@@ -18,13 +18,6 @@ if _TYPE_CHECKING:
     from .serve import run_server
     from .state import ServerState
 
-__getattr__, __dir__, __all__ = _lazy_exports(
-    __name__,
-    {
-        ".errors": "APIError",
-        ".config": "ServeConfig",
-        ".limits": "ServeLimits",
-        ".state": "ServerState",
-        ".serve": "run_server",
-    },
-)
+__all__ = ["APIError", "ServeConfig", "ServeLimits", "ServerState", "run_server"]
+
+__getattr__, __dir__ = _lazy_exports(__name__)

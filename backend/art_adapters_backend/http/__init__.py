@@ -14,11 +14,6 @@ if _TYPE_CHECKING:
     from .app import create_app
     from .error_handlers import error_response, install_error_handlers
 
-__getattr__, __dir__, __all__ = _lazy_exports(
-    __name__,
-    {
-        ".admission": "AdmissionGate",
-        ".app": "create_app",
-        ".error_handlers": "error_response install_error_handlers",
-    },
-)
+__all__ = ["AdmissionGate", "create_app", "error_response", "install_error_handlers"]
+
+__getattr__, __dir__ = _lazy_exports(__name__)

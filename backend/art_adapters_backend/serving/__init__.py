@@ -25,16 +25,20 @@ if _TYPE_CHECKING:
     from .registry import Registry
     from .token_text import TokenTexts
 
-__getattr__, __dir__, __all__ = _lazy_exports(
-    __name__,
-    {
-        ".adapters": "AdapterCache",
-        ".model_family": "CHAT_TEMPLATE_FILE ModelFamily bundled_chat_template_path resolve_model_family "
-        "write_serving_settings",
-        ".chat_template": "ChatTemplate",
-        ".export": "EXPORT_MANIFEST export_checkpoint parse_model_ref",
-        ".records": "RecordStore",
-        ".registry": "Registry",
-        ".token_text": "TokenTexts",
-    },
-)
+__all__ = [
+    "AdapterCache",
+    "CHAT_TEMPLATE_FILE",
+    "ChatTemplate",
+    "EXPORT_MANIFEST",
+    "ModelFamily",
+    "RecordStore",
+    "Registry",
+    "TokenTexts",
+    "bundled_chat_template_path",
+    "export_checkpoint",
+    "parse_model_ref",
+    "resolve_model_family",
+    "write_serving_settings",
+]
+
+__getattr__, __dir__ = _lazy_exports(__name__)

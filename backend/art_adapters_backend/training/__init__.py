@@ -20,15 +20,14 @@ if _TYPE_CHECKING:
     from .trainer import LoraTrainer
     from .unsloth_trainer import UnslothTrainer
 
-__getattr__, __dir__, __all__ = _lazy_exports(
-    __name__,
-    {
-        ".checkpoint_leases": "CheckpointLeases",
-        ".checkpoints": "CheckpointStore",
-        ".trainer": "LoraTrainer",
-        ".peft_trainer": "PeftTrainer",
-        ".data": "TrainingSequence",
-        ".service": "TrainingService",
-        ".unsloth_trainer": "UnslothTrainer",
-    },
-)
+__all__ = [
+    "CheckpointLeases",
+    "CheckpointStore",
+    "LoraTrainer",
+    "PeftTrainer",
+    "TrainingSequence",
+    "TrainingService",
+    "UnslothTrainer",
+]
+
+__getattr__, __dir__ = _lazy_exports(__name__)

@@ -12,11 +12,6 @@ if _TYPE_CHECKING:
     from .torch_engine import TorchEngine
     from .vllm_engine import VllmEngine
 
-__getattr__, __dir__, __all__ = _lazy_exports(
-    __name__,
-    {
-        ".base": "GenerationRequest InferenceEngine SamplingParams",
-        ".torch_engine": "TorchEngine",
-        ".vllm_engine": "VllmEngine",
-    },
-)
+__all__ = ["GenerationRequest", "InferenceEngine", "SamplingParams", "TorchEngine", "VllmEngine"]
+
+__getattr__, __dir__ = _lazy_exports(__name__)
