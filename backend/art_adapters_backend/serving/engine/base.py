@@ -6,8 +6,8 @@ per choice, or a stream of :class:`SequenceDelta`, whichever engine runs (:class
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Collection
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ...errors import BadRequestError
@@ -21,6 +21,8 @@ __all__ = [
     "InferenceEngine",
     "SamplingParams",
     "SequenceDelta",
+    "check_fits",
+    "check_prompt",
 ]
 
 FinishReason = Literal["stop", "length"]
@@ -119,7 +121,26 @@ class GenerationRequest:
 
 
 @dataclass
-class GeneratedSequence:
+class _ChoiceTokens:
+    """Tokens of one choice with their log-probabilities and text (see :class:`GeneratedSequence`)."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    _: KW_ONLY
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    eos: bool = False
+    cached_tokens: int = 0
+
+    @property
+    def text_token_ids(self) -> list[int]:
+        """``token_ids`` without the final EOS: the tokens behind ``text``."""
+        return self.token_ids[:-1] if self.eos else self.token_ids
+
+
+@dataclass
+class GeneratedSequence(_ChoiceTokens):
     """One finished choice.
 
     Attributes:
@@ -147,48 +168,47 @@ class GeneratedSequence:
             prefix cache instead of computing them (0 when it has none or missed).
     """
 
-    index: int
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
     finish_reason: FinishReason
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    eos: bool = False
-    cached_tokens: int = 0
-
-    @property
-    def text_token_ids(self) -> list[int]:
-        """``token_ids`` without the final EOS: the tokens behind ``text``."""
-        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 @dataclass
-class SequenceDelta:
+class SequenceDelta(_ChoiceTokens):
     """New output of one choice while streaming; ``finish_reason`` set on its last delta.
 
     ``eos``: this (last) delta's final token id is the sampled end-of-sequence token (no text).
     ``cached_tokens``: on a choice's first delta, the prompt tokens reused from the prefix cache.
     """
 
-    index: int
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
     finish_reason: FinishReason | None = None
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    eos: bool = False
-    cached_tokens: int = 0
-
-    @property
-    def text_token_ids(self) -> list[int]:
-        """``token_ids`` without the final EOS."""
-        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 class ContextLengthError(BadRequestError, ValueError):
     """The prompt plus ``max_tokens`` does not fit in the model's context length (a 400)."""
 
     code = "context_length_exceeded"
+
+
+def check_prompt(request: GenerationRequest, vocab_size: int) -> None:
+    """Raise ``ValueError`` when ``request``'s prompt is empty or has an id outside ``[0, vocab_size)``."""
+    if not request.prompt_token_ids:
+        raise ValueError("the prompt is empty")
+    if any(not 0 <= t < vocab_size for t in request.prompt_token_ids):
+        raise ValueError(f"prompt token ids must be in [0, {vocab_size})")
+
+
+def check_fits(request: GenerationRequest, context_length: int, adapters: Collection[str]) -> None:
+    """Raise :class:`ContextLengthError` when the prompt plus ``max_tokens`` exceed ``context_length``,
+    ``ValueError`` when ``request`` names an adapter not among ``adapters`` (those loaded)."""
+    max_tokens = request.params.max_tokens
+    needed = len(request.prompt_token_ids) + max_tokens
+    if needed > context_length:
+        raise ContextLengthError(
+            f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is {max_tokens}: "
+            f"{needed} tokens do not fit the model's context of {context_length}; "
+            "shorten the prompt or lower max_tokens"
+        )
+    if request.adapter is not None and request.adapter not in adapters:
+        raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(adapters)}")
 
 
 @dataclass
