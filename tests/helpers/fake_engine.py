@@ -37,8 +37,7 @@ from art_adapters_backend.serving.engine.base import (
     GeneratedSequence,
     GenerationRequest,
     SequenceDelta,
-    check_fits,
-    check_prompt,
+    check_request,
 )
 from art_adapters_backend.serving.engine.text import TextTracker
 
@@ -180,10 +179,7 @@ class FakeEngine:
     def _validate(self, request: GenerationRequest) -> None:
         if self._closed:
             raise RuntimeError("the engine is closed")
-        check_prompt(request, self.vocab_size)
-        if request.n < 1 or request.params.max_tokens < 1:
-            raise ValueError("n and max_tokens must be at least 1")
-        check_fits(request, self.context_length, self.adapters)
+        check_request(request, self.vocab_size, self.context_length, self.adapters)
 
     def _rng(self, request: GenerationRequest, index: int) -> random.Random:
         params = request.params

@@ -21,8 +21,7 @@ __all__ = [
     "InferenceEngine",
     "SamplingParams",
     "SequenceDelta",
-    "check_fits",
-    "check_prompt",
+    "check_request",
 ]
 
 FinishReason = Literal["stop", "length"]
@@ -188,22 +187,35 @@ class ContextLengthError(BadRequestError, ValueError):
     code = "context_length_exceeded"
 
 
-def check_prompt(request: GenerationRequest, vocab_size: int) -> None:
-    """Raise ``ValueError`` when ``request``'s prompt is empty or has an id outside ``[0, vocab_size)``."""
-    if not request.prompt_token_ids:
+def check_request(request: GenerationRequest, vocab_size: int, context_length: int, adapters: Collection[str]) -> None:
+    """Check ``request`` before an engine queues it (beyond the logit adjustments, which need torch).
+
+    Raises:
+        ValueError: an empty prompt or one with an id outside ``[0, vocab_size)``; ``n`` or
+            ``max_tokens`` below 1; a temperature, ``top_p`` or ``top_logprobs`` out of range; an
+            adapter not among ``adapters`` (those loaded).
+        ContextLengthError: the prompt plus ``max_tokens`` exceed ``context_length``.
+    """
+    params = request.params
+    prompt = request.prompt_token_ids
+    if not prompt:
         raise ValueError("the prompt is empty")
-    if any(not 0 <= t < vocab_size for t in request.prompt_token_ids):
+    if any(not 0 <= t < vocab_size for t in prompt):
         raise ValueError(f"prompt token ids must be in [0, {vocab_size})")
-
-
-def check_fits(request: GenerationRequest, context_length: int, adapters: Collection[str]) -> None:
-    """Raise :class:`ContextLengthError` when the prompt plus ``max_tokens`` exceed ``context_length``,
-    ``ValueError`` when ``request`` names an adapter not among ``adapters`` (those loaded)."""
-    max_tokens = request.params.max_tokens
-    needed = len(request.prompt_token_ids) + max_tokens
+    if request.n < 1:
+        raise ValueError(f"n must be at least 1, got {request.n}")
+    if params.max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
+    if not params.temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if not 0 <= params.top_logprobs <= 20:
+        raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
+    needed = len(prompt) + params.max_tokens
     if needed > context_length:
         raise ContextLengthError(
-            f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is {max_tokens}: "
+            f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
             f"{needed} tokens do not fit the model's context of {context_length}; "
             "shorten the prompt or lower max_tokens"
         )

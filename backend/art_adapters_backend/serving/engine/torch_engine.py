@@ -31,8 +31,7 @@ from .base import (
     GeneratedSequence,
     GenerationRequest,
     SequenceDelta,
-    check_fits,
-    check_prompt,
+    check_request,
 )
 from .batch import Batch, Job, Row
 from .constraint import ConstrainedDecoder, GrammarCache
@@ -282,20 +281,8 @@ class TorchEngine:
             raise EngineClosedError("the engine is closed")
         if self._thread is None:
             raise RuntimeError("the engine is not started: await engine.start() first")
-        params = request.params
-        check_prompt(request, self.vocab_size)
-        if request.n < 1:
-            raise ValueError(f"n must be at least 1, got {request.n}")
-        if params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
-        if not params.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {params.temperature}")
-        if not 0 < params.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
-        if not 0 <= params.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
-        validate_adjustments(params, self.vocab_size)
-        check_fits(request, self.context_length, self._adapters)
+        check_request(request, self.vocab_size, self.context_length, self._adapters)
+        validate_adjustments(request.params, self.vocab_size)
 
     def _submit(self, job: Job) -> None:
         """Queue a validated request's choices for the decode loop."""
