@@ -20,13 +20,4 @@ if _TYPE_CHECKING:
 
 __all__ = ["APIError", "ServeConfig", "ServeLimits", "ServerState", "run_server"]
 
-__getattr__, __dir__ = _lazy_exports(
-    __name__,
-    {
-        ".errors": "APIError",
-        ".config": "ServeConfig",
-        ".limits": "ServeLimits",
-        ".state": "ServerState",
-        ".serve": "run_server",
-    },
-)
+__getattr__, __dir__ = _lazy_exports(__name__)

@@ -376,11 +376,9 @@ def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
     logits = torch.log(torch.tensor([0.5, 0.3, 0.2, 0.0]))
     generator = torch.Generator().manual_seed(0)
 
-    def draw(**kwargs: object) -> torch.Tensor:
-        picks = [
-            sample_next(logits, temperature=1.0, top_logprobs=0, generator=generator, **kwargs).token_id  # type: ignore[arg-type]
-            for _ in range(4000)
-        ]
+    def draw(top_p: float, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        params = SamplingParams(temperature=1.0, top_p=top_p)
+        picks = [sample_next(logits, params, generator=generator, allowed=allowed).token_id for _ in range(4000)]
         return torch.bincount(torch.tensor(picks), minlength=4).float() / len(picks)
 
     freq = draw(top_p=1.0)
@@ -390,7 +388,7 @@ def test_sampling_follows_the_distribution_top_p_and_mask() -> None:
     freq = draw(top_p=1.0, allowed=torch.tensor([False, True, True, True]))
     assert torch.allclose(freq, torch.tensor([0.0, 0.6, 0.4, 0.0]), atol=0.03)
     # The reported logprob ignores top-p and the mask; a forced token uses no randomness.
-    forced = sample_next(logits, temperature=1.0, top_p=0.6, top_logprobs=2, generator=None, forced=2)
+    forced = sample_next(logits, SamplingParams(top_p=0.6, top_logprobs=2), generator=None, forced=2)
     assert forced.token_id == 2 and forced.logprob == pytest.approx(torch.log(torch.tensor(0.2)).item())
     assert [t for t, _ in forced.top_logprobs or []] == [0, 1]
 

@@ -16,6 +16,7 @@ from art_adapters import LocalBackend
 
 MODEL = "smollm2-135m-instruct"
 EOS = 5  # the stop id of the small unit-test vocabulary
+GREEDY = SamplingParams(temperature=0.0)
 
 
 def _adjuster(prompt: list[int], generated: list[int], **params: Any) -> LogitAdjuster:
@@ -28,9 +29,8 @@ def _adjuster(prompt: list[int], generated: list[int], **params: Any) -> LogitAd
 
 def _reported(logits: torch.Tensor, temperature: float, adjuster: LogitAdjuster | None) -> torch.Tensor:
     """The full reported distribution of one step, read back through ``top_logprobs``."""
-    sampled = sample_next(
-        logits, temperature=temperature, top_p=1.0, top_logprobs=logits.numel(), generator=None, adjuster=adjuster
-    )
+    params = SamplingParams(temperature=temperature, top_logprobs=logits.numel())
+    sampled = sample_next(logits, params, generator=None, adjuster=adjuster)
     out = torch.empty(logits.numel())
     for token, logprob in sampled.top_logprobs or []:
         out[token] = logprob
@@ -76,9 +76,9 @@ def test_adjuster_state_follows_accepted_tokens() -> None:
 def test_logit_bias_forces_and_blocks() -> None:
     logits = torch.tensor([3.0, 2.0, 1.0, 0.0, -1.0, -2.0])
     force = _adjuster([], [], logit_bias=((4, 100.0),))
-    assert sample_next(logits, temperature=0.0, top_p=1.0, top_logprobs=0, generator=None, adjuster=force).token_id == 4
+    assert sample_next(logits, GREEDY, generator=None, adjuster=force).token_id == 4
     block = _adjuster([], [], logit_bias=((0, -100.0), (1, -100.0)))
-    picked = sample_next(logits, temperature=0.0, top_p=1.0, top_logprobs=0, generator=None, adjuster=block)
+    picked = sample_next(logits, GREEDY, generator=None, adjuster=block)
     assert picked.token_id == 2
     expected = torch.log_softmax(logits + torch.tensor([-100.0, -100.0, 0, 0, 0, 0]), -1)[2]
     assert picked.logprob == pytest.approx(expected.item())
@@ -89,18 +89,17 @@ def test_min_tokens_blocks_eos_until_reached_unless_a_constraint_needs_it() -> N
     adjuster = _adjuster([], [], min_tokens=2)
     picks = []
     for _ in range(3):
-        sampled = sample_next(logits, temperature=0.0, top_p=1.0, top_logprobs=0, generator=None, adjuster=adjuster)
+        sampled = sample_next(logits, GREEDY, generator=None, adjuster=adjuster)
         adjuster.accept(sampled.token_id)
         picks.append(sampled.token_id)
     assert picks == [1, 1, EOS]
     # A constraint that only allows ending wins over min_tokens (forced or as the only allowed id).
     early = _adjuster([], [], min_tokens=5)
     only_eos = torch.tensor([False, False, False, False, False, True])
-    kwargs: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_logprobs": 0, "generator": None}
-    assert sample_next(logits, allowed=only_eos, adjuster=early, **kwargs).token_id == EOS
-    assert sample_next(logits, forced=EOS, adjuster=early, **kwargs).logprob > -1.0
+    assert sample_next(logits, GREEDY, generator=None, allowed=only_eos, adjuster=early).token_id == EOS
+    assert sample_next(logits, GREEDY, generator=None, forced=EOS, adjuster=early).logprob > -1.0
     some = torch.tensor([False, False, True, False, False, True])
-    assert sample_next(logits, allowed=some, adjuster=early, **kwargs).token_id == 2
+    assert sample_next(logits, GREEDY, generator=None, allowed=some, adjuster=early).token_id == 2
 
 
 def test_top_k_and_min_p_truncate_sampling_not_the_reported_distribution() -> None:
@@ -109,10 +108,8 @@ def test_top_k_and_min_p_truncate_sampling_not_the_reported_distribution() -> No
     generator = torch.Generator().manual_seed(0)
 
     def draw(top_p: float = 1.0, **kwargs: Any) -> torch.Tensor:
-        picks = [
-            sample_next(logits, temperature=1.0, top_p=top_p, top_logprobs=0, generator=generator, **kwargs).token_id
-            for _ in range(4000)
-        ]
+        params = SamplingParams(temperature=1.0, top_p=top_p, **kwargs)
+        picks = [sample_next(logits, params, generator=generator).token_id for _ in range(4000)]
         return torch.bincount(torch.tensor(picks), minlength=4).float() / len(picks)
 
     assert torch.allclose(draw(top_k=2), torch.tensor([4 / 7, 3 / 7, 0, 0]), atol=0.03)
@@ -120,7 +117,7 @@ def test_top_k_and_min_p_truncate_sampling_not_the_reported_distribution() -> No
     assert torch.allclose(draw(min_p=0.45), torch.tensor([4 / 9, 3 / 9, 2 / 9, 0]), atol=0.03)  # p >= 0.18
     # top_k then top_p on the renormalised top-k (vLLM's joint order): {0, 1, 2} -> mass before 2 is 7/9.
     assert torch.allclose(draw(top_k=3, top_p=0.7), torch.tensor([4 / 7, 3 / 7, 0, 0]), atol=0.03)
-    one = sample_next(logits, temperature=1.0, top_p=1.0, top_logprobs=0, generator=generator, top_k=1)
+    one = sample_next(logits, SamplingParams(top_k=1), generator=generator)
     assert one.token_id == 0 and one.logprob == pytest.approx(torch.log(probs[0]).item())
 
 

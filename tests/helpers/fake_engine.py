@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from art_adapters_backend.serving.engine.base import (
-    ContextLengthError,
     EngineStats,
     GeneratedSequence,
     GenerationRequest,
     SequenceDelta,
+    check_request,
 )
 from art_adapters_backend.serving.engine.text import TextTracker
 
@@ -179,23 +179,7 @@ class FakeEngine:
     def _validate(self, request: GenerationRequest) -> None:
         if self._closed:
             raise RuntimeError("the engine is closed")
-        params = request.params
-        if not request.prompt_token_ids:
-            raise ValueError("the prompt is empty")
-        if any(not 0 <= t < self.vocab_size for t in request.prompt_token_ids):
-            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
-        if request.n < 1 or params.max_tokens < 1:
-            raise ValueError("n and max_tokens must be at least 1")
-        needed = len(request.prompt_token_ids) + params.max_tokens
-        if needed > self.context_length:
-            raise ContextLengthError(
-                f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is "
-                f"{params.max_tokens}: "
-                f"{needed} tokens do not fit the model's context of {self.context_length}; "
-                "shorten the prompt or lower max_tokens"
-            )
-        if request.adapter is not None and request.adapter not in self.adapters:
-            raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(self.adapters)}")
+        check_request(request, self.vocab_size, self.context_length, self.adapters)
 
     def _rng(self, request: GenerationRequest, index: int) -> random.Random:
         params = request.params

@@ -16,11 +16,4 @@ if _TYPE_CHECKING:
 
 __all__ = ["AdmissionGate", "create_app", "error_response", "install_error_handlers"]
 
-__getattr__, __dir__ = _lazy_exports(
-    __name__,
-    {
-        ".admission": "AdmissionGate",
-        ".app": "create_app",
-        ".error_handlers": "error_response install_error_handlers",
-    },
-)
+__getattr__, __dir__ = _lazy_exports(__name__)

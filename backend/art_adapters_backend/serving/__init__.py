@@ -41,16 +41,4 @@ __all__ = [
     "write_serving_settings",
 ]
 
-__getattr__, __dir__ = _lazy_exports(
-    __name__,
-    {
-        ".adapters": "AdapterCache",
-        ".model_family": "CHAT_TEMPLATE_FILE ModelFamily bundled_chat_template_path resolve_model_family "
-        "write_serving_settings",
-        ".chat_template": "ChatTemplate",
-        ".export": "EXPORT_MANIFEST export_checkpoint parse_model_ref",
-        ".records": "RecordStore",
-        ".registry": "Registry",
-        ".token_text": "TokenTexts",
-    },
-)
+__getattr__, __dir__ = _lazy_exports(__name__)

@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -190,15 +190,7 @@ def read_serving_settings(
     )  # fmt: skip
     path = resolve_model_path(base_model, cache_dir)
     family = resolve_model_family(load_tokenizer(path), bundled=is_bundled(base_model))
-    return ServingSettings(
-        base_model=base_model,
-        base_model_path=path,
-        chat_template=family.chat_template,
-        chat_template_source=family.chat_template_source,
-        tool_call_parser=family.tool_call_parser,
-        reasoning_parser=family.reasoning_parser,
-        recorded=False,
-    )
+    return ServingSettings(base_model, path, **asdict(family), recorded=False)
 
 
 def _deploy_base(settings: ServingSettings) -> str:

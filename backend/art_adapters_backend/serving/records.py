@@ -10,14 +10,17 @@ import logging
 import os
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from art_adapters.files import PRIVATE_FILE_MODE, append_durably, cut_torn_line
 
 from ..errors import StorageUnavailableError
 from ..workers import run_request_work
+from .engine.base import SamplingParams
 
 __all__ = ["ChoiceRecord", "CompletionRecord", "RecordStore"]
 
@@ -51,7 +54,23 @@ class ChoiceRecord(BaseModel):
     cached_prompt_tokens: int = 0
 
 
-class CompletionRecord(BaseModel):
+def _stored_sampling_fields() -> dict[str, Any]:
+    """:class:`SamplingParams`' fields as a record stores them: ``stop`` a list, ``logit_bias`` an object."""
+    stored = {
+        "stop": (list[str], Field(default_factory=list)),
+        "logit_bias": (dict[int, float], Field(default_factory=dict)),
+    }
+    hints = get_type_hints(SamplingParams)
+    return {f.name: stored.get(f.name, (hints[f.name], f.default)) for f in fields(SamplingParams)}
+
+
+#: The sampling settings of a record: one field per :class:`SamplingParams` field, same defaults.
+_SamplingRecord: type[BaseModel] = create_model(
+    "_SamplingRecord", __module__=__name__, **_stored_sampling_fields()
+)
+
+
+class CompletionRecord(_SamplingRecord):  # type: ignore[misc, valid-type]
     """What the backend served for one completion id: prompt token ids, each choice's sampled
     token ids and their logprobs, the sampling settings and the model served.
 
@@ -63,11 +82,13 @@ class CompletionRecord(BaseModel):
         step: the checkpoint step that answered (``None`` for the plain base model).
         created: Unix time of the response.
         prompt_token_ids: the rendered prompt's token ids.
-        temperature, top_p, max_tokens, seed, stop, n, top_logprobs: the sampling settings used.
-        top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, min_tokens,
-            logit_bias: vLLM's further sampling settings (defaults: off). With a penalty, a bias or
-            ``min_tokens`` the choices' ``logprobs`` are of the adjusted distribution the tokens
-            were drawn from, not of the model alone (see ``GeneratedSequence.logprobs``).
+        temperature, top_p, max_tokens, seed, stop, top_logprobs, top_k, min_p, presence_penalty,
+            frequency_penalty, repetition_penalty, min_tokens, logit_bias: the sampling settings
+            used, one per :class:`~.engine.base.SamplingParams` field (``logit_bias`` as an object).
+            With a penalty, a bias or ``min_tokens`` the choices' ``logprobs`` are of the adjusted
+            distribution the tokens were drawn from, not of the model alone (see
+            ``GeneratedSequence.logprobs``).
+        n: how many choices were asked for.
         constrained: whether decoding was constrained (forced tool call, JSON response format).
         stream: whether the response was streamed.
         choices: one record per choice.
@@ -80,20 +101,7 @@ class CompletionRecord(BaseModel):
     step: int | None = None
     created: int = Field(default_factory=lambda: int(time.time()))
     prompt_token_ids: list[int]
-    temperature: float
-    top_p: float
-    max_tokens: int
-    seed: int | None = None
-    stop: list[str] = Field(default_factory=list)
     n: int = 1
-    top_logprobs: int = 0
-    top_k: int = 0
-    min_p: float = 0.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    min_tokens: int = 0
-    logit_bias: dict[int, float] = Field(default_factory=dict)
     constrained: bool = False
     stream: bool = False
     choices: list[ChoiceRecord]

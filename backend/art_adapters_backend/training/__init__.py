@@ -30,15 +30,4 @@ __all__ = [
     "UnslothTrainer",
 ]
 
-__getattr__, __dir__ = _lazy_exports(
-    __name__,
-    {
-        ".checkpoint_leases": "CheckpointLeases",
-        ".checkpoints": "CheckpointStore",
-        ".trainer": "LoraTrainer",
-        ".peft_trainer": "PeftTrainer",
-        ".data": "TrainingSequence",
-        ".service": "TrainingService",
-        ".unsloth_trainer": "UnslothTrainer",
-    },
-)
+__getattr__, __dir__ = _lazy_exports(__name__)

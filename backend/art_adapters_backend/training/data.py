@@ -275,6 +275,37 @@ class _Built:
     temperature: float
     advantages: list[float] = field(default_factory=list)
 
+    def training_sequence(
+        self,
+        group_id: str,
+        trajectory_id: str,
+        advantage: float = 0.0,
+        *,
+        turn_credit: bool = False,
+        imitation: bool = False,
+    ) -> TrainingSequence:
+        """This sequence for the trainer, with the trajectory's ``advantage``.
+
+        ``turn_credit``: each loss token keeps the advantage its turn was added with (``advantages``)
+        and the sequence's ``advantage`` is their mean. ``imitation`` (SFT): no old logprobs, and
+        temperature 1.0.
+        """
+        token_advantages = None
+        if turn_credit:
+            token_advantages = [a if m else 0.0 for a, m in zip(self.advantages, self.mask, strict=True)]
+            advantage = sum(token_advantages) / sum(self.mask)
+        return TrainingSequence(
+            token_ids=self.ids,
+            loss_mask=self.mask,
+            old_logprobs=[None] * len(self.ids) if imitation else self.logprobs,
+            advantage=advantage,
+            token_advantages=token_advantages,
+            group_id=group_id,
+            trajectory_id=trajectory_id,
+            turns=self.turns,
+            temperature=1.0 if imitation else self.temperature,
+        )
+
 
 class _Builder:
     """Accumulates the sequences of one trajectory's conversations."""

@@ -196,24 +196,10 @@ def build_sequences(
         for trajectory, advantage, turn_advantages in zip(scored, advantages, per_turn, strict=True):
             built = trajectory_sequences(trajectory, get_record, render, metrics, policy, turn_advantages)
             kept = trainable_sequences(trajectory, built, metrics, max_sequence_length)
-            for b in kept:
-                token_advantages = None
-                if turn_advantages is not None:
-                    token_advantages = [a if m else 0.0 for a, m in zip(b.advantages, b.mask, strict=True)]
-                    advantage = sum(token_advantages) / sum(b.mask)
-                group_sequences.append(
-                    TrainingSequence(
-                        token_ids=b.ids,
-                        loss_mask=b.mask,
-                        old_logprobs=b.logprobs,
-                        advantage=advantage,
-                        token_advantages=token_advantages,
-                        group_id=group.id,
-                        trajectory_id=trajectory.id,
-                        turns=b.turns,
-                        temperature=b.temperature,
-                    )
-                )
+            turn_credit = turn_advantages is not None
+            group_sequences += [
+                b.training_sequence(group.id, trajectory.id, advantage, turn_credit=turn_credit) for b in kept
+            ]
             used_trajectories += bool(kept)
         if not group_sequences:
             dropped["no_sequences"] += 1

@@ -128,19 +128,7 @@ def sft_sequences(
     for trajectory in trajectories:
         built = trajectory_sequences(trajectory, get_record, render, metrics, only_model)
         kept = trainable_sequences(trajectory, built, metrics, max_sequence_length)
-        for b in kept:
-            sequences.append(
-                TrainingSequence(
-                    token_ids=b.ids,
-                    loss_mask=b.mask,
-                    old_logprobs=[None] * len(b.ids),
-                    advantage=0.0,
-                    group_id=SFT_GROUP_ID,
-                    trajectory_id=trajectory.id,
-                    turns=b.turns,
-                    temperature=1.0,
-                )
-            )
+        sequences += [b.training_sequence(SFT_GROUP_ID, trajectory.id, imitation=True) for b in kept]
         metrics.trajectories += bool(kept)
     metrics.groups_used = int(bool(sequences))
     if not sequences:

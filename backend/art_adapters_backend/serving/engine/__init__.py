@@ -14,11 +14,4 @@ if _TYPE_CHECKING:
 
 __all__ = ["GenerationRequest", "InferenceEngine", "SamplingParams", "TorchEngine", "VllmEngine"]
 
-__getattr__, __dir__ = _lazy_exports(
-    __name__,
-    {
-        ".base": "GenerationRequest InferenceEngine SamplingParams",
-        ".torch_engine": "TorchEngine",
-        ".vllm_engine": "VllmEngine",
-    },
-)
+__getattr__, __dir__ = _lazy_exports(__name__)

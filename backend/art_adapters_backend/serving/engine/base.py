@@ -6,8 +6,8 @@ per choice, or a stream of :class:`SequenceDelta`, whichever engine runs (:class
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Collection
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ...errors import BadRequestError
@@ -21,6 +21,7 @@ __all__ = [
     "InferenceEngine",
     "SamplingParams",
     "SequenceDelta",
+    "check_request",
 ]
 
 FinishReason = Literal["stop", "length"]
@@ -119,7 +120,26 @@ class GenerationRequest:
 
 
 @dataclass
-class GeneratedSequence:
+class _ChoiceTokens:
+    """Tokens of one choice with their log-probabilities and text (see :class:`GeneratedSequence`)."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    _: KW_ONLY
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    eos: bool = False
+    cached_tokens: int = 0
+
+    @property
+    def text_token_ids(self) -> list[int]:
+        """``token_ids`` without the final EOS: the tokens behind ``text``."""
+        return self.token_ids[:-1] if self.eos else self.token_ids
+
+
+@dataclass
+class GeneratedSequence(_ChoiceTokens):
     """One finished choice.
 
     Attributes:
@@ -147,48 +167,60 @@ class GeneratedSequence:
             prefix cache instead of computing them (0 when it has none or missed).
     """
 
-    index: int
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
     finish_reason: FinishReason
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    eos: bool = False
-    cached_tokens: int = 0
-
-    @property
-    def text_token_ids(self) -> list[int]:
-        """``token_ids`` without the final EOS: the tokens behind ``text``."""
-        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 @dataclass
-class SequenceDelta:
+class SequenceDelta(_ChoiceTokens):
     """New output of one choice while streaming; ``finish_reason`` set on its last delta.
 
     ``eos``: this (last) delta's final token id is the sampled end-of-sequence token (no text).
     ``cached_tokens``: on a choice's first delta, the prompt tokens reused from the prefix cache.
     """
 
-    index: int
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
     finish_reason: FinishReason | None = None
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    eos: bool = False
-    cached_tokens: int = 0
-
-    @property
-    def text_token_ids(self) -> list[int]:
-        """``token_ids`` without the final EOS."""
-        return self.token_ids[:-1] if self.eos else self.token_ids
 
 
 class ContextLengthError(BadRequestError, ValueError):
     """The prompt plus ``max_tokens`` does not fit in the model's context length (a 400)."""
 
     code = "context_length_exceeded"
+
+
+def check_request(request: GenerationRequest, vocab_size: int, context_length: int, adapters: Collection[str]) -> None:
+    """Check ``request`` before an engine queues it (beyond the logit adjustments, which need torch).
+
+    Raises:
+        ValueError: an empty prompt or one with an id outside ``[0, vocab_size)``; ``n`` or
+            ``max_tokens`` below 1; a temperature, ``top_p`` or ``top_logprobs`` out of range; an
+            adapter not among ``adapters`` (those loaded).
+        ContextLengthError: the prompt plus ``max_tokens`` exceed ``context_length``.
+    """
+    params = request.params
+    prompt = request.prompt_token_ids
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if any(not 0 <= t < vocab_size for t in prompt):
+        raise ValueError(f"prompt token ids must be in [0, {vocab_size})")
+    if request.n < 1:
+        raise ValueError(f"n must be at least 1, got {request.n}")
+    if params.max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
+    if not params.temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if not 0 <= params.top_logprobs <= 20:
+        raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
+    needed = len(prompt) + params.max_tokens
+    if needed > context_length:
+        raise ContextLengthError(
+            f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
+            f"{needed} tokens do not fit the model's context of {context_length}; "
+            "shorten the prompt or lower max_tokens"
+        )
+    if request.adapter is not None and request.adapter not in adapters:
+        raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(adapters)}")
 
 
 @dataclass

@@ -319,19 +319,10 @@ class Batch:
 
     def _sample_one(self, row: Row, logits: torch.Tensor) -> SampledToken:
         """One row's token with its constraint, adjustments and truncations (:func:`~.sampling.sample_next`)."""
-        params = row.job.request.params
         allowed = row.decoder.allowed() if row.decoder is not None else None
         forced = row.decoder.forced_token() if row.decoder is not None else None
         return sample_next(
-            logits,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_logprobs=params.top_logprobs,
-            generator=row.generator,
-            allowed=allowed,
-            forced=forced,
-            top_k=params.top_k,
-            min_p=params.min_p,
+            logits, row.job.request.params, generator=row.generator, allowed=allowed, forced=forced,
             adjuster=row.adjuster,
         )
 

@@ -140,18 +140,13 @@ def _min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
 
 
-# shape: vLLM's sampling parameters, one keyword each, as SamplingParams names them
 def sample_next(
     logits: torch.Tensor,
+    params: SamplingParams,
     *,
-    temperature: float,
-    top_p: float,
-    top_logprobs: int,
     generator: torch.Generator | None,
     allowed: torch.Tensor | None = None,
     forced: int | None = None,
-    top_k: int = 0,
-    min_p: float = 0.0,
     adjuster: LogitAdjuster | None = None,
 ) -> SampledToken:
     """Pick the next token from one row of logits.
@@ -178,14 +173,11 @@ def sample_next(
 
     Args:
         logits: [V] float32 raw logits for the next position.
-        temperature: 0 = greedy, else the softmax temperature.
-        top_p: nucleus mass in (0, 1]; 1 disables truncation.
-        top_logprobs: how many alternatives to report (0 = none).
+        params: the request's sampling settings; this reads ``temperature`` (0 = greedy),
+            ``top_p``, ``top_k``, ``min_p`` and ``top_logprobs`` (the adjustments are ``adjuster``'s).
         generator: the sequence's own random generator (for reproducible seeds).
         allowed: optional [V] bool mask of tokens a constraint allows.
         forced: a token a constraint imposes (reported like a sampled one, no randomness used).
-        top_k: keep the ``top_k`` most likely tokens; 0 (or >= V) disables it.
-        min_p: drop tokens below ``min_p`` times the top probability; 0 disables it.
         adjuster: the choice's bias/``min_tokens``/penalty state, or ``None`` (none asked for).
             The caller reports the chosen token to it with :meth:`LogitAdjuster.accept`.
 
@@ -198,6 +190,7 @@ def sample_next(
         z = adjuster.apply(
             z, block_stop=adjuster.blocks_stop and not _constraint_must_stop(adjuster, allowed, forced)
         )
+    temperature = params.temperature
     scaled = z if temperature == 0 else z / temperature
     log_probs = torch.log_softmax(scaled, dim=-1)  # [V], the reported distribution
     masked = scaled if allowed is None else scaled.masked_fill(~allowed, float("-inf"))
@@ -206,20 +199,20 @@ def sample_next(
     elif temperature == 0:
         token = int(torch.argmax(masked).item())
     else:
-        if min_p > 0.0:
-            masked = _min_p_filter(masked, min_p)
-        if 0 < top_k < masked.numel():
-            masked = _top_k_filter(masked, top_k)
-        if top_p < 1.0:
-            masked = _top_p_filter(masked, top_p)
+        if params.min_p > 0.0:
+            masked = _min_p_filter(masked, params.min_p)
+        if 0 < params.top_k < masked.numel():
+            masked = _top_k_filter(masked, params.top_k)
+        if params.top_p < 1.0:
+            masked = _top_p_filter(masked, params.top_p)
         # Inverse-CDF sampling: one uniform draw (torch.multinomial costs ~2 ms a row here).
         # right=True never lands on a zero-probability token.
         cdf = torch.cumsum(torch.softmax(masked, dim=-1), dim=-1)
         u = torch.rand((), generator=generator) * cdf[-1]
         token = int(torch.searchsorted(cdf, u.reshape(1), right=True).clamp(max=cdf.numel() - 1).item())
     top: list[tuple[int, float]] | None = None
-    if top_logprobs > 0:
-        values, indices = torch.topk(log_probs, top_logprobs)
+    if params.top_logprobs > 0:
+        values, indices = torch.topk(log_probs, params.top_logprobs)
         top = [(int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
     return SampledToken(token_id=token, logprob=float(log_probs[token].item()), top_logprobs=top)
 

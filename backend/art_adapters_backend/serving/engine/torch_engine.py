@@ -27,11 +27,11 @@ import torch
 
 from ...threads import THREADS_ENV, set_torch_threads
 from .base import (
-    ContextLengthError,
     EngineStats,
     GeneratedSequence,
     GenerationRequest,
     SequenceDelta,
+    check_request,
 )
 from .batch import Batch, Job, Row
 from .constraint import ConstrainedDecoder, GrammarCache
@@ -281,31 +281,8 @@ class TorchEngine:
             raise EngineClosedError("the engine is closed")
         if self._thread is None:
             raise RuntimeError("the engine is not started: await engine.start() first")
-        params = request.params
-        if not request.prompt_token_ids:
-            raise ValueError("the prompt is empty")
-        if any(not 0 <= t < self.vocab_size for t in request.prompt_token_ids):
-            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
-        if request.n < 1:
-            raise ValueError(f"n must be at least 1, got {request.n}")
-        if params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
-        if not params.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {params.temperature}")
-        if not 0 < params.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
-        if not 0 <= params.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in [0, 20], got {params.top_logprobs}")
-        validate_adjustments(params, self.vocab_size)
-        needed = len(request.prompt_token_ids) + params.max_tokens
-        if needed > self.context_length:
-            raise ContextLengthError(
-                f"the prompt has {len(request.prompt_token_ids)} tokens and max_tokens is {params.max_tokens}: "
-                f"{needed} tokens do not fit the model's context of {self.context_length}; "
-                "shorten the prompt or lower max_tokens"
-            )
-        if request.adapter is not None and request.adapter not in self._adapters:
-            raise ValueError(f"unknown adapter {request.adapter!r}; loaded: {sorted(self._adapters)}")
+        check_request(request, self.vocab_size, self.context_length, self._adapters)
+        validate_adjustments(request.params, self.vocab_size)
 
     def _submit(self, job: Job) -> None:
         """Queue a validated request's choices for the decode loop."""
