@@ -6,9 +6,7 @@ separate service, ``art_adapters_backend``), and modules that pull LangChain or
 OpenTelemetry in are loaded on first use of their names.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 from ._adapter_config import RetentionPolicy
 from ._backends import Backend, LocalBackend, RemoteBackend
@@ -24,6 +22,7 @@ from ._errors import (
     RolloutError,
     ToolServerError,
 )
+from ._lazy import lazy_exports as _lazy_exports
 from ._model import CheckpointInfo, TrainableModel, TrainResult
 from ._sft_config import SFTConfig, load_trajectories
 from ._train_config import TrainConfig
@@ -168,15 +167,4 @@ __all__ = [
     "verifiable_scorer",
 ]
 
-
-def __getattr__(name: str) -> _Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'art_adapters' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module_name, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)

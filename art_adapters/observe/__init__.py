@@ -8,10 +8,9 @@ never raising for export problems. Traces import back with :func:`trajectories_f
 :func:`plot_run` chart a run.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
+from art_adapters._lazy import lazy_exports as _lazy_exports
 from art_adapters.observe._config import ObserveConfig
 from art_adapters.observe._default import (
     RolloutTracing,
@@ -77,14 +76,4 @@ __all__ = [
     "trajectories_from_spans",
 ]
 
-def __getattr__(name: str) -> _Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module_name, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)
