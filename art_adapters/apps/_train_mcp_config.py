@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from art_adapters import LoopConfig, TrainConfig
+from art_adapters._config import reject_moved
 from art_adapters.apps._mcp_reward import Reward
 
 __all__ = [
@@ -192,11 +192,7 @@ class TrainMcpConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _moved_to_loop(cls, data: Any) -> Any:
-        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
-        if moved:
-            hints = (f"{name} moved into TrainMcpConfig.loop: pass {_MOVED[name]}" for name in moved)
-            raise ValueError("; ".join(hints))
-        return data
+        return reject_moved(data, _MOVED, "TrainMcpConfig.loop")
 
     @model_validator(mode="after")
     def _check(self) -> TrainMcpConfig:
