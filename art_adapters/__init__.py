@@ -61,44 +61,6 @@ if _TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
-_LAZY: dict[str, str] = {
-    "TrajectoryCallbackHandler": "._capture.langchain",
-    "TrajectorySpanProcessor": "._capture.otel",
-    "mcp_tool_record": "._capture.otel_genai",
-    "Agreement": "._calibration",
-    "Calibration": "._calibration",
-    "calibrate": "._calibration",
-    "HackingMonitor": "._hacking",
-    "HackingMonitorConfig": "._hacking",
-    "HackingWarning": "._hacking",
-    "EvalReport": "._loop",
-    "LoopConfig": "._loop",
-    "LoopResult": "._loop",
-    "PairedComparison": "._paired",
-    "Scorer": "._scorers",
-    "StepReport": "._loop",
-    "combined_scorer": "._scorers",
-    "ruler_scorer": "._scorers",
-    "train_loop": "._loop",
-    "tool_use_reward": "._tool_reward",
-    "verifiable_scorer": "._scorers",
-    "RolloutFn": "._runner",
-    "RunConfig": "._runner",
-    "RunProgress": "._runner",
-    "run_groups": "._runner",
-    "run_groups_sync": "._runner",
-    "GroupJudgement": ".ruler",
-    "JudgeVerdict": ".ruler",
-    "RulerConfig": ".ruler",
-    "TrajectoryJudgement": ".ruler",
-    "combine_rewards": ".ruler",
-    "ruler_score_group": ".ruler",
-    "ruler_score_groups": ".ruler",
-    "trajectories_from_langfuse": ".observe",
-    "trajectories_from_otlp_json": ".observe",
-}
-
 __all__ = [
     "Agreement",
     "ArtAdaptersError",
@@ -167,4 +129,22 @@ __all__ = [
     "verifiable_scorer",
 ]
 
-__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)
+# Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
+__getattr__, __dir__ = _lazy_exports(
+    __name__,
+    {
+        "._capture.langchain": "TrajectoryCallbackHandler",
+        "._capture.otel": "TrajectorySpanProcessor",
+        "._capture.otel_genai": "mcp_tool_record",
+        "._calibration": "Agreement Calibration calibrate",
+        "._hacking": "HackingMonitor HackingMonitorConfig HackingWarning",
+        "._loop": "EvalReport LoopConfig LoopResult StepReport train_loop",
+        "._paired": "PairedComparison",
+        "._scorers": "Scorer combined_scorer ruler_scorer verifiable_scorer",
+        "._tool_reward": "tool_use_reward",
+        "._runner": "RolloutFn RunConfig RunProgress run_groups run_groups_sync",
+        ".ruler": "GroupJudgement JudgeVerdict RulerConfig TrajectoryJudgement combine_rewards ruler_score_group "
+        "ruler_score_groups",
+        ".observe": "trajectories_from_langfuse trajectories_from_otlp_json",
+    },
+)

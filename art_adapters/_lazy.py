@@ -1,30 +1,40 @@
-"""Lazy re-exports for a package ``__init__``: names whose modules load on first access."""
+"""Names a package exports but imports on first use, so importing the client stays light.
+
+The client's twin of the backend's ``art_adapters_backend._lazy`` (the two packages import nothing of
+each other), with the same signature and table format.
+"""
+
+from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable
 from typing import Any
+
+__all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    namespace: dict[str, Any], table: Mapping[str, str]
+    package: str, modules: dict[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module-level ``__getattr__`` and ``__dir__`` for a package whose globals are ``namespace``.
+    """The module ``__getattr__`` and ``__dir__`` of ``package`` (PEP 562).
 
-    ``table`` maps each lazy name to the module (relative to the package) that defines it; a name
-    is imported on first access and then cached in ``namespace``. ``__dir__`` lists the globals and
-    the package's ``__all__`` (read when called, so it may be assigned after this call).
+    ``modules`` maps a module (a path relative to ``package``) to the names it gives, space-separated,
+    as an import line would: each is taken from there on first access, then kept in the package's
+    namespace; any other name is an ``AttributeError``.
     """
-    package = namespace["__name__"]
+    namespace = sys.modules[package].__dict__
+    where = {name: module for module, names in modules.items() for name in names.split()}
 
     def __getattr__(name: str) -> Any:
-        module_name = table.get(name)
-        if module_name is None:
+        module = where.get(name)
+        if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module_name, package), name)
+        value = getattr(importlib.import_module(module, package), name)
         namespace[name] = value
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(namespace["__all__"]))
+        return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__

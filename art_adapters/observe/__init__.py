@@ -37,18 +37,6 @@ if _TYPE_CHECKING:
     )
     from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
 
-# Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
-# training loop (it imports this package for its metrics file) does not need until it exports.
-_LAZY: dict[str, str] = {
-    "OtlpJsonFileExporter": "._otlp_json",
-    "otlp_json_request": "._otlp_json",
-    "trajectories_from_langfuse": "._importer",
-    "trajectories_from_langfuse_api": "._import_live",
-    "trajectories_from_otlp_json": "._importer",
-    "trajectories_from_phoenix": "._import_live",
-    "trajectories_from_spans": "._importer",
-}
-
 __all__ = [
     "METRICS_FILE",
     "MetricsHistory",
@@ -76,4 +64,13 @@ __all__ = [
     "trajectories_from_spans",
 ]
 
-__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)
+# Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
+# training loop (it imports this package for its metrics file) does not need until it exports.
+__getattr__, __dir__ = _lazy_exports(
+    __name__,
+    {
+        "._otlp_json": "OtlpJsonFileExporter otlp_json_request",
+        "._importer": "trajectories_from_langfuse trajectories_from_otlp_json trajectories_from_spans",
+        "._import_live": "trajectories_from_langfuse_api trajectories_from_phoenix",
+    },
+)
