@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from art_adapters import LoopConfig, TrainConfig
-from art_adapters._config import reject_moved
 from art_adapters.apps._mcp_reward import Reward
+from art_adapters.cli_options import reject_moved
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
