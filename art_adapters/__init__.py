@@ -143,8 +143,8 @@ __getattr__, __dir__ = _lazy_exports(
         "._scorers": "Scorer combined_scorer ruler_scorer verifiable_scorer",
         "._tool_reward": "tool_use_reward",
         "._runner": "RolloutFn RunConfig RunProgress run_groups run_groups_sync",
-        ".ruler": "GroupJudgement JudgeVerdict RulerConfig TrajectoryJudgement combine_rewards ruler_score_group "
-        "ruler_score_groups",
+        ".ruler": "GroupJudgement JudgeVerdict RulerConfig TrajectoryJudgement combine_rewards "
+        "ruler_score_group ruler_score_groups",
         ".observe": "trajectories_from_langfuse trajectories_from_otlp_json",
     },
 )

@@ -189,7 +189,7 @@ class Backend:
         await self._leave()
 
     async def _leave(self) -> None:
-        """What leaving ``async with`` does: close the client (a :class:`LocalBackend` stops its server too)."""
+        """Leaving ``async with``: close the client (a :class:`LocalBackend` also stops its server)."""
         await self.aclose()
 
 

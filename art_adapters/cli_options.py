@@ -29,7 +29,15 @@ from rich.markup import escape
 
 from ._config import reject_moved
 
-__all__ = ["Setting", "build_config", "config_command", "every_setting", "exit_on", "field_help", "reject_moved"]
+__all__ = [
+    "Setting",
+    "build_config",
+    "config_command",
+    "every_setting",
+    "exit_on",
+    "field_help",
+    "reject_moved",
+]
 
 M = TypeVar("M", bound=BaseModel)
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
