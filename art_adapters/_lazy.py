@@ -1,7 +1,7 @@
 """Names a package exports but imports on first use, so importing the client stays light.
 
-The client's twin of the backend's ``art_adapters_backend._lazy`` (the two packages import nothing of
-each other), with the same signature and table format.
+The core's twin of ``art_adapters_backend._lazy``, with its signature and table format: the core never
+imports the backend, and the backend's packages load without the client.
 """
 
 from __future__ import annotations
