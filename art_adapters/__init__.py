@@ -6,9 +6,7 @@ separate service, ``art_adapters_backend``), and modules that pull LangChain or
 OpenTelemetry in are loaded on first use of their names.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 from ._adapter_config import RetentionPolicy
 from ._backends import Backend, LocalBackend, RemoteBackend
@@ -24,6 +22,7 @@ from ._errors import (
     RolloutError,
     ToolServerError,
 )
+from ._lazy import lazy_exports as _lazy_exports
 from ._model import CheckpointInfo, TrainableModel, TrainResult
 from ._sft_config import SFTConfig, load_trajectories
 from ._train_config import TrainConfig
@@ -61,44 +60,6 @@ if _TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
-
-# Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
-_LAZY: dict[str, str] = {
-    "TrajectoryCallbackHandler": "._capture.langchain",
-    "TrajectorySpanProcessor": "._capture.otel",
-    "mcp_tool_record": "._capture.otel_genai",
-    "Agreement": "._calibration",
-    "Calibration": "._calibration",
-    "calibrate": "._calibration",
-    "HackingMonitor": "._hacking",
-    "HackingMonitorConfig": "._hacking",
-    "HackingWarning": "._hacking",
-    "EvalReport": "._loop",
-    "LoopConfig": "._loop",
-    "LoopResult": "._loop",
-    "PairedComparison": "._paired",
-    "Scorer": "._scorers",
-    "StepReport": "._loop",
-    "combined_scorer": "._scorers",
-    "ruler_scorer": "._scorers",
-    "train_loop": "._loop",
-    "tool_use_reward": "._tool_reward",
-    "verifiable_scorer": "._scorers",
-    "RolloutFn": "._runner",
-    "RunConfig": "._runner",
-    "RunProgress": "._runner",
-    "run_groups": "._runner",
-    "run_groups_sync": "._runner",
-    "GroupJudgement": ".ruler",
-    "JudgeVerdict": ".ruler",
-    "RulerConfig": ".ruler",
-    "TrajectoryJudgement": ".ruler",
-    "combine_rewards": ".ruler",
-    "ruler_score_group": ".ruler",
-    "ruler_score_groups": ".ruler",
-    "trajectories_from_langfuse": ".observe",
-    "trajectories_from_otlp_json": ".observe",
-}
 
 __all__ = [
     "Agreement",
@@ -168,15 +129,22 @@ __all__ = [
     "verifiable_scorer",
 ]
 
-
-def __getattr__(name: str) -> _Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'art_adapters' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module_name, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# Names whose modules are imported on first access (they pull in LangChain / OTel SDK).
+__getattr__, __dir__ = _lazy_exports(
+    __name__,
+    {
+        "._capture.langchain": "TrajectoryCallbackHandler",
+        "._capture.otel": "TrajectorySpanProcessor",
+        "._capture.otel_genai": "mcp_tool_record",
+        "._calibration": "Agreement Calibration calibrate",
+        "._hacking": "HackingMonitor HackingMonitorConfig HackingWarning",
+        "._loop": "EvalReport LoopConfig LoopResult StepReport train_loop",
+        "._paired": "PairedComparison",
+        "._scorers": "Scorer combined_scorer ruler_scorer verifiable_scorer",
+        "._tool_reward": "tool_use_reward",
+        "._runner": "RolloutFn RunConfig RunProgress run_groups run_groups_sync",
+        ".ruler": "GroupJudgement JudgeVerdict RulerConfig TrajectoryJudgement combine_rewards "
+        "ruler_score_group ruler_score_groups",
+        ".observe": "trajectories_from_langfuse trajectories_from_otlp_json",
+    },
+)

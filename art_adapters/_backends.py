@@ -186,6 +186,10 @@ class Backend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self._leave()
+
+    async def _leave(self) -> None:
+        """Leaving ``async with``: close the client (a :class:`LocalBackend` also stops its server)."""
         await self.aclose()
 
 
@@ -365,12 +369,7 @@ class LocalBackend(Backend):
     async def __aenter__(self) -> Self:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self) -> None:
         await self.close()
 
 

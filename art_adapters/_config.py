@@ -2,7 +2,8 @@
 
 ``run_groups`` and ``ruler_score_group(s)`` take a pydantic config model plus keyword overrides;
 :func:`resolve_config` is the one place that merges and validates them, so a bad setting is always
-a :class:`~art_adapters.ConfigError` carrying pydantic's message.
+a :class:`~art_adapters.ConfigError` carrying pydantic's message; :func:`reject_moved` names where a
+config's retired field went.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, NonNegativeInt, PositiveInt, Va
 
 from ._errors import ConfigError
 
-__all__ = ["Count", "PositiveCount", "resolve_config"]
+__all__ = ["Count", "PositiveCount", "reject_moved", "resolve_config"]
 
 _Config = TypeVar("_Config", bound=BaseModel)
 
@@ -29,6 +30,18 @@ def _not_a_bool(value: Any) -> Any:
 Count = Annotated[NonNegativeInt, BeforeValidator(_not_a_bool)]
 #: An int >= 1 (``True`` rejected).
 PositiveCount = Annotated[PositiveInt, BeforeValidator(_not_a_bool)]
+
+
+def reject_moved(data: Any, moved: Mapping[str, str], where: str) -> Any:
+    """A ``mode="before"`` model validator's body: ``data`` unchanged, unless it sets a field that moved.
+
+    ``moved`` maps each retired field name to how to pass it now; ``where`` names where it went
+    (``"TrainMcpConfig.loop"``). Raises ``ValueError`` with one hint per moved field given.
+    """
+    given = [name for name in moved if isinstance(data, Mapping) and name in data]
+    if given:
+        raise ValueError("; ".join(f"{name} moved into {where}: pass {moved[name]}" for name in given))
+    return data
 
 
 def resolve_config(

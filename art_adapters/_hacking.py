@@ -263,10 +263,14 @@ class HackingMonitor:
             if rule.signal == "answer_length":
                 values["ratio"] = recent / base
             out.append(HackingWarning(
-                signal=rule.signal, step=step, values=values, message=rule.message(base, recent, c),
+                signal=rule.signal, step=step, values=values,
+                message=rule.message.format(base=base, recent=recent, c=c, **values),
                 check=rule.check,
             ))  # fmt: skip
         return out
+
+
+_Fires = Callable[[float, float, HackingMonitorConfig], bool]
 
 
 @dataclass(frozen=True)
@@ -276,58 +280,51 @@ class _DriftRule:
     signal: str  # the warning's name
     source: str  # the monitored number (a key of step_signals)
     value: str  # the warning's value names: VALUE_baseline and VALUE
-    fires: Callable[[float, float, HackingMonitorConfig], bool]
-    message: Callable[[float, float, HackingMonitorConfig], str]
+    fires: _Fires
+    message: str  # formatted with base, recent, c (the config) and the warning's values
     check: str
+
+
+def _rise(limit: str) -> _Fires:
+    """Fires when the signal rose by at least the config's ``limit`` field."""
+    return lambda base, recent, c: recent - base >= getattr(c, limit)
+
+
+def _drop(limit: str) -> _Fires:
+    """Fires when the signal fell by at least the config's ``limit`` field."""
+    return lambda base, recent, c: base - recent >= getattr(c, limit)
 
 
 def _length_ratio_out_of_range(base: float, recent: float, c: HackingMonitorConfig) -> bool:
     return base > 0 and not 1 / c.length_ratio < recent / base < c.length_ratio
 
 
+def _tool_calls_changed(base: float, recent: float, c: HackingMonitorConfig) -> bool:
+    return abs(recent - base) / max(base, 1.0) >= c.tool_calls_change
+
+
 _DRIFT_RULES = (
-    _DriftRule(
-        "calibration", "spearman", "spearman",
-        lambda base, recent, c: base - recent >= c.calibration_drop,
-        lambda base, recent, c: f"RULER's rank agreement with the verifiable reward fell: Spearman "
-        f"{base:.2f} -> {recent:.2f}",
+    _DriftRule("calibration", "spearman", "spearman", _drop("calibration_drop"),
+        "RULER's rank agreement with the verifiable reward fell: Spearman {base:.2f} -> {recent:.2f}",
         "compare the judge's explanations with the verifiable check on the pairs they order differently; "
-        "run `art-adapters calibrate` on a saved batch to compare judges and rubrics",
-    ),
-    _DriftRule(
-        "answer_length", "answer_chars", "chars",
-        _length_ratio_out_of_range,
-        lambda base, recent, c: f"final answers drifted from {base:.0f} to {recent:.0f} characters on "
-        f"average (x{recent / base:.2f})",
+        "run `art-adapters calibrate` on a saved batch to compare judges and rubrics"),
+    _DriftRule("answer_length", "answer_chars", "chars", _length_ratio_out_of_range,
+        "final answers drifted from {base:.0f} to {recent:.0f} characters on average (x{ratio:.2f})",
         "whether the judge rewards length (verbosity, padding) rather than correctness; state the "
-        "expected answer length in the rubric",
-    ),
-    _DriftRule(
-        "repetition", "repetition", "repetition",
-        lambda base, recent, c: recent - base >= c.repetition_rise,
-        lambda base, recent, c: f"repeated {c.ngram}-grams in the assistant's text rose from {base:.0%} to "
-        f"{recent:.0%}",
+        "expected answer length in the rubric"),
+    _DriftRule("repetition", "repetition", "repetition", _rise("repetition_rise"),
+        "repeated {c.ngram}-grams in the assistant's text rose from {base:.0%} to {recent:.0%}",
         "read recent rollouts for loops and repeated phrases; lower the temperature or penalise "
-        "repetition in the rubric",
-    ),
-    _DriftRule(
-        "tool_calls", "tool_calls", "calls",
-        lambda base, recent, c: abs(recent - base) / max(base, 1.0) >= c.tool_calls_change,
-        lambda base, recent, c: f"tool calls per rollout changed from {base:.2f} to {recent:.2f}",
-        "whether the agent stopped using the tools it needs, or calls them to impress the judge",
-    ),
-    _DriftRule(
-        "tool_errors", "tool_error_rate", "error_rate",
-        lambda base, recent, c: recent - base >= c.tool_error_rise,
-        lambda base, recent, c: f"the tool error rate rose from {base:.0%} to {recent:.0%}",
-        "the failing tool calls' arguments and errors; whether failed runs still score well",
-    ),
-    _DriftRule(
-        "judge_agreement", "judge_agreement", "agreement",
-        lambda base, recent, c: base - recent >= c.agreement_drop,
-        lambda base, recent, c: f"the judges agree less: agreement {base:.2f} -> {recent:.2f}",
-        "the rollouts the judges disagree on most: the policy may exploit one judge's blind spot",
-    ),
+        "repetition in the rubric"),
+    _DriftRule("tool_calls", "tool_calls", "calls", _tool_calls_changed,
+        "tool calls per rollout changed from {base:.2f} to {recent:.2f}",
+        "whether the agent stopped using the tools it needs, or calls them to impress the judge"),
+    _DriftRule("tool_errors", "tool_error_rate", "error_rate", _rise("tool_error_rise"),
+        "the tool error rate rose from {base:.0%} to {recent:.0%}",
+        "the failing tool calls' arguments and errors; whether failed runs still score well"),
+    _DriftRule("judge_agreement", "judge_agreement", "agreement", _drop("agreement_drop"),
+        "the judges agree less: agreement {base:.2f} -> {recent:.2f}",
+        "the rollouts the judges disagree on most: the policy may exploit one judge's blind spot"),
 )  # fmt: skip
 
 

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
-from ._config import Count
+from ._config import Count, reject_moved
 from ._hacking import HackingMonitorConfig, HackingWarning
 from ._paired import PairedComparison, compare_scenarios
 from ._runner import RunConfig
@@ -101,11 +100,7 @@ class LoopConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _moved_to_run(cls, data: Any) -> Any:
-        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
-        if moved:
-            hints = (f"{name} moved into LoopConfig.run (a RunConfig): pass {_MOVED[name]}" for name in moved)
-            raise ValueError("; ".join(hints))
-        return data
+        return reject_moved(data, _MOVED, "LoopConfig.run (a RunConfig)")
 
     @model_validator(mode="after")
     def _budget_needs_pipeline(self) -> LoopConfig:

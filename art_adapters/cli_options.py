@@ -27,7 +27,17 @@ from pydantic_core import PydanticUndefined
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["Setting", "build_config", "config_command", "every_setting", "exit_on", "field_help"]
+from ._config import reject_moved
+
+__all__ = [
+    "Setting",
+    "build_config",
+    "config_command",
+    "every_setting",
+    "exit_on",
+    "field_help",
+    "reject_moved",
+]
 
 M = TypeVar("M", bound=BaseModel)
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY

@@ -10,26 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from art_adapters._capture import otel_records as records
 from art_adapters._capture.assembly import model_name
-from art_adapters._capture.otel_records import (
-    SpanModelCall,
-    SpanToolCall,
-    as_int,
-    as_text,
-    indexed,
-    load_json,
-    make_tool_call,
-    message_from_openai,
-    normalise_role,
-    span_duration,
-    span_error,
-    span_start,
-    span_tool_call,
-    tool_record,
-    tool_schema_from_definition,
-    tool_span_call,
-    unflatten,
-)
+from art_adapters._capture.otel_records import SpanModelCall, SpanToolCall
 from art_adapters._trajectory import Message, ToolCall, ToolCallRecord, ToolSchema
 
 __all__ = ["CHAT_OPERATIONS", "mcp_tool_record", "parse_genai_span", "parse_mcp_span"]
@@ -83,12 +66,12 @@ def parse_mcp_span(span: Any) -> SpanToolCall | None:
         return None
     record = mcp_tool_record(
         attributes,
-        error=span_error(span) or _error_type(attributes),
-        duration_s=span_duration(span),
-        started_at=span_start(span),
+        error=records.span_error(span) or _error_type(attributes),
+        duration_s=records.span_duration(span),
+        started_at=records.span_start(span),
         span_name=span.name,
     )
-    return span_tool_call(span, record)
+    return records.span_tool_call(span, record)
 
 
 def mcp_tool_record(
@@ -113,7 +96,7 @@ def mcp_tool_record(
         # "tools/call add" (FastMCP's, ours), "MCP send tools/call add" (the MCP SDK's)
         before, method, after = span_name.partition("tools/call")
         name = (after if method else before).strip() or "unknown"
-    return tool_record(
+    return records.tool_record(
         name,
         attributes.get("gen_ai.tool.call.arguments"),
         attributes.get("gen_ai.tool.call.result"),
@@ -134,7 +117,7 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
         name = span.name.removeprefix("execute_tool").strip()
     if not name:
         return None
-    return tool_span_call(
+    return records.tool_span_call(
         span,
         name,
         attributes.get("gen_ai.tool.call.arguments"),
@@ -145,13 +128,13 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
 
 def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | None:
     messages: list[Message] = []
-    system = _parts_message("system", load_json(attributes.get("gen_ai.system_instructions")))
+    system = _parts_message("system", records.load_json(attributes.get("gen_ai.system_instructions")))
     if system is not None:
         messages.append(system)
     outputs: list[Message] = []
     if "gen_ai.input.messages" in attributes or "gen_ai.output.messages" in attributes:
-        messages.extend(_parts_messages(load_json(attributes.get("gen_ai.input.messages"))))
-        outputs = _parts_messages(load_json(attributes.get("gen_ai.output.messages")))
+        messages.extend(_parts_messages(records.load_json(attributes.get("gen_ai.input.messages"))))
+        outputs = _parts_messages(records.load_json(attributes.get("gen_ai.output.messages")))
     else:
         legacy_in, legacy_out = _legacy_messages(span, attributes)
         messages.extend(legacy_in)
@@ -171,7 +154,7 @@ def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | Non
         tools=_tools(attributes.get("gen_ai.tool.definitions")),
         output=output,
         usage=_usage(attributes),
-        error=span_error(span),
+        error=records.span_error(span),
         model=model_name(
             attributes.get("gen_ai.response.model"),
             attributes.get("gen_ai.request.model"),
@@ -188,11 +171,11 @@ def _parts_messages(value: Any) -> list[Message]:
     for raw in value:
         if not isinstance(raw, Mapping):
             continue
-        role = normalise_role(raw.get("role"))
+        role = records.normalise_role(raw.get("role"))
         parts = raw.get("parts")
         if role is None or not isinstance(parts, list):
             if "parts" not in raw:  # an OpenAI-style message under the new attribute
-                converted = message_from_openai(raw)
+                converted = records.message_from_openai(raw)
                 if converted is not None:
                     messages.append(converted)
             continue
@@ -202,7 +185,7 @@ def _parts_messages(value: Any) -> list[Message]:
             messages.append(
                 Message(
                     role="tool",
-                    content=as_text(part.get("response")),
+                    content=records.as_text(part.get("response")),
                     tool_call_id=str(call_id) if call_id else None,
                 )
             )
@@ -229,9 +212,9 @@ def _parts_message(role: str, parts: Any, *, name: Any = None) -> Message | None
             continue
         kind = part.get("type")
         if kind == "text":
-            texts.append(as_text(part.get("content")) or "")
+            texts.append(records.as_text(part.get("content")) or "")
         elif kind == "tool_call":
-            call = make_tool_call(part.get("id"), part.get("name"), part.get("arguments"))
+            call = records.make_tool_call(part.get("id"), part.get("name"), part.get("arguments"))
             if call is not None:
                 tool_calls.append(call)
         elif kind != "reasoning":
@@ -258,15 +241,15 @@ def _legacy_messages(span: Any, attributes: Mapping[str, Any]) -> tuple[list[Mes
     for event in getattr(span, "events", ()) or ():
         event_attributes = event.attributes or {}
         if event.name == "gen_ai.content.prompt":
-            prompt = load_json(event_attributes.get("gen_ai.prompt"))
+            prompt = records.load_json(event_attributes.get("gen_ai.prompt"))
         elif event.name == "gen_ai.content.completion":
-            completion = load_json(event_attributes.get("gen_ai.completion"))
+            completion = records.load_json(event_attributes.get("gen_ai.completion"))
     if prompt is None:
-        prompt = indexed(unflatten(attributes, "gen_ai.prompt."))
+        prompt = records.indexed(records.unflatten(attributes, "gen_ai.prompt."))
     if completion is None:
-        completion = indexed(unflatten(attributes, "gen_ai.completion."))
-    inputs = [m for m in map(message_from_openai, _as_list(prompt)) if m is not None]
-    outputs = [m for m in map(message_from_openai, _as_list(completion)) if m is not None]
+        completion = records.indexed(records.unflatten(attributes, "gen_ai.completion."))
+    inputs = [m for m in map(records.message_from_openai, _as_list(prompt)) if m is not None]
+    outputs = [m for m in map(records.message_from_openai, _as_list(completion)) if m is not None]
     return inputs, outputs
 
 
@@ -282,17 +265,19 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _tools(value: Any) -> list[ToolSchema] | None:
-    value = load_json(value)
+    value = records.load_json(value)
     if not isinstance(value, list):
         return None
-    tools = [t for t in map(tool_schema_from_definition, value) if t is not None]
+    tools = [t for t in map(records.tool_schema_from_definition, value) if t is not None]
     return tools or None
 
 
 def _usage(attributes: Mapping[str, Any]) -> dict[str, int]:
     usage: dict[str, int] = {}
-    prompt = as_int(attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens")))
-    completion = as_int(
+    prompt = records.as_int(
+        attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens"))
+    )
+    completion = records.as_int(
         attributes.get("gen_ai.usage.output_tokens", attributes.get("gen_ai.usage.completion_tokens"))
     )
     if prompt is not None:

@@ -14,20 +14,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from art_adapters._capture import otel_records as records
 from art_adapters._capture.assembly import model_name
 from art_adapters._capture.langchain_convert import content_of
-from art_adapters._capture.otel_records import (
-    SpanModelCall,
-    SpanToolCall,
-    as_int,
-    as_text,
-    load_json,
-    make_tool_call,
-    normalise_role,
-    span_error,
-    tool_schema_from_definition,
-    tool_span_call,
-)
+from art_adapters._capture.otel_records import SpanModelCall, SpanToolCall
 from art_adapters._trajectory import Message, ToolCall, ToolSchema
 
 __all__ = ["LangfuseSpanSkipped", "parse_langfuse_span"]
@@ -125,7 +115,7 @@ def _skip(span: Any, reason: str) -> LangfuseSpanSkipped:
 def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall:
     if INPUT not in attributes:
         raise _skip(span, f"no input ({INPUT} missing)")
-    messages, tools = _input(load_json(attributes[INPUT]))
+    messages, tools = _input(records.load_json(attributes[INPUT]))
     if not messages:
         raise _skip(span, f"its input ({INPUT}) holds no chat message")
     output = _output(attributes.get(OUTPUT))
@@ -135,17 +125,17 @@ def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall:
         messages=messages,
         tools=tools,
         output=output,
-        usage=_usage(load_json(attributes.get(USAGE))),
-        error=span_error(span),
+        usage=_usage(records.load_json(attributes.get(USAGE))),
+        error=records.span_error(span),
         model=model_name(attributes.get(MODEL)),
     )
 
 
 def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall:
-    result = load_json(attributes.get(OUTPUT))
+    result = records.load_json(attributes.get(OUTPUT))
     text, result_id, failed = _tool_result(result)
-    call_id = load_json(attributes.get(TOOL_CALL_ID)) or result_id
-    tool = tool_span_call(span, span.name, attributes.get(INPUT), text, call_id=call_id)
+    call_id = records.load_json(attributes.get(TOOL_CALL_ID)) or result_id
+    tool = records.tool_span_call(span, span.name, attributes.get(INPUT), text, call_id=call_id)
     tool.record.is_error = tool.record.is_error or failed
     return tool
 
@@ -154,7 +144,9 @@ def _input(value: Any) -> tuple[list[Message], list[ToolSchema] | None]:
     """A generation's input as (messages, tool definitions)."""
     tools: list[ToolSchema] = []
     if isinstance(value, Mapping) and isinstance(value.get("messages"), list):
-        tools.extend(t for t in map(tool_schema_from_definition, value.get("tools") or []) if t is not None)
+        tools.extend(
+            t for t in map(records.tool_schema_from_definition, value.get("tools") or []) if t is not None
+        )
         value = value["messages"]
     if isinstance(value, str):  # a completion model's prompt
         return [Message(role="user", content=value)], None
@@ -179,12 +171,12 @@ def _tool_definition(entry: Mapping[str, Any]) -> ToolSchema | None:
     content = entry.get("content")
     if entry.get("role") != "tool" or not isinstance(content, Mapping) or "tool_call_id" in entry:
         return None
-    return tool_schema_from_definition(content)
+    return records.tool_schema_from_definition(content)
 
 
 def _message(entry: Mapping[str, Any]) -> Message | None:
     """One message dict (the handler's form of a LangChain message, or OpenAI's) as a :class:`Message`."""
-    role = normalise_role(entry.get("role"))
+    role = records.normalise_role(entry.get("role"))
     extra = entry.get("additional_kwargs")
     if role == "system" and isinstance(extra, Mapping) and extra.get("__openai_role__") == "developer":
         role = "developer"
@@ -204,7 +196,7 @@ def _message(entry: Mapping[str, Any]) -> Message | None:
         call_id = entry.get("tool_call_id")
         return Message(
             role="tool",
-            content=as_text(content) if isinstance(content, list) else content,
+            content=records.as_text(content) if isinstance(content, list) else content,
             name=name,
             tool_call_id=str(call_id) if call_id else None,
         )
@@ -222,12 +214,12 @@ def _tool_calls(entry: Mapping[str, Any]) -> list[ToolCall] | None:
                 continue
             function = raw.get("function")
             if isinstance(function, Mapping):
-                call = make_tool_call(raw.get("id"), function.get("name"), function.get("arguments"))
+                call = records.make_tool_call(raw.get("id"), function.get("name"), function.get("arguments"))
             else:
                 arguments = raw.get("args")
                 if arguments is None and key == "invalid_tool_calls":
                     arguments = ""
-                call = make_tool_call(raw.get("id"), raw.get("name"), arguments)
+                call = records.make_tool_call(raw.get("id"), raw.get("name"), arguments)
             if call is not None:
                 calls.append(call)
     return calls or None
@@ -235,7 +227,7 @@ def _tool_calls(entry: Mapping[str, Any]) -> list[ToolCall] | None:
 
 def _output(value: Any) -> Message | None:
     """A generation's output: an assistant message dict, or a completion model's text."""
-    value = load_json(value)
+    value = records.load_json(value)
     if value is None:
         return None
     if isinstance(value, Mapping):
@@ -243,7 +235,7 @@ def _output(value: Any) -> Message | None:
         if message is not None and message.role == "assistant":
             return message
         return Message(role="assistant", content=content_of(value.get("content")) or "")
-    return Message(role="assistant", content=as_text(value) or "")
+    return Message(role="assistant", content=records.as_text(value) or "")
 
 
 def _tool_result(value: Any) -> tuple[Any, str | None, bool]:
@@ -252,7 +244,7 @@ def _tool_result(value: Any) -> tuple[Any, str | None, bool]:
         content = content_of(value.get("content"))
         call_id = value.get("tool_call_id")
         return (
-            content if isinstance(content, str) or content is None else as_text(content),
+            content if isinstance(content, str) or content is None else records.as_text(content),
             str(call_id) if call_id else None,
             value.get("status") == "error",
         )
@@ -264,7 +256,7 @@ def _usage(value: Any) -> dict[str, int]:
     if not isinstance(value, Mapping):
         return usage
     for key, name in _USAGE_KEYS:
-        count = as_int(value.get(key))
+        count = records.as_int(value.get(key))
         if count is not None:
             usage[name] = count
     return usage

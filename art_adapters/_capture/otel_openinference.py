@@ -9,22 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from art_adapters._capture import otel_records as records
 from art_adapters._capture.assembly import model_name
-from art_adapters._capture.otel_records import (
-    SpanModelCall,
-    SpanToolCall,
-    as_int,
-    as_text,
-    indexed,
-    load_json,
-    make_tool_call,
-    normalise_role,
-    span_error,
-    tool_schema_from_definition,
-    tool_span_call,
-    unflatten,
-    unwrap_langchain_message,
-)
+from art_adapters._capture.otel_records import SpanModelCall, SpanToolCall
 from art_adapters._trajectory import Message, ToolCall, ToolSchema
 
 __all__ = ["parse_openinference_span"]
@@ -54,8 +41,8 @@ def parse_openinference_span(span: Any) -> SpanModelCall | SpanToolCall | None:
 
 
 def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | None:
-    messages = _messages(unflatten(attributes, "llm.input_messages."))
-    outputs = _messages(unflatten(attributes, "llm.output_messages."))
+    messages = _messages(records.unflatten(attributes, "llm.input_messages."))
+    outputs = _messages(records.unflatten(attributes, "llm.output_messages."))
     if not messages and not outputs:
         return None
     output = next((m for m in outputs if m.role == "assistant"), None)
@@ -65,10 +52,10 @@ def _model_call(span: Any, attributes: Mapping[str, Any]) -> SpanModelCall | Non
         span_id=span.context.span_id,
         start_ns=span.start_time or 0,
         messages=messages,
-        tools=_tools(unflatten(attributes, "llm.tools.")),
+        tools=_tools(records.unflatten(attributes, "llm.tools.")),
         output=output,
         usage=_usage(attributes),
-        error=span_error(span),
+        error=records.span_error(span),
         model=model_name(attributes.get("llm.model_name")),
     )
 
@@ -78,28 +65,28 @@ def _tool_call(span: Any, attributes: Mapping[str, Any]) -> SpanToolCall | None:
     if not isinstance(name, str) or not name:
         name = span.name
     arguments, result = attributes.get("input.value"), attributes.get("output.value")
-    return tool_span_call(span, name, arguments, result, call_id=attributes.get("tool_call.id"))
+    return records.tool_span_call(span, name, arguments, result, call_id=attributes.get("tool_call.id"))
 
 
 def _messages(root: dict[str, Any]) -> list[Message]:
     messages: list[Message] = []
-    for entry in indexed(root):
+    for entry in records.indexed(root):
         data = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(data, dict):
             continue
-        role = normalise_role(data.get("role"))
+        role = records.normalise_role(data.get("role"))
         if role is None:
             continue
         tool_calls: list[ToolCall] = []
-        for raw in indexed(data.get("tool_calls")):
+        for raw in records.indexed(data.get("tool_calls")):
             call = raw.get("tool_call") if isinstance(raw, dict) else None
             if not isinstance(call, dict):
                 continue
             function = call.get("function") if isinstance(call.get("function"), dict) else {}
-            made = make_tool_call(call.get("id"), function.get("name"), function.get("arguments"))
+            made = records.make_tool_call(call.get("id"), function.get("name"), function.get("arguments"))
             if made is not None:
                 tool_calls.append(made)
-        content: str | list[dict[str, Any]] | None = as_text(data.get("content"))
+        content: str | list[dict[str, Any]] | None = records.as_text(data.get("content"))
         if content is None:
             content = _contents(data.get("contents"))
         if role == "assistant" and content is None and tool_calls:
@@ -121,13 +108,13 @@ def _messages(root: dict[str, Any]) -> list[Message]:
 def _contents(node: Any) -> str | list[dict[str, Any]] | None:
     """Multi-part content: all-text parts joined into one string, otherwise OpenAI content parts."""
     parts: list[dict[str, Any]] = []
-    for entry in indexed(node):
+    for entry in records.indexed(node):
         content = entry.get("message_content") if isinstance(entry, dict) else None
         if not isinstance(content, dict):
             continue
         kind = content.get("type")
         if kind == "text":
-            parts.append({"type": "text", "text": as_text(content.get("text")) or ""})
+            parts.append({"type": "text", "text": records.as_text(content.get("text")) or ""})
         elif kind == "image" and isinstance(content.get("image"), dict):
             url = content["image"].get("image", {}).get("url") if isinstance(content["image"], dict) else None
             parts.append({"type": "image_url", "image_url": {"url": url}})
@@ -140,13 +127,13 @@ def _contents(node: Any) -> str | list[dict[str, Any]] | None:
 
 def _tools(root: dict[str, Any]) -> list[ToolSchema] | None:
     tools: list[ToolSchema] = []
-    for entry in indexed(root):
+    for entry in records.indexed(root):
         tool = entry.get("tool") if isinstance(entry, dict) else None
         if not isinstance(tool, dict):
             continue
-        schema = tool_schema_from_definition(tool.get("json_schema"))
+        schema = records.tool_schema_from_definition(tool.get("json_schema"))
         if schema is None and isinstance(tool.get("name"), str):
-            schema = tool_schema_from_definition(
+            schema = records.tool_schema_from_definition(
                 {
                     "name": tool["name"],
                     "description": tool.get("description"),
@@ -165,7 +152,7 @@ def _completion_id(output_value: Any) -> str | None:
     ``output.value``: an OpenAI response's ``id``, or LangChain's ``llm_output.id`` / the
     message's ``response_metadata.id``.
     """
-    data = load_json(output_value)
+    data = records.load_json(output_value)
     if not isinstance(data, Mapping):
         return None
     if isinstance(data.get("id"), str) and ("choices" in data or "object" in data):
@@ -177,7 +164,7 @@ def _completion_id(output_value: Any) -> str | None:
     while isinstance(generations, list) and generations:
         generations = generations[0]
     if isinstance(generations, Mapping):
-        message = unwrap_langchain_message(generations.get("message"))
+        message = records.unwrap_langchain_message(generations.get("message"))
         metadata = message.get("response_metadata") if message else None
         if isinstance(metadata, Mapping) and isinstance(metadata.get("id"), str):
             return metadata["id"]
@@ -191,7 +178,7 @@ def _usage(attributes: Mapping[str, Any]) -> dict[str, int]:
         ("completion", "completion_tokens"),
         ("total", "total_tokens"),
     ):
-        value = as_int(attributes.get(f"llm.token_count.{key}"))
+        value = records.as_int(attributes.get(f"llm.token_count.{key}"))
         if value is not None:
             usage[name] = value
     return usage

@@ -113,9 +113,7 @@ class DemoConfig(BaseModel):
         description="Passes over each step's rollouts (TrainConfig.num_iterations): more updates per "
         "rollout; from the second the importance ratio moves off 1 and clipping acts.",
     )
-    mini_batches: PositiveInt = Field(
-        default=1, description="Optimizer updates per pass (TrainConfig.mini_batches)."
-    )
+    mini_batches: PositiveInt = Field(1, description="Optimizer updates per pass (TrainConfig.mini_batches).")
     loss: Literal["ppo", "cispo", "sapo"] = Field(
         default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
     )

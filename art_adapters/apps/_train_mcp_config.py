@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from art_adapters import LoopConfig, TrainConfig
 from art_adapters.apps._mcp_reward import Reward
+from art_adapters.cli_options import reject_moved
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -192,11 +192,7 @@ class TrainMcpConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _moved_to_loop(cls, data: Any) -> Any:
-        moved = [name for name in _MOVED if isinstance(data, Mapping) and name in data]
-        if moved:
-            hints = (f"{name} moved into TrainMcpConfig.loop: pass {_MOVED[name]}" for name in moved)
-            raise ValueError("; ".join(hints))
-        return data
+        return reject_moved(data, _MOVED, "TrainMcpConfig.loop")
 
     @model_validator(mode="after")
     def _check(self) -> TrainMcpConfig:

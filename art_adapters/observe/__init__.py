@@ -8,10 +8,9 @@ never raising for export problems. Traces import back with :func:`trajectories_f
 :func:`plot_run` chart a run.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
+from art_adapters._lazy import lazy_exports as _lazy_exports
 from art_adapters.observe._config import ObserveConfig
 from art_adapters.observe._default import (
     RolloutTracing,
@@ -37,18 +36,6 @@ if _TYPE_CHECKING:
         trajectories_from_spans,
     )
     from art_adapters.observe._otlp_json import OtlpJsonFileExporter, otlp_json_request
-
-# Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
-# training loop (it imports this package for its metrics file) does not need until it exports.
-_LAZY: dict[str, str] = {
-    "OtlpJsonFileExporter": "._otlp_json",
-    "otlp_json_request": "._otlp_json",
-    "trajectories_from_langfuse": "._importer",
-    "trajectories_from_langfuse_api": "._import_live",
-    "trajectories_from_otlp_json": "._importer",
-    "trajectories_from_phoenix": "._import_live",
-    "trajectories_from_spans": "._importer",
-}
 
 __all__ = [
     "METRICS_FILE",
@@ -77,14 +64,13 @@ __all__ = [
     "trajectories_from_spans",
 ]
 
-def __getattr__(name: str) -> _Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module_name, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# Names whose modules are imported on first access: they pull in the OpenTelemetry SDK, which the
+# training loop (it imports this package for its metrics file) does not need until it exports.
+__getattr__, __dir__ = _lazy_exports(
+    __name__,
+    {
+        "._otlp_json": "OtlpJsonFileExporter otlp_json_request",
+        "._importer": "trajectories_from_langfuse trajectories_from_otlp_json trajectories_from_spans",
+        "._import_live": "trajectories_from_langfuse_api trajectories_from_phoenix",
+    },
+)

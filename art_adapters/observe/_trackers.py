@@ -34,10 +34,8 @@ TRACKERS_ENV = "ART_ADAPTERS_TRACKERS"
 """Environment variable listing the trackers to use, exactly (``wandb,trackio``; ``none`` for none)."""
 
 _KNOWN = ("wandb", "trackio")
-_PIP = {
-    "wandb": "pip install 'art-adapters[trackers]' (or: pip install wandb)",
-    "trackio": "pip install 'art-adapters[trackers]' (or: pip install trackio)",
-}
+#: How to install each tracker's SDK (its package has the tracker's name).
+_PIP = {name: f"pip install 'art-adapters[trackers]' (or: pip install {name})" for name in _KNOWN}
 # Trackio's own variables (documented in trackio.init and its README), plus ours for the project name.
 _TRACKIO_VARS = ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL", "TRACKIO_PROJECT")
 
