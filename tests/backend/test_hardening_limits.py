@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -197,8 +198,8 @@ async def test_a_stop_string_past_the_length_cap_is_a_400(local_backend: LocalBa
 
 
 def test_stop_strings_at_the_cap_cost_little_next_to_decoding(smollm2_tokenizer: Any) -> None:
-    text = "the quick brown fox jumps over the lazy dog and then " * 200
-    ids = smollm2_tokenizer(text, add_special_tokens=False)["input_ids"][:1500]
+    text = "the quick brown fox jumps over the lazy dog and then " * 600
+    ids = smollm2_tokenizer(text, add_special_tokens=False)["input_ids"][:5500]
     # Four stop strings at the cap whose start recurs in the text: the worst case for matching.
     stops = tuple(("the quick brown fox " * 30)[: MAX_STOP_CHARS - 2] + f"!{k}" for k in range(4))
 
@@ -218,15 +219,20 @@ def test_stop_strings_at_the_cap_cost_little_next_to_decoding(smollm2_tokenizer:
         smollm2_tokenizer.decode(ids[:1250], skip_special_tokens=False)
         return time.perf_counter() - started
 
-    # Each measured 9 times, interleaved, the best kept: load from other processes hits all four alike.
+    # Tokens 250-500 against 5,000-5,500: a per-token cost that grew with the text would be ~14x
+    # later (5,250 / 375 tokens); one bounded by the stop strings' length stays flat.
+    # Each round measures both back to back, so load from other processes hits the pair alike; the
+    # median round's ratio is kept, and the other figures are the best of 9.
     rounds = [
-        (per_token(stops, 250, 500), per_token(stops, 1000, 1500), per_token((), 1000, 1500), full_decode())
+        (per_token(stops, 250, 500), per_token(stops, 5000, 5500), per_token((), 5000, 5500), full_decode())
         for _ in range(9)
     ]
+    ratio = statistics.median(late / early for early, late, _, _ in rounds)
     early, late, plain, decode = (min(column) for column in zip(*rounds, strict=True))
     print(f"per token: {plain * 1e3:.3f} ms without stop strings, {late * 1e3:.3f} ms with four at the cap "
-          f"({early * 1e3:.3f} ms earlier in the text); decoding the whole text once: {decode * 1e3:.3f} ms")
-    assert late < 1.5 * early, (early, late)  # bounded by the stop strings' length, not the text's
+          f"at token 5,000 ({early * 1e3:.3f} ms at token 250, median ratio {ratio:.2f}); decoding 1,250 "
+          f"tokens once: {decode * 1e3:.3f} ms")  # fmt: skip
+    assert ratio < 3, (ratio, early, late)  # bounded by the stop strings' length, not the text's (~14x)
     assert late < decode, (late, decode)  # less than one decode of the text (before: 2.4x that, 20x with 60 KB)
 
 
