@@ -48,10 +48,11 @@ _quiet_http_logs = quiet_http_logs
 #: ``demo``'s flags in help order: DemoConfig's own fields and the loop settings it offers
 #: (:data:`DEMO_LOOP_SETTINGS`: ``--groups`` is ``loop.groups_per_step``...).
 _DEMO_FLAGS = (
-    "run_dir steps groups rollouts eval_size eval_samples train_size temperature eval_temperature learning_rate "
-    "lora_rank max_tokens passes mini_batches loss loss_normalization dynamic_sampling scripted_imitation "
-    "eval_every max_staleness seed threads no_judge question"
-).split()
+    "run_dir", "steps", "groups", "rollouts", "eval_size", "eval_samples", "train_size", "temperature",
+    "eval_temperature", "learning_rate", "lora_rank", "max_tokens", "passes", "mini_batches", "loss",
+    "loss_normalization", "dynamic_sampling", "scripted_imitation", "eval_every", "max_staleness", "seed",
+    "threads", "no_judge", "question",
+)  # fmt: skip
 
 #: ``demo``'s options: defaults from DemoConfig (the loop's from :func:`default_demo_loop`), help from its
 #: descriptions and DEMO_LOOP_SETTINGS.

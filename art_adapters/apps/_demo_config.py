@@ -51,54 +51,50 @@ def default_demo_loop(**changes: Any) -> LoopConfig:
     return LoopConfig.model_validate(settings)
 
 
-def _flag(flag: str, path: str, help_text: str, annotation: Any = None) -> tuple[str, Setting]:
-    """``flag``'s old DemoConfig keyword and its Setting: the loop field ``path`` under the name ``--flag``."""
-    option = f"--{flag.replace('_', '-')}"
-    return flag, Setting(f"loop.{path}", decls=(option,), extra={"help": help_text}, annotation=annotation)
+#: The loop field each ``demo`` loop flag sets; each flag was a DemoConfig field of that name before
+#: DemoConfig held a LoopConfig.
+_LOOP_FIELDS = {
+    "steps": "steps", "groups": "groups_per_step", "rollouts": "rollouts_per_group", "eval_samples": "eval_rollouts",
+    "learning_rate": "train.learning_rate", "lora_rank": "train.lora_rank", "passes": "train.num_iterations",
+    "mini_batches": "train.mini_batches", "loss": "train.loss_type", "loss_normalization": "train.loss_normalization",
+    "dynamic_sampling": "dynamic_sampling", "eval_every": "eval_every", "max_staleness": "max_staleness",
+}  # fmt: skip
 
+#: Each loop flag's help: the demo's words (its questions, its flags), not the library's.
+_LOOP_HELP = {
+    "steps": "Training steps, counted from the model's step when the demo starts (a rerun trains this many "
+    "more): GRPO (after the --scripted-imitation SFT step, if any, which counts as one). 0: evaluate only.",
+    "groups": "Training questions per step.",
+    "rollouts": "Rollouts per question (the GRPO group size, >= 2).",
+    "eval_samples": "Samples per held-out question.",
+    "learning_rate": "LoRA learning rate.",
+    "lora_rank": "LoRA rank (alpha is twice the rank).",
+    "passes": "Passes over each step's rollouts (TrainConfig.num_iterations): more updates per rollout; from "
+    "the second the importance ratio moves off 1 and clipping acts.",
+    "mini_batches": "Optimizer updates per pass (TrainConfig.mini_batches).",
+    "loss": "The policy loss (TrainConfig.loss_type): ppo, cispo or sapo.",
+    "loss_normalization": "How per-token losses are averaged (TrainConfig.loss_normalization): token (DAPO: "
+    "each token weighs the same) or sequence (each rollout weighs the same).",
+    "dynamic_sampling": "Dynamic sampling (DAPO, LoopConfig.dynamic_sampling): a step whose groups scored "
+    "alike (no GRPO signal) rolls out up to this many further batches of questions until --groups of them "
+    "have a reward spread. 0: off.",
+    "eval_every": "Also evaluate on the held-out questions every this many steps (0: only before and after).",
+    "max_staleness": "0: sequential (roll out, score, train, repeat). k >= 1: pipelined: rollouts keep "
+    "running while steps train, and a group trains only if sampled at most k steps before "
+    "(LoopConfig.max_staleness).",
+}
 
-#: The loop settings ``demo`` offers, by flag (each flag was a DemoConfig field of that name before
-#: DemoConfig held a LoopConfig): the loop field each sets and the flag's help.
-DEMO_LOOP_SETTINGS: dict[str, Setting] = dict([
-    _flag(
-        "steps", "steps",
-        "Training steps, counted from the model's step when the demo starts (a rerun trains this many "
-        "more): GRPO (after the --scripted-imitation SFT step, if any, which counts as one). 0: evaluate only.",
-    ),
-    _flag("groups", "groups_per_step", "Training questions per step."),
-    _flag("rollouts", "rollouts_per_group", "Rollouts per question (the GRPO group size, >= 2)."),
-    _flag("eval_samples", "eval_rollouts", "Samples per held-out question."),
-    _flag("learning_rate", "train.learning_rate", "LoRA learning rate."),
-    _flag("lora_rank", "train.lora_rank", "LoRA rank (alpha is twice the rank)."),
-    _flag(
-        "passes", "train.num_iterations",
-        "Passes over each step's rollouts (TrainConfig.num_iterations): more updates per rollout; from the "
-        "second the importance ratio moves off 1 and clipping acts.",
-    ),
-    _flag("mini_batches", "train.mini_batches", "Optimizer updates per pass (TrainConfig.mini_batches)."),
-    _flag("loss", "train.loss_type", "The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."),
-    _flag(
-        "loss_normalization", "train.loss_normalization",
-        "How per-token losses are averaged (TrainConfig.loss_normalization): token (DAPO: each token weighs "
-        "the same) or sequence (each rollout weighs the same).",
-        Literal["token", "sequence"],
-    ),
-    _flag(
-        "dynamic_sampling", "dynamic_sampling",
-        "Dynamic sampling (DAPO, LoopConfig.dynamic_sampling): a step whose groups scored alike (no GRPO "
-        "signal) rolls out up to this many further batches of questions until --groups of them have a "
-        "reward spread. 0: off.",
-    ),
-    _flag(
-        "eval_every", "eval_every",
-        "Also evaluate on the held-out questions every this many steps (0: only before and after).",
-    ),
-    _flag(
-        "max_staleness", "max_staleness",
-        "0: sequential (roll out, score, train, repeat). k >= 1: pipelined: rollouts keep running while steps "
-        "train, and a group trains only if sampled at most k steps before (LoopConfig.max_staleness).",
-    ),
-])  # fmt: skip
+#: The loop settings ``demo`` offers, by flag: ``--groups`` sets ``loop.groups_per_step``..., with the
+#: flag's help (``--loss-normalization`` offers the two normalisations that need no other setting).
+DEMO_LOOP_SETTINGS: dict[str, Setting] = {
+    flag: Setting(
+        f"loop.{path}",
+        decls=(f"--{flag.replace('_', '-')}",),
+        extra={"help": _LOOP_HELP[flag]},
+        annotation=Literal["token", "sequence"] if flag == "loss_normalization" else None,
+    )
+    for flag, path in _LOOP_FIELDS.items()
+}
 
 
 def _how_to_pass(path: str) -> str:
