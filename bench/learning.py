@@ -39,16 +39,17 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from art_adapters.apps import DemoConfig, run_demo  # noqa: E402
+from art_adapters.apps import DemoConfig, default_demo_loop, run_demo  # noqa: E402
 from tests.helpers.judge_server import JudgeServer  # noqa: E402
 from tests.helpers.oracle_judge import demo_oracle  # noqa: E402
 
+#: Each configuration's changes to the demo's training loop (``default_demo_loop``'s keywords).
 CONFIGS: dict[str, dict[str, Any]] = {
     "recipe": {},
     "no-dynamic": {"dynamic_sampling": 0},
-    "passes": {},  # passes=--passes, mini_batches=--mini-batches
-    "seq-norm": {"loss_normalization": "sequence"},
-    "lr-half": {},  # learning_rate = half the demo's
+    "passes": {},  # train.num_iterations=--passes, train.mini_batches=--mini-batches
+    "seq-norm": {"train": {"loss_normalization": "sequence"}},
+    "lr-half": {},  # train.learning_rate = half the demo's
     "imitation": {},  # scripted_imitation=--scripted-imitation
     "oracle-judge": {},  # a judge from the environment: the oracle
     "swapped-judge": {},  # the oracle, 30% of its answers shuffled
@@ -65,16 +66,17 @@ async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> 
     """Train one configuration from the base model with ``seed``; its held-out numbers."""
     run_dir = out / f"{name}-s{seed}"
     judged = name in JUDGE_SWAP
-    settings: dict[str, Any] = {"seed": seed, "no_judge": not judged, "threads": args.threads, **CONFIGS[name]}
+    settings: dict[str, Any] = {"seed": seed, "no_judge": not judged, "threads": args.threads}
+    loop: dict[str, Any] = {**CONFIGS[name]}
     if args.steps is not None:
-        settings["steps"] = args.steps
+        loop["steps"] = args.steps
     if name == "passes":
-        settings.update(passes=args.passes, mini_batches=args.mini_batches)
+        loop["train"] = {"num_iterations": args.passes, "mini_batches": args.mini_batches}
     if name == "lr-half":
-        settings["learning_rate"] = DemoConfig.model_fields["learning_rate"].default / 2
+        loop["train"] = {"learning_rate": default_demo_loop().train.learning_rate / 2}
     if name == "imitation":
         settings["scripted_imitation"] = args.scripted_imitation
-    config = DemoConfig(run_dir=run_dir, **settings)
+    config = DemoConfig(run_dir=run_dir, loop=default_demo_loop(**loop), **settings)
     started = time.monotonic()
     with contextlib.ExitStack() as stack, (out / f"{name}-s{seed}.log").open("w") as log:
         if judged:

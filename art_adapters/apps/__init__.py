@@ -6,6 +6,7 @@ code that imports both; neither library imports them.
 
 from art_adapters.apps._cli import app
 from art_adapters.apps._demo import DemoConfig, DemoResult, run_demo
+from art_adapters.apps._demo_config import default_demo_loop
 from art_adapters.apps._train_mcp import TrainMcpConfig, TrainMcpResult, run_train_mcp
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "TrainMcpConfig",
     "TrainMcpResult",
     "app",
+    "default_demo_loop",
     "run_demo",
     "run_train_mcp",
 ]

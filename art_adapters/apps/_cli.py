@@ -21,6 +21,7 @@ from art_adapters.observe import plot_run
 
 from ._calibrate import CALIBRATE_HELP, calibrate_command
 from ._demo import DemoConfig, run_demo
+from ._demo_config import DEMO_LOOP_SETTINGS
 from ._import import IMPORT_HELP, import_traces
 from ._options import Setting, build_config, config_command, exit_on, quiet_http_logs
 from ._sft import SFT_HELP, SFT_OPTIONS, SftCommand, run_sft
@@ -44,9 +45,20 @@ app.command("calibrate", help=CALIBRATE_HELP)(calibrate_command)
 _quiet_http_logs = quiet_http_logs
 
 
-#: ``demo``'s options: every DemoConfig field, defaults and help from the model.
+#: ``demo``'s flags in help order: DemoConfig's own fields and the loop settings it offers
+#: (:data:`DEMO_LOOP_SETTINGS`: ``--groups`` is ``loop.groups_per_step``...).
+_DEMO_FLAGS = (
+    "run_dir", "steps", "groups", "rollouts", "eval_size", "eval_samples", "train_size", "temperature",
+    "eval_temperature", "learning_rate", "lora_rank", "max_tokens", "passes", "mini_batches", "loss",
+    "loss_normalization", "dynamic_sampling", "scripted_imitation", "eval_every", "max_staleness", "seed",
+    "threads", "no_judge", "question",
+)  # fmt: skip
+
+#: ``demo``'s options: defaults from DemoConfig (the loop's from :func:`default_demo_loop`), help from its
+#: descriptions and DEMO_LOOP_SETTINGS.
 DEMO_OPTIONS = [
-    Setting(name, decls=("--no-judge",) if name == "no_judge" else ()) for name in DemoConfig.model_fields
+    DEMO_LOOP_SETTINGS.get(name) or Setting(name, decls=("--no-judge",) if name == "no_judge" else ())
+    for name in _DEMO_FLAGS
 ]
 
 

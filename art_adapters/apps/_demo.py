@@ -9,12 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -28,13 +27,9 @@ from art_adapters import (
     LoopConfig,
     LoopResult,
     PairedComparison,
-    RetentionPolicy,
-    RunConfig,
     Scorer,
-    SFTConfig,
     StepReport,
     TrainableModel,
-    TrainConfig,
     combined_scorer,
     train_loop,
     verifiable_scorer,
@@ -52,6 +47,7 @@ from ._demo_agent import (
     make_scenarios,
     scripted_trajectories,
 )
+from ._demo_config import DemoConfig
 from ._demo_eval import GreedyEvals
 from ._demo_progress import DemoProgress
 
@@ -68,109 +64,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class DemoConfig(BaseModel):
-    """Settings of the demo; each is a ``demo`` flag of the same name (its help is the description).
-
-    A second run in the same ``run_dir`` continues training the same model from its latest step.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    run_dir: Path = Field(
-        default=Path(".art/demo"),
-        description="Backend data, metrics.jsonl and plots/; a rerun continues training.",
-    )
-    steps: NonNegativeInt = Field(
-        default=8,
-        description="Training steps: GRPO from the base model (after the --scripted-imitation SFT step, if "
-        "any, which counts as one). 0: evaluate only.",
-    )
-    groups: PositiveInt = Field(default=3, description="Training questions per step.")
-    rollouts: int = Field(default=4, ge=2, description="Rollouts per question (the GRPO group size, >= 2).")
-    eval_size: PositiveInt = Field(
-        default=12, description="Held-out questions evaluated before and after training (never trained on)."
-    )
-    eval_samples: PositiveInt = Field(default=4, description="Samples per held-out question.")
-    train_size: PositiveInt = Field(default=32, description="Training questions (cycled through).")
-    temperature: float = Field(
-        default=1.0, gt=0.0, le=2.0, description="Sampling temperature of training rollouts."
-    )
-    eval_temperature: float = Field(
-        default=1.0,
-        ge=0.0,
-        le=2.0,
-        description="Sampling temperature of the held-out evaluation; the greedy agent is evaluated too "
-        "(0: greedy only). The greedy base model makes the right add call on ~90% of the questions but "
-        "states the right answer on ~8%.",
-    )
-    learning_rate: float = Field(default=5e-4, gt=0.0, description="LoRA learning rate.")
-    lora_rank: PositiveInt = Field(default=8, description="LoRA rank (alpha is twice the rank).")
-    max_tokens: PositiveInt = Field(default=48, description="Most tokens per model turn.")
-    passes: PositiveInt = Field(
-        default=1,
-        description="Passes over each step's rollouts (TrainConfig.num_iterations): more updates per "
-        "rollout; from the second the importance ratio moves off 1 and clipping acts.",
-    )
-    mini_batches: PositiveInt = Field(1, description="Optimizer updates per pass (TrainConfig.mini_batches).")
-    loss: Literal["ppo", "cispo", "sapo"] = Field(
-        default="ppo", description="The policy loss (TrainConfig.loss_type): ppo, cispo or sapo."
-    )
-    loss_normalization: Literal["token", "sequence"] = Field(
-        default="token",
-        description="How per-token losses are averaged (TrainConfig.loss_normalization): token (DAPO: each "
-        "token weighs the same) or sequence (each rollout weighs the same).",
-    )
-    dynamic_sampling: NonNegativeInt = Field(
-        default=2,
-        description="Dynamic sampling (DAPO, LoopConfig.dynamic_sampling): a step whose groups scored alike "
-        "(no GRPO signal) rolls out up to this many further batches of questions until --groups of them have "
-        "a reward spread. 0: off.",
-    )
-    scripted_imitation: NonNegativeInt = Field(
-        default=0,
-        description="Not RL, off by default: before GRPO, one SFT step on this many runs of a hand-written "
-        "scripted policy (a regex reads the numbers, calls add, states the result) on training questions "
-        "(imitation of a script, written to run_dir/scripted-imitation.jsonl); it counts as one of --steps. "
-        "0: GRPO from the base model alone.",
-    )
-    eval_every: NonNegativeInt = Field(
-        default=0, description="Also evaluate on the held-out questions every this many steps (0: only "
-        "before and after).",
-    )
-    max_staleness: NonNegativeInt = Field(
-        default=0,
-        description="0: sequential (roll out, score, train, repeat). k >= 1: pipelined: rollouts keep running "
-        "while steps train, and a group trains only if sampled at most k steps before (LoopConfig.max_staleness).",
-    )
-    seed: int = Field(default=0, description="Seed of the questions, the split and training.")
-    threads: PositiveInt | None = Field(
-        default=None,
-        description="Torch threads of the embedded backend (sets $ART_ADAPTERS_TORCH_THREADS; "
-        "default: the environment's, else all cores).",
-    )
-    no_judge: bool = Field(
-        default=False, description="Score with the verifiable check even if a judge is configured."
-    )
-    question: str = Field(
-        default="What is 345 + 278?", description="Asked at the end through the trained model."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """``sft_warmup`` (deprecated) is ``scripted_imitation``: it never was distillation."""
-        if isinstance(data, dict) and "sft_warmup" in data:
-            warnings.warn(
-                "DemoConfig.sft_warmup is deprecated: use scripted_imitation (SFT on a scripted policy's runs)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            data = {**data}
-            data.setdefault("scripted_imitation", data.pop("sft_warmup"))
-            data.pop("sft_warmup", None)
-        return data
 
 
 class DemoResult(BaseModel):
@@ -321,53 +214,10 @@ def demo_scorer(judges: Sequence[Any]) -> Scorer:
 
 
 def _loop_config(config: DemoConfig, start: int, sft_file: Path | None = None) -> LoopConfig:
-    """The training loop's settings: evaluate before and after (and every ``eval_every`` steps),
-    16 rollouts at once; an SFT warm-up on ``sft_file`` when given."""
-    return LoopConfig(
-        steps=start + config.steps,
-        groups_per_step=config.groups,
-        rollouts_per_group=config.rollouts,
-        eval_every=config.eval_every,
-        eval_rollouts=config.eval_samples,
-        max_staleness=config.max_staleness,
-        # the backend decodes concurrent requests as one batch: more is faster
-        run=RunConfig(timeout_s=600.0, max_failure_rate=0.25, max_concurrency=16),
-        seed=config.seed,
-        run_dir=config.run_dir,
-        train=TrainConfig(
-            learning_rate=config.learning_rate,
-            lora_rank=config.lora_rank,
-            lora_alpha=2.0 * config.lora_rank,
-            micro_batch_size=8,
-            num_iterations=config.passes,
-            mini_batches=config.mini_batches,
-            loss_type=config.loss,
-            **_normalization(config),
-            seed=config.seed,
-            retention=RetentionPolicy(keep_latest=1),
-        ),
-        sft_warmup=sft_file,
-        dynamic_sampling=config.dynamic_sampling,
-        sft=SFTConfig(
-            learning_rate=SFT_LEARNING_RATE,
-            epochs=2,
-            lora_rank=config.lora_rank,
-            lora_alpha=2.0 * config.lora_rank,
-            seed=config.seed,
-            retention=RetentionPolicy(keep_latest=1),
-        ),
-    )
-
-
-def _normalization(config: DemoConfig) -> dict[str, str]:
-    """``loss_normalization`` for TrainConfig: the flag's, except SAPO keeps its own unless it was set."""
-    if config.loss == "sapo" and "loss_normalization" not in config.model_fields_set:
-        return {}
-    return {"loss_normalization": config.loss_normalization}
-
-
-#: The SFT warm-up's learning rate: imitation of a few dozen demonstrations needs a larger step than GRPO.
-SFT_LEARNING_RATE = 5e-4
+    """``config.loop`` for a model at step ``start``: up to ``start + loop.steps`` (the demo's steps count
+    from where the model is); an SFT warm-up on ``sft_file`` when given."""
+    loop = config.loop
+    return loop.model_copy(update={"steps": start + loop.steps, "sft_warmup": sft_file or loop.sft_warmup})
 
 
 async def write_imitation_file(
@@ -376,7 +226,7 @@ async def write_imitation_file(
     """``run_dir/scripted-imitation.jsonl``: the scripted policy's runs of the first ``scripted_imitation``
     training questions (cycled) through the demo's own graph, when that SFT step is asked for and the
     model is at step 0; else ``None``."""
-    if config.scripted_imitation == 0 or start != 0 or config.steps == 0:
+    if config.scripted_imitation == 0 or start != 0 or config.loop.steps == 0:
         return None
     scenarios = [train[i % len(train)] for i in range(config.scripted_imitation)]
     trajectories = await scripted_trajectories(scenarios, tools)
@@ -393,8 +243,8 @@ async def run_demo(config: DemoConfig, *, console: Console) -> DemoResult:
     2. Load the calculator server's tools (one stdio session for the whole demo: the server is
        stateless) and build the agent (:mod:`art_adapters.apps._demo_agent`).
     3. Train with ``train_loop``: it evaluates the current step on the held-out questions
-       (``eval_samples`` each at ``eval_temperature``, scored by the verifiable check), trains
-       ``steps`` GRPO steps (groups scored by RULER when a judge is configured, by two judges when
+       (``loop.eval_rollouts`` each at ``eval_temperature``, scored by the verifiable check), trains
+       ``loop.steps`` GRPO steps (groups scored by RULER when a judge is configured, by two judges when
        ``$ART_ADAPTERS_JUDGE_MODEL_2`` is set too, see :func:`resolve_judges`, with the verifiable
        check kept beside RULER for calibration; else by the check alone) and evaluates again. Each
        reward-hacking warning is printed as it is raised.

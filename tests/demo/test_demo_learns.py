@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from art_adapters.apps._demo import DemoConfig, run_demo
+from art_adapters.apps import DemoConfig, default_demo_loop, run_demo
 from tests.helpers.run_metrics import trained_rows
 
 #: The demo's 8 steps, evaluated greedily on 36 held-out questions (as many rollouts as the demo's
@@ -35,8 +35,8 @@ async def test_grpo_alone_on_the_demo_raises_held_out_correctness_beyond_noise(t
     """GRPO from the base model (no SFT step) raises greedy held-out correctness beyond noise: compared
     question by question, the questions newly right outnumber the newly wrong ones at sign-test p <= 1%."""
     config = DemoConfig(
-        run_dir=tmp_path / "grpo", steps=STEPS, eval_size=HELD_OUT, eval_samples=1, eval_temperature=0.0,
-        seed=0, no_judge=True, threads=1, question="What is 20 + 22?",
+        run_dir=tmp_path / "grpo", loop=default_demo_loop(steps=STEPS, eval_rollouts=1), eval_size=HELD_OUT,
+        eval_temperature=0.0, seed=0, no_judge=True, threads=1, question="What is 20 + 22?",
     )  # fmt: skip
     out = io.StringIO()
     result = await run_demo(config, console=Console(file=out, width=160))

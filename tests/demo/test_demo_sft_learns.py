@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from art_adapters import load_trajectories
-from art_adapters.apps._demo import DemoConfig, run_demo
+from art_adapters.apps import DemoConfig, default_demo_loop, run_demo
 from tests.helpers.run_metrics import trained_rows
 
 
@@ -28,8 +28,8 @@ async def test_scripted_imitation_then_grpo_on_the_demo_raises_held_out_correctn
 ) -> None:
     """One SFT step on the scripted policy's runs of training questions, then GRPO."""
     config = DemoConfig(
-        run_dir=tmp_path / "sft", steps=2, scripted_imitation=16, eval_size=8, eval_samples=4, seed=0, no_judge=True,
-        threads=1, question="What is 20 + 22?",
+        run_dir=tmp_path / "sft", loop=default_demo_loop(steps=2, eval_rollouts=4), scripted_imitation=16,
+        eval_size=8, seed=0, no_judge=True, threads=1, question="What is 20 + 22?",
     )  # fmt: skip
     out = io.StringIO()
     result = await run_demo(config, console=Console(file=out, width=160))

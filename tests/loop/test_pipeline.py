@@ -204,13 +204,13 @@ def test_demo_and_train_mcp_take_max_staleness() -> None:
     import typer
     from typer.testing import CliRunner
 
-    from art_adapters.apps import DemoConfig, app
+    from art_adapters.apps import DemoConfig, app, default_demo_loop
     from art_adapters.apps._cli import TRAIN_MCP_OPTIONS
     from art_adapters.apps._demo import _loop_config
     from art_adapters.apps._options import build_config
     from art_adapters.apps._train_mcp import TrainMcpConfig
 
-    assert _loop_config(DemoConfig(max_staleness=2), start=0).max_staleness == 2
+    assert _loop_config(DemoConfig(loop=default_demo_loop(max_staleness=2)), start=0).max_staleness == 2
     assert _loop_config(DemoConfig(), start=0).max_staleness == 0
     options = {"server": "x", "max_staleness": 1, "tools": None}
     assert build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS).loop.max_staleness == 1
