@@ -14,15 +14,26 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from ..serving.chat import PreparedChat, choice_record, make_record, prepare_chat, response_body
+from ..serving.chat import (
+    PreparedChat,
+    choice_record,
+    make_record,
+    prepare_chat,
+    response_body,
+    too_many_tools,
+)
 from ..serving.engine.base import ContextLengthError
 from ..serving.openai_types import ChatCompletionRequest
 from ..state import ServerState
+from .json_body import body_schema, read_json_body
 from .streaming import open_stream
 
-__all__ = ["COMPLETION_ID_HEADER", "ClientGone", "ClosingStreamingResponse", "router", "unless_disconnected"]
+__all__ = [
+    "COMPLETION_ID_HEADER", "ClientGone", "ClosingStreamingResponse", "read_request", "router", "unless_disconnected",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +43,7 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 DISCONNECT_POLL_S = 0.25
 
 _T = TypeVar("_T")
+_B = TypeVar("_B", bound=BaseModel)
 
 
 def _state(request: Request) -> ServerState:
@@ -72,10 +84,23 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 COMPLETION_ID_HEADER = "X-Completion-Id"
 
 
-@router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None)
-async def create_chat_completion(
-    body: ChatCompletionRequest, request: Request
-) -> Response:
+async def read_request(request: Request, model: type[_B], turns: str) -> _B:
+    """The body as ``model`` (a chat or Responses request), read in a worker thread a turn and a tool at
+    a time (:mod:`.json_body`): a large body never holds the event loop, and a request offering more
+    tools than ``--max-tools`` is refused once they are counted, before any is validated. ``turns``
+    names the body's list of turns (``messages``, ``input``)."""
+    raw = await request.body()
+    max_tools = _state(request).config.limits.max_tools
+    rules = {turns: None, "tools": (max_tools, partial(too_many_tools, limit=max_tools))}
+    # the default pool, not the request-work one: a big body must not hold up prompt rendering
+    return await asyncio.to_thread(read_json_body, raw, model, rules)
+
+
+@router.post(
+    "/chat/completions", summary="Create a chat completion (OpenAI-compatible)", response_model=None,
+    openapi_extra=body_schema(ChatCompletionRequest),
+)  # fmt: skip
+async def create_chat_completion(request: Request) -> Response:
     """Answer a chat request; the response ``id`` keys its exact-token record (``GET /art/completions/{id}``).
 
     429 with ``Retry-After`` when the server is at ``--max-concurrent-requests`` or
@@ -85,6 +110,7 @@ async def create_chat_completion(
     the connection (every :data:`DISCONNECT_POLL_S`) finds it closed. Either way the engine
     frees the choices' batch slots and no record is written (nothing was acknowledged).
     """
+    body = await read_request(request, ChatCompletionRequest, "messages")
     state = _state(request)
     admission = state.admission.admit(body.n or 1)  # before any work: 429 when full
     handed_over = False

@@ -16,8 +16,15 @@ from ..serving.engine.base import ContextLengthError
 from ..serving.responses import new_response_id, output_items, response_object, to_chat_request, usage
 from ..serving.responses_types import ResponsesRequest
 from ..state import ServerState
+from .json_body import body_schema
 from .responses_stream import open_response_stream
-from .routes_openai import COMPLETION_ID_HEADER, ClientGone, ClosingStreamingResponse, unless_disconnected
+from .routes_openai import (
+    COMPLETION_ID_HEADER,
+    ClientGone,
+    ClosingStreamingResponse,
+    read_request,
+    unless_disconnected,
+)
 
 __all__ = ["router"]
 
@@ -26,8 +33,11 @@ logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-@router.post("/responses", summary="Create a model response (OpenAI Responses API)", response_model=None)
-async def create_response(body: ResponsesRequest, request: Request) -> Response:
+@router.post(
+    "/responses", summary="Create a model response (OpenAI Responses API)", response_model=None,
+    openapi_extra=body_schema(ResponsesRequest),
+)  # fmt: skip
+async def create_response(request: Request) -> Response:
     """Answer a Responses request; its ``id`` keys the exact-token record (``GET /art/completions/{id}``).
 
     Admission (429), disconnect handling and limits are those of ``/v1/chat/completions``.
@@ -35,7 +45,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     and the exact-token record is kept either way.
     """
     state: ServerState = request.app.state.server
-    chat_request = to_chat_request(body)
+    chat_request = to_chat_request(body := await read_request(request, ResponsesRequest, "input"))
     admission = state.admission.admit(1)
     handed_over = False
     try:

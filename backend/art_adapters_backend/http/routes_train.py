@@ -23,6 +23,7 @@ from art_adapters import RetentionPolicy, SFTConfig, TrainConfig, Trajectory, Tr
 from ..errors import BadRequestError
 from ..limits import ServeLimits
 from ..training.service import TrainingService
+from .json_body import body_schema
 from .train_body import read_train_body
 
 __all__ = [
@@ -159,13 +160,6 @@ _Step = TypeVar("_Step", TrainRequest, SFTRequest)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI ``requestBody`` of a route that parses ``model`` itself (see :func:`_parse_body`)."""
-    schema = model.model_json_schema()
-    schema["$id"] = f"urn:art-adapters:{model.__name__}"  # its '#/$defs/...' refs resolve within it
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
 async def _parse_body(
     request: Request, model: type[_M], sft: bool, with_digest: bool
 ) -> tuple[_M, str | None]:
@@ -224,7 +218,7 @@ _IdempotencyKey = Annotated[
 
 def _step_route(path: str, summary: str, model: type[BaseModel]) -> Callable[[_F], _F]:
     """Declare a training route: ``POST path``, whose body (documented as ``model``) it reads itself."""
-    return router.post(path, summary=summary, openapi_extra=_body_schema(model))
+    return router.post(path, summary=summary, openapi_extra=body_schema(model))
 
 
 @_step_route("/{name}/train", "Train one GRPO step on scored groups; serve the new checkpoint", TrainRequest)

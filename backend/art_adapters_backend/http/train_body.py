@@ -8,8 +8,6 @@ soon as it is passed, and validates group by group, so the loop gets the GIL bet
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -20,6 +18,7 @@ from art_adapters import Trajectory, TrajectoryGroup
 
 from ..errors import BadRequestError
 from ..limits import ServeLimits
+from .json_body import JsonReader, json_errors, validated
 
 __all__ = ["MAX_BODY_DEPTH", "read_train_body"]
 
@@ -28,44 +27,13 @@ __all__ = ["MAX_BODY_DEPTH", "read_train_body"]
 MAX_BODY_DEPTH = 128
 
 _M = TypeVar("_M", bound=BaseModel)
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 
 
-class _Reader:
-    """A cursor over the body's text that decodes one JSON value at a time."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-
-    def peek(self) -> str:
-        self.pos = _WS.match(self.text, self.pos).end()  # type: ignore[union-attr]
-        return self.text[self.pos : self.pos + 1]
-
-    def expect(self, char: str) -> None:
-        if self.peek() != char:
-            raise json.JSONDecodeError(f"Expecting {char!r}", self.text, self.pos)
-        self.pos += 1
-
-    def value(self, depth: int) -> Any:
-        self.peek()
-        value, self.pos = _DECODER.raw_decode(self.text, self.pos)
-        _check_depth(value, depth)
-        return value
-
-    def items(self, close: str) -> Iterator[None]:
-        """Yield once per element of the array or object just opened, up to ``close``."""
-        if self.peek() == close:
-            self.pos += 1
-            return
-        while True:
-            yield
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            self.expect(close)
-            return
+def _value(reader: JsonReader, depth: int) -> Any:
+    """The next whole value, found ``depth`` levels down the body, within :data:`MAX_BODY_DEPTH`."""
+    value = reader.value()
+    _check_depth(value, depth)
+    return value
 
 
 def _check_depth(value: Any, depth: int) -> None:
@@ -82,33 +50,32 @@ def _check_depth(value: Any, depth: int) -> None:
         stack.extend((child, level + 1) for child in children)
 
 
-def _array(reader: _Reader, limit: int, param: str, flag: str, depth: int) -> list[Any]:
+def _array(reader: JsonReader, limit: int, param: str, flag: str, depth: int) -> list[Any]:
     """The array at the cursor, element by element; a 400 as soon as it passes ``limit`` elements."""
     if reader.peek() != "[":
-        return reader.value(depth)  # not an array: pydantic says so
+        return _value(reader, depth)  # not an array: pydantic says so
     reader.pos += 1
     out: list[Any] = []
     for _ in reader.items("]"):
         if len(out) == limit:
             raise BadRequestError(f"{param} has more than {limit} entries; this server allows at most {limit} "
                                   f"(serve {flag})", param=param)  # fmt: skip
-        out.append(reader.value(depth + 1))
+        out.append(_value(reader, depth + 1))
     return out
 
 
-def _group(reader: _Reader, limits: ServeLimits, param: str) -> Any:
+def _group(reader: JsonReader, limits: ServeLimits, param: str) -> Any:
     if reader.peek() != "{":
-        return reader.value(2)
+        return _value(reader, 2)
     reader.pos += 1
     group: dict[str, Any] = {}
     for _ in reader.items("}"):
-        key = reader.value(3)
-        reader.expect(":")
+        key = reader.key()
         if key == "trajectories":
             group[key] = _array(reader, limits.max_group_trajectories, f"{param}.trajectories",
                                 "--max-group-trajectories", 3)  # fmt: skip
         else:
-            group[key] = reader.value(3)
+            group[key] = _value(reader, 3)
     return group
 
 
@@ -131,13 +98,12 @@ def read_train_body(raw: bytes, model: type[_M], limits: ServeLimits, sft: bool)
         BadRequestError: not UTF-8 JSON, nested too deep, or more groups or trajectories than allowed.
         RequestValidationError: the body does not match ``model`` (the app's usual 400).
     """
-    try:
-        reader = _Reader(raw.decode("utf-8"))
+    with json_errors():
+        reader = JsonReader(raw.decode("utf-8"))
         body: dict[str, Any] = {}
         reader.expect("{")
         for _ in reader.items("}"):
-            key = reader.value(1)
-            reader.expect(":")
+            key = reader.key()
             if key == "groups" and not sft and reader.peek() == "[":
                 body[key] = [_group(reader, limits, f"groups[{i}]") for i, _ in
                              enumerate(_array_cursor(reader, limits.max_train_groups))]  # fmt: skip
@@ -145,29 +111,17 @@ def read_train_body(raw: bytes, model: type[_M], limits: ServeLimits, sft: bool)
                 body[key] = _array(reader, limits.max_group_trajectories, "trajectories",
                                    "--max-group-trajectories", 1)  # fmt: skip
             else:
-                body[key] = reader.value(1)
-        if reader.peek():
-            raise json.JSONDecodeError("Extra data", reader.text, reader.pos)
-    except UnicodeDecodeError as exc:
-        raise BadRequestError(f"invalid JSON body: not UTF-8 ({exc.reason} at byte {exc.start})",
-                              code="invalid_json") from None  # fmt: skip
-    except (json.JSONDecodeError, RecursionError) as exc:
-        where = f" (at character {exc.pos})" if isinstance(exc, json.JSONDecodeError) else ""
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-        raise BadRequestError(f"invalid JSON body: {reason}{where}; send a JSON object",
-                              code="invalid_json") from None  # fmt: skip
+                body[key] = _value(reader, 1)
+        reader.end()
     if isinstance(body.get("groups"), list):  # one group at a time: the loop gets the GIL between them
         body["groups"] = [_validated(TrajectoryGroup, g, ("groups", i)) for i, g in enumerate(body["groups"])]
     if isinstance(body.get("trajectories"), list):
         body["trajectories"] = [_validated(Trajectory, t, ("trajectories", i))
                                 for i, t in enumerate(body["trajectories"])]  # fmt: skip
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
+    return validated(model, body)
 
 
-def _array_cursor(reader: _Reader, limit: int) -> Iterator[None]:
+def _array_cursor(reader: JsonReader, limit: int) -> Iterator[None]:
     """Yield once per element of the ``groups`` array at the cursor (the caller reads it); a 400 past ``limit``."""
     reader.expect("[")
     for count, _ in enumerate(reader.items("]")):

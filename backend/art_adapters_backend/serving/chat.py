@@ -38,6 +38,7 @@ __all__ = [
     "prepare_chat",
     "response_body",
     "sampling_params",
+    "too_many_tools",
 ]
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,13 @@ def _constraint(
     return None
 
 
+def too_many_tools(count: int, limit: int) -> BadRequestError:
+    """The 400 for a request that offers ``count`` tools to a server accepting ``limit`` (``--max-tools``)."""
+    return BadRequestError(
+        f"the request offers {count} tools; this server accepts at most {limit} (serve --max-tools)", param="tools"
+    )
+
+
 def _check_request(request: ChatCompletionRequest, max_n: int, limits: ServeLimits | None = None) -> None:
     """Cross-field rules that pydantic's per-field validation cannot see, and the server's bounds.
 
@@ -168,11 +176,7 @@ def _check_request(request: ChatCompletionRequest, max_n: int, limits: ServeLimi
     """
     limits = limits or ServeLimits()
     if request.tools and len(request.tools) > limits.max_tools:
-        raise BadRequestError(
-            f"the request offers {len(request.tools)} tools; this server accepts at most {limits.max_tools} "
-            "(serve --max-tools)",
-            param="tools",
-        )
+        raise too_many_tools(len(request.tools), limits.max_tools)
     names = request.tool_names
     if request.tool_choice is not None and not names:
         raise BadRequestError(
