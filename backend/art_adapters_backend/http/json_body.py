@@ -109,13 +109,14 @@ def body_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-def validated(model: type[_M], value: Any) -> _M:
-    """``value`` as ``model``; a mismatch is the app's usual 400 (a ``RequestValidationError``)."""
+def validated(model: type[_M], value: Any, loc: tuple[Any, ...] = ("body",)) -> _M:
+    """``value`` (found at ``loc`` in the body) as ``model``; a mismatch is the app's usual 400 (a
+    ``RequestValidationError``, its errors located under ``loc``)."""
     try:
         return model.model_validate(value)
     except ValidationError as exc:
         raise RequestValidationError(
-            [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
+            [{**error, "loc": (*loc, *error["loc"])} for error in exc.errors(include_url=False)]
         ) from None
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from art_adapters import Trajectory, TrajectoryGroup
 
@@ -81,14 +80,7 @@ def _group(reader: JsonReader, limits: ServeLimits, param: str) -> Any:
 
 def _validated(model: type[_M], value: Any, loc: tuple[Any, ...]) -> _M | Any:
     """``value`` as ``model``, errors located under ``loc``; a non-object is left to the body's model."""
-    if not isinstance(value, dict):
-        return value
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        raise RequestValidationError(
-            [{**error, "loc": (*loc, *error["loc"])} for error in exc.errors(include_url=False)]
-        ) from None
+    return validated(model, value, loc) if isinstance(value, dict) else value
 
 
 def read_train_body(raw: bytes, model: type[_M], limits: ServeLimits, sft: bool) -> _M:
