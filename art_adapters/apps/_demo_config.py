@@ -174,7 +174,6 @@ class DemoConfig(BaseModel):
             )
             data = {**data}
             data.setdefault("scripted_imitation", data.pop("sft_warmup"))
-            data.pop("sft_warmup", None)
         return reject_moved(data, _MOVED, "DemoConfig.loop")
 
     @model_validator(mode="after")
