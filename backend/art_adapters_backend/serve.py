@@ -29,8 +29,15 @@ logger = logging.getLogger(__name__)
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: any free one).
+
+    Its protocol is named (``IPPROTO_TCP``), not left 0: asyncio turns Nagle's algorithm off
+    (``TCP_NODELAY``) only on connections whose socket says it is TCP. Without that, a response written
+    as headers then body waited for the client's delayed ACK: 40 ms on Linux, on every request sent
+    right after the last one (``/health`` took 44 ms instead of 2).
+    """
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
