@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.helpers.fake_serve import FakeLocalBackend
 
@@ -34,6 +35,7 @@ def _back_to_back(http: httpx.Client, send: str, rounds: int = 25) -> float:
     return statistics.median(times)
 
 
+@pytest.mark.slow
 async def test_back_to_back_requests_do_not_wait_for_a_delayed_ack(tmp_path: Path) -> None:
     async with FakeLocalBackend(run_dir=tmp_path / "run") as backend:
         with httpx.Client(base_url=backend.base_url, timeout=30) as http:  # one kept-alive connection
