@@ -25,6 +25,7 @@ from tests.helpers.fake_backend import FakeBackend, FakeBackendServer
 #: hint only: a file missing here is still run, after these.
 LONGEST_FILES_FIRST = (
     "tests/demo/test_demo_learns.py",
+    "tests/mcp/test_train_mcp_defaults.py",
     "tests/demo/test_demo_sft_learns.py",
     "tests/demo/test_demo_observed.py",
     "tests/training/test_learning.py",
