@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,13 +24,12 @@ from tests.helpers.fake_serve import FakeLocalBackend
 MODEL = "smollm2-135m-instruct"
 
 
-def _back_to_back(http: httpx.Client, send: str, rounds: int = 25) -> float:
+def _back_to_back(send: Callable[[], httpx.Response], rounds: int = 25) -> float:
     """Median seconds of *rounds* requests, each sent as soon as the previous answer arrived."""
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
-        response = http.get("/health") if send == "health" else http.post("/v1/chat/completions", json={
-            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})  # fmt: skip
+        response = send()
         times.append(time.perf_counter() - started)
         assert response.status_code == 200, response.text
     return statistics.median(times)
@@ -40,8 +40,9 @@ async def test_back_to_back_requests_do_not_wait_for_a_delayed_ack(tmp_path: Pat
     async with FakeLocalBackend(run_dir=tmp_path / "run") as backend:
         with httpx.Client(base_url=backend.base_url, timeout=30) as http:  # one kept-alive connection
             http.get("/health")
-            health = _back_to_back(http, "health")
-            chat = _back_to_back(http, "chat")
+            health = _back_to_back(lambda: http.get("/health"))
+            chat = _back_to_back(lambda: http.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}))  # fmt: skip
     # with Nagle on, each is at least the 40 ms delayed-ACK timer; without, a few milliseconds (the
     # median of 25 under the suite's load stays far below 40)
     assert health < 0.025, f"/health median {health * 1e3:.1f} ms back to back"

@@ -94,7 +94,8 @@ class FakeBackendServer:
         state = await ServerState.create(
             config, engine_factory=FakeEngine.for_model, trainer_factory=FakeTrainer
         )
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY, as serve's
+        # IPPROTO_TCP, as serve's socket: asyncio then sets TCP_NODELAY on its connections
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
