@@ -8,7 +8,7 @@ demo's defaults and one recipe part switched (``--configs``):
 - ``no-dynamic``: dynamic sampling off (a step whose groups all scored alike trains nothing);
 - ``passes``: ``--passes`` passes over each step's rollouts, ``--mini-batches`` updates per pass;
 - ``seq-norm``: ``loss_normalization="sequence"`` (each rollout weighs the same) instead of per token;
-- ``lr-half``: half the learning rate;
+- ``lr-half``: half the learning rate (5e-4: the demo's until 2026-12-02); ``lr-double``: twice it;
 - ``imitation``: one SFT step on a scripted policy's runs first (``--scripted-imitation``; not RL);
 - ``oracle-judge``: RULER scores the groups, its judge an oracle served over HTTP on 127.0.0.1 that
   scores by the task's own check (tests/helpers/oracle_judge.py), set only through the judge variables;
@@ -50,10 +50,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "passes": {},  # train.num_iterations=--passes, train.mini_batches=--mini-batches
     "seq-norm": {"train": {"loss_normalization": "sequence"}},
     "lr-half": {},  # train.learning_rate = half the demo's
+    "lr-double": {},  # train.learning_rate = twice the demo's
     "imitation": {},  # scripted_imitation=--scripted-imitation
     "oracle-judge": {},  # a judge from the environment: the oracle
     "swapped-judge": {},  # the oracle, 30% of its answers shuffled
 }
+
+#: The learning-rate configurations' factor on the demo's rate.
+LR_SCALE = {"lr-half": 0.5, "lr-double": 2.0}
 
 #: The judge configurations' share of shuffled answers.
 JUDGE_SWAP = {"oracle-judge": 0.0, "swapped-judge": 0.3}
@@ -72,8 +76,8 @@ async def run_one(name: str, seed: int, args: argparse.Namespace, out: Path) -> 
         loop["steps"] = args.steps
     if name == "passes":
         loop["train"] = {"num_iterations": args.passes, "mini_batches": args.mini_batches}
-    if name == "lr-half":
-        loop["train"] = {"learning_rate": default_demo_loop().train.learning_rate / 2}
+    if name in LR_SCALE:
+        loop["train"] = {"learning_rate": default_demo_loop().train.learning_rate * LR_SCALE[name]}
     if name == "imitation":
         settings["scripted_imitation"] = args.scripted_imitation
     config = DemoConfig(run_dir=run_dir, loop=default_demo_loop(**loop), **settings)

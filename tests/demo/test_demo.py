@@ -77,7 +77,7 @@ def test_the_demo_loop_defaults_and_the_moved_keywords() -> None:
     assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_rollouts) == (8, 3, 4, 4)
     assert (loop.eval_every, loop.dynamic_sampling, loop.max_staleness) == (0, 2, 0)
     assert (loop.run.max_concurrency, loop.run.timeout_s, loop.run.max_failure_rate) == (16, 600.0, 0.25)
-    assert (train.learning_rate, train.lora_rank, train.lora_alpha, train.num_iterations) == (5e-4, 8, 16.0, 1)
+    assert (train.learning_rate, train.lora_rank, train.lora_alpha, train.num_iterations) == (1e-3, 8, 16.0, 1)
     assert (train.mini_batches, train.loss_type, train.loss_normalization) == (1, "ppo", "token")
     assert train.micro_batch_size == 8 and train.retention == sft.retention == RetentionPolicy(keep_latest=1)
     assert (sft.learning_rate, sft.epochs, sft.lora_rank, sft.lora_alpha) == (5e-4, 2, 8, 16.0)
@@ -85,7 +85,7 @@ def test_the_demo_loop_defaults_and_the_moved_keywords() -> None:
     ranked = DemoConfig(loop=default_demo_loop(train={"lora_rank": 4, "loss_type": "sapo"})).loop
     assert (ranked.train.lora_alpha, ranked.sft.lora_rank, ranked.sft.lora_alpha) == (8.0, 4, 8.0)
     assert ranked.train.loss_normalization == "sequence"  # SAPO's own, as TrainConfig decides
-    assert ranked.train.learning_rate == 5e-4 and ranked.steps == 8  # the rest stays the demo's
+    assert ranked.train.learning_rate == 1e-3 and ranked.steps == 8  # the rest stays the demo's
     # the demo's steps count from the model's step: a rerun at step 8 trains to 16
     assert _loop_config(config, start=8).steps == 16 and _loop_config(config, start=0).sft_warmup is None
     with pytest.raises(ValueError, match=r"groups moved into DemoConfig.loop: pass loop=default_demo_loop\(groups_per"):
