@@ -171,8 +171,7 @@ class Soak:
 
         The prober runs in a process of its own (:func:`probe_loop`, in *pool*): a thread here would
         share this process's GIL with the clients (building and sending their big bodies), and the
-        latencies must be the server's. The same process measures idle and attack, at the priority
-        it was started with (the clients' process lowers its own before the attack).
+        latencies must be the server's. The same process measures idle and attack.
         """
         out, codes, ids = await asyncio.get_running_loop().run_in_executor(
             pool, probe_loop, self.base_url, self.headers, self.chat("soak@1", 1), deadline, samples
