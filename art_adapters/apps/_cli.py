@@ -104,6 +104,7 @@ TRAIN_MCP_OPTIONS = [
     Setting("loop.groups_per_step"),
     Setting("loop.rollouts_per_group"),
     Setting("loop.eval_every"),
+    Setting("loop.eval_rollouts"),
     Setting(
         "loop.max_staleness",
         extra={"help": "0: sequential. k >= 1: pipelined RL; a group trains only if sampled at most k steps before."},
@@ -128,6 +129,7 @@ TRAIN_MCP_OPTIONS = [
     Setting("judge_base_url"),
     Setting("judge_api_key", extra={"show_default": False}),
     Setting("temperature"),
+    Setting("eval_temperature"),
     Setting("loop.train.learning_rate"),
     Setting("system_prompt", extra={"show_default": False}),
     Setting("seed"),

@@ -67,8 +67,8 @@ def make_scorer(reward: Reward, judge: Any, ruler_options: dict[str, Any], weigh
 
 #: Said when held-out evaluation is scored by the tools alone (:func:`eval_reward_of`).
 EVAL_TOOLS_LINE = (
-    "held-out evaluation: what the tools did (the local judge's scores of one greedy rollout per "
-    "scenario have nothing to rank it against, and each costs a judge call)"
+    "held-out evaluation: what the tools did (the local judge's scores are mostly flat and each costs a "
+    "judge call; a greedy evaluation's one rollout per scenario gives it nothing to rank)"
 )
 
 

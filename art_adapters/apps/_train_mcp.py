@@ -524,16 +524,17 @@ def _rollouts(
     console: Any,
 ) -> tuple[Callable[[Scenario], Awaitable[Trajectory]], Callable[[Scenario], Awaitable[Trajectory]]]:
     """The training rollout (sampled, its tool calls counted in ``tally``) and the evaluation's
-    (greedy): local agents, or Ray tasks that build the agent on the workers (``ray_address``)."""
+    (at ``config.eval_temperature``): local agents, or Ray tasks that build the agent on the workers (``ray_address``)."""
     if not config.ray_address:
-        return tally.counting(make_rollout(agent_at(config.temperature))), make_rollout(agent_at(0.0))
+        train_rollout = tally.counting(make_rollout(agent_at(config.temperature)))
+        return train_rollout, make_rollout(agent_at(config.eval_temperature))
     settings = config.model_copy(update={"api_key": None, "judge_api_key": None})  # workers need neither
     remote = {"config": settings, "model": model.name, "base_url": backend.openai_base_url}
     key = SecretStr(backend.api_key or "not-needed")
     console.print(f"rollouts: Ray tasks on {config.ray_address}, calling the backend at {backend.base_url}")
     return (
         _WorkerRollout(**remote, api_key=key, temperature=config.temperature),
-        _WorkerRollout(**remote, api_key=key, temperature=0.0),
+        _WorkerRollout(**remote, api_key=key, temperature=config.eval_temperature),
     )
 
 

@@ -19,6 +19,7 @@ from art_adapters.apps._train_mcp import (
     ToolTally,
     TrainMcpConfig,
     TrainMcpResult,
+    _rollouts,
     _with_temperature,
     build_agent,
     make_rollout,
@@ -97,6 +98,25 @@ async def test_the_agent_stops_after_max_turns() -> None:
         build_agent(model, tools, max_turns=0)
 
 
+async def test_the_evaluation_samples_at_its_own_temperature() -> None:
+    """Training rollouts at ``temperature``, the held-out ones at ``eval_temperature`` (greedy by default)."""
+    tools = await mcp_tools.load_tools(server_command("notes"))
+    asked: list[float] = []
+
+    def agent_at(temperature: float) -> object:
+        asked.append(temperature)
+        return build_agent(PolicyChatModel(policy=endless_policy), tools, max_turns=1)
+
+    for eval_temperature, expected in ((None, [1.0, 0.0]), (0.7, [1.0, 0.7])):
+        asked.clear()
+        settings = {} if eval_temperature is None else {"eval_temperature": eval_temperature}
+        config = TrainMcpConfig(server="x", **settings)
+        _rollouts(config, None, None, ToolTally(), agent_at, None)  # type: ignore[arg-type]
+        assert asked == expected
+    with pytest.raises(ValueError, match="eval_temperature"):
+        TrainMcpConfig(server="x", eval_temperature=-1)
+
+
 def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
     local = PolicyChatModel(policy=endless_policy)
     for name in ("ART_ADAPTERS_JUDGE_MODEL", "ART_ADAPTERS_JUDGE_BASE_URL", "OPENAI_API_KEY"):
@@ -144,8 +164,10 @@ def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_pa
     assert params["learning_rate"].help == "AdamW step size for the LoRA weights: the peak of lr_schedule."  # TrainConfig's own words
     assert params["steps"].help.startswith("Train until the model is at this step")  # LoopConfig's
     options = {"server": "x", "steps": 7, "learning_rate": 1e-3, "seed": 5, "tools": None}
+    options |= {"eval_rollouts": 3, "eval_temperature": 0.7}
     config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
     assert config.loop.steps == 7 and config.loop.train.learning_rate == 1e-3
+    assert config.loop.eval_rollouts == 3 and config.eval_temperature == 0.7  # a sampled held-out evaluation
     assert config.loop.groups_per_step == 2  # the rest of the loop is train-mcp's default
     assert config.loop.seed == 5 and config.tools is None and config.loop.run_dir == config.run_dir
 
