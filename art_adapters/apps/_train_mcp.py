@@ -400,8 +400,8 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
        process on fresh copies of the server's data, so rollouts never see each other's changes.
     4. Train with ``train_loop`` (``config.loop``): groups scored by ``config.reward`` (RULER with the
        judge of :func:`resolve_judge_model`, :func:`~art_adapters.tool_use_reward`, or both mixed;
-       :func:`~art_adapters.apps._mcp_reward.resolve_reward` picks the default), a greedy evaluation
-       on the validation split every few steps,
+       :func:`~art_adapters.apps._mcp_reward.resolve_reward` picks the default), an evaluation on
+       the validation split every few steps (greedy unless ``config.eval_temperature`` is above 0),
        ``metrics.jsonl`` and the plots in the run directory.
 
     Args:
@@ -523,8 +523,9 @@ def _rollouts(
     agent_at: Callable[[float], CompiledStateGraph],
     console: Any,
 ) -> tuple[Callable[[Scenario], Awaitable[Trajectory]], Callable[[Scenario], Awaitable[Trajectory]]]:
-    """The training rollout (sampled, its tool calls counted in ``tally``) and the evaluation's
-    (at ``config.eval_temperature``): local agents, or Ray tasks that build the agent on the workers (``ray_address``)."""
+    """The training rollout (sampled, its tool calls counted in ``tally``) and the evaluation's (at
+    ``config.eval_temperature``): local agents, or Ray tasks that build the agent on the workers
+    (``ray_address``)."""
     if not config.ray_address:
         train_rollout = tally.counting(make_rollout(agent_at(config.temperature)))
         return train_rollout, make_rollout(agent_at(config.eval_temperature))

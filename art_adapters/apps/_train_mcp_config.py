@@ -180,9 +180,9 @@ class TrainMcpConfig(BaseModel):
         default=0.0,
         ge=0.0,
         le=2.0,
-        description="Sampling temperature of the held-out evaluation (0: greedy, one rollout per scenario "
-        "is enough; above 0, sample --eval-rollouts per scenario: the policy being trained is the sampled one, "
-        "and its tool errors can hide behind a greedy model that calls correctly).",
+        description="Sampling temperature of the held-out evaluation (0: greedy, one rollout per "
+        "scenario is enough; above 0, sample --eval-rollouts per scenario: the policy being trained is "
+        "the sampled one, and its tool errors can hide behind a greedy model that calls correctly).",
     )
     system_prompt: str = Field(
         default=DEFAULT_SYSTEM_PROMPT,
