@@ -19,6 +19,10 @@ from art_adapters_backend.serving.engine.torch_engine import TorchEngine
 from tests.helpers.engines import started_engines
 
 
+#: How far one row's logprobs may move with the batch around it (fp32 kernels chosen by shape).
+LOGPROB_ROUNDING = 1e-4
+
+
 @pytest.fixture(scope="module")
 def model_path() -> Path:
     return resolve_model_path(BUNDLED_MODEL)
@@ -77,7 +81,11 @@ async def test_one_request_cannot_hold_every_row(small: TorchEngine) -> None:
     [*alone] = await small.generate(long)  # the same request with the batch to itself
     for (tokens, logprobs), reference in zip(interrupted, alone, strict=True):
         assert tokens == reference.token_ids and len(tokens) == 80
-        assert max(abs(x - y) for x, y in zip(logprobs, reference.logprobs, strict=True)) < 1e-5
+        # fp32 rounding depends on the batch's shape: on an AVX-512 machine the same row decoded beside
+        # another (and moved between batches) differed from decoding alone by 1.1e-5 at most, every run
+        # (1e-5 held on AVX2 machines). A resumed row that lost or misplaced its keys and values would
+        # change tokens, or logprobs by orders of magnitude more than this bound.
+        assert max(abs(x - y) for x, y in zip(logprobs, reference.logprobs, strict=True)) < LOGPROB_ROUNDING
 
 
 @pytest.mark.slow
