@@ -74,6 +74,6 @@ EVAL_TOOLS_LINE = (
 
 def eval_reward_of(reward: Reward, *, local_judge: bool) -> Reward:
     """What scores the held-out evaluation: *reward*, except ``tools`` for ``judge+tools`` with the
-    local judge (RULER ranks a group's rollouts; an evaluation group is one greedy rollout, and
-    the base model's score of it alone is noise that costs a judge call)."""
+    local judge (RULER ranks a group's rollouts; a greedy evaluation group is one rollout, and the
+    base model's scores are noise that costs a judge call each, sampled evaluation groups included)."""
     return "tools" if local_judge and reward == "judge+tools" else reward

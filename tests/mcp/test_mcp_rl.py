@@ -107,9 +107,8 @@ async def test_the_evaluation_samples_at_its_own_temperature() -> None:
         asked.append(temperature)
         return build_agent(PolicyChatModel(policy=endless_policy), tools, max_turns=1)
 
-    for eval_temperature, expected in ((None, [1.0, 0.0]), (0.7, [1.0, 0.7])):
+    for settings, expected in (({}, [1.0, 0.0]), ({"eval_temperature": 0.7}, [1.0, 0.7])):
         asked.clear()
-        settings = {} if eval_temperature is None else {"eval_temperature": eval_temperature}
         config = TrainMcpConfig(server="x", **settings)
         _rollouts(config, None, None, ToolTally(), agent_at, None)  # type: ignore[arg-type]
         assert asked == expected
