@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -43,7 +44,10 @@ def test_more_tools_than_the_cap_are_counted_and_refused_before_any_is_validated
     with pytest.raises(BadRequestError) as caught:
         _read({"model": "m", "messages": HI, "tools": [*_tools(200), "not a tool"] + _tools(99_799)})
     assert caught.value.param == "tools"
-    assert str(caught.value) == "the request offers 100000 tools; this server accepts at most 128 (serve --max-tools)"
+    assert (
+        str(caught.value)
+        == "the request offers 100000 tools; this server accepts at most 128 (serve --max-tools)"
+    )
 
 
 def _error(raw: bytes) -> str:
@@ -112,7 +116,7 @@ def test_the_event_loop_thread_gets_the_gil_while_thirty_thousand_tools_are_read
             thread.join()
         inside = [tick for tick in ticks if started < tick < ended]
         edges = [started, *inside, ended]
-        return len(inside), max(b - a for a, b in zip(edges, edges[1:])) / (ended - started)
+        return len(inside), max(b - a for a, b in pairwise(edges)) / (ended - started)
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
