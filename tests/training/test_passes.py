@@ -45,6 +45,12 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
 
 
+def _relative(a: list[torch.Tensor], b: list[torch.Tensor], start: list[torch.Tensor]) -> float:
+    """How far ``b`` is from ``a``, as a fraction of how far ``a`` moved from ``start`` (L2 over every weight)."""
+    flat = [torch.cat([t.flatten() for t in ts]) for ts in (a, b, start)]
+    return float((flat[0] - flat[1]).norm() / (flat[0] - flat[2]).norm())
+
+
 def test_passes_and_mini_batches_are_the_updates_made_one_at_a_time(
     trainer: PeftTrainer, toy: list[TrainingSequence]
 ) -> None:
@@ -84,17 +90,29 @@ def test_unknown_old_logprobs_are_scored_once_by_the_starting_weights(
     config = CONFIG.model_copy(update={"num_iterations": 3})
     trainer.reset_adapter()
     trainer.ensure_adapter(config)
+    start = _weights(trainer)
     scored = trainer.score(toy, config)  # what the step's starting weights give
     known = [
-        s.model_copy(update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]})
+        s.model_copy(
+            update={"old_logprobs": [x if m else None for x, m in zip(lp, s.loss_mask, strict=True)]}
+        )
         for s, lp in zip(toy, scored, strict=True)
     ]
     unknown = trainer.train_step(toy, config)
     after_unknown = _weights(trainer)
     trainer.reset_adapter()
     given = trainer.train_step(known, config)
-    assert _same(_weights(trainer), after_unknown) < 1e-6
-    assert [p.ratio_mean for p in unknown.passes] == pytest.approx([p.ratio_mean for p in given.passes], abs=1e-6)
+    # The same update, up to float rounding: score() runs in eval mode on micro-batches in input order,
+    # the step on its own length-sorted ones, so the two old log-probs differ in the last bits, and Adam
+    # divides each gradient by its own size, which turns that into up to 1e-4 on a few weights whose
+    # gradient is near 0 (measured on an Intel Xeon: largest 4.9e-5 on 1 thread, 1.1e-4 on 2; the mean
+    # weight differed by 1e-8 and moved by 3e-3). Over all weights, it is 5e-5 of how far the step
+    # moved them; three steps that each score anew (ratio 1 in every pass) land 0.85 of it away.
+    assert _relative(after_unknown, _weights(trainer), start) < 1e-3
+    # the same rounding: 2.3e-6 apart at a ratio of 0.55 in the third pass (1 thread, Intel Xeon)
+    assert [p.ratio_mean for p in unknown.passes] == pytest.approx(
+        [p.ratio_mean for p in given.passes], rel=1e-4
+    )
     assert unknown.passes[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
     assert abs(unknown.passes[2].ratio_mean - 1.0) > 1e-4  # not re-scored each pass
     # The first pass is on-policy; the later ones see the policy moved the way the advantages ask.
