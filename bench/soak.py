@@ -308,6 +308,8 @@ async def run(args: argparse.Namespace) -> None:
         a50, a99 = percentile(attack[name], 0.5), percentile(attack[name], 0.99)
         print(f"{name:7} p50 idle {i50 * 1000:8.1f} ms  attack {a50 * 1000:8.1f} ms   "
               f"p99 idle {i99 * 1000:8.1f} ms  attack {a99 * 1000:8.1f} ms   p99 ratio {a99 / i99:5.2f} (goal <= 3)")  # fmt: skip
+    slowest = ", ".join(f"{t * 1000:.1f}" for t in sorted(attack["health"])[-5:])
+    print(f"the five slowest /health probes under attack: {slowest} ms")
     if memory_before and memory_after:
         growth = (memory_after - memory_before) / memory_before
         settled = (memory_settled - memory_before) / memory_before

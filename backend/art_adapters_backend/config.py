@@ -74,6 +74,10 @@ class ServeConfig(BaseModel):
         quiet_memory_return_s: once no request (``/health`` and ``/art/stats`` aside) has run for this many seconds,
             the memory requests freed is handed back to the OS (glibc keeps it otherwise; see
             :mod:`.http.quiet_memory`). 0 never does. Default 1.
+        work_nice: how much lower than the event loop's the OS priority (nice value) of the threads
+            that decode, train, compile grammars and do request work is (Linux), so the event loop
+            answers ``/health`` and admits requests without waiting for a busy CPU. 0: the same
+            priority. Default 10.
         log_level: uvicorn's log level. Default ``info``.
         engine: ``torch`` (default; CPU or CUDA, in process) or ``vllm`` (a ``vllm serve``
             subprocess on a CUDA GPU, slept during training steps).
@@ -181,6 +185,13 @@ class ServeConfig(BaseModel):
         default=1.0,
         ge=0,
         description="Seconds without requests after which freed memory goes back to the OS (0: never).",
+    )
+    work_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Nice increment of the threads that decode, train and do request work (Linux): the "
+        "event loop (/health, admission) gets a busy CPU first. 0: the same priority.",
     )
     limits: ServeLimits = Field(
         default_factory=ServeLimits, description="Bounds on requests, each its own flag (see ServeLimits)."

@@ -22,6 +22,7 @@ from .config import ServeConfig
 from .gc_pauses import tune_pauses
 from .http.app import create_app
 from .state import EngineFactory, ServerState, TrainerFactory
+from .threads import set_work_nice
 
 __all__ = ["run_server", "serve"]
 
@@ -91,6 +92,7 @@ async def serve(
     ``engine_factory``/``trainer_factory``: see :meth:`ServerState.create` (a seam for tests).
     """
     _watch_parent(config)
+    set_work_nice(config.work_nice)  # before the engine's and the pools' threads start
     sock = _bind(config.host, config.port)
     port = sock.getsockname()[1]
     try:

@@ -1,10 +1,10 @@
 """Worker threads of the server's own: request work and schema checks never queue behind slow jobs.
 
-``asyncio.to_thread`` shares the event loop's default pool (``min(32, cores + 4)`` threads) with
-slow, unbounded work such as the engine's grammar compilation: six slow compiles filled it and
-prompt rendering waited behind them. The server's short request work (rendering, tokenising,
-record writes, body parsing) runs in :func:`run_request_work`'s pool, JSON-schema checks in
-:func:`run_schema_work`'s bounded one.
+``asyncio.to_thread``'s default pool is shared with slow work such as grammar compilation (six slow
+compiles once held up prompt rendering). Short request work (rendering, tokenising, record writes,
+body parsing) runs in :func:`run_request_work`'s pool, JSON-schema checks in :func:`run_schema_work`'s,
+training steps in :func:`run_training_work`'s thread; each below the event loop's priority
+(``serve --work-nice``, :func:`.threads.lower_thread_priority`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["REQUEST_WORKERS", "SCHEMA_WORKERS", "run_request_work", "run_schema_work"]
+from .threads import lower_thread_priority
+
+__all__ = ["REQUEST_WORKERS", "SCHEMA_WORKERS", "run_request_work", "run_schema_work", "run_training_work"]
 
 _T = TypeVar("_T")
 
@@ -26,8 +28,15 @@ REQUEST_WORKERS = max(4, os.cpu_count() or 1)
 #: Threads checking JSON schemas: at most this many schema compilations run at once.
 SCHEMA_WORKERS = 2
 
-_REQUEST_POOL = ThreadPoolExecutor(max_workers=REQUEST_WORKERS, thread_name_prefix="art-request")
-_SCHEMA_POOL = ThreadPoolExecutor(max_workers=SCHEMA_WORKERS, thread_name_prefix="art-schema")
+_REQUEST_POOL = ThreadPoolExecutor(
+    max_workers=REQUEST_WORKERS, thread_name_prefix="art-request", initializer=lower_thread_priority
+)
+_SCHEMA_POOL = ThreadPoolExecutor(
+    max_workers=SCHEMA_WORKERS, thread_name_prefix="art-schema", initializer=lower_thread_priority
+)
+_TRAINING_POOL = ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="art-train", initializer=lower_thread_priority
+)
 
 
 async def _run(pool: ThreadPoolExecutor, fn: Callable[..., _T], *args: Any) -> _T:
@@ -44,3 +53,8 @@ async def run_request_work(fn: Callable[..., _T], *args: Any) -> _T:
 async def run_schema_work(fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` in the schema pool (at most :data:`SCHEMA_WORKERS` at once; the others queue)."""
     return await _run(_SCHEMA_POOL, fn, *args)
+
+
+async def run_training_work(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in the training thread (one: steps run one at a time anyway)."""
+    return await _run(_TRAINING_POOL, fn, *args)

@@ -21,6 +21,7 @@ from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
 from ..freed_memory import FREED_MEMORY
+from ..workers import run_training_work
 from .cancel import TrainingCancelledError
 from .checkpoints import CheckpointStore
 from .targets import lora_module_names, unknown_targets
@@ -333,7 +334,7 @@ class TrainingService:
             async with self._trainer_lock, self._paused():
                 request = {"request_key": idempotency_key, "request_hash": digest or None,
                            "groups_file": str(groups_file)}  # fmt: skip
-                body, checkpoint = await asyncio.to_thread(
+                body, checkpoint = await run_training_work(
                     self._step, name, step, adapter_path, groups, config, request
                 )
             if checkpoint is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import BadRequestError, ServerBusyError
+from ...threads import lower_thread_priority
 from .base import Constraint
 
 if TYPE_CHECKING:
@@ -65,7 +66,9 @@ class GrammarCache:
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grammar-compile")
+        self._executor = ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="grammar-compile", initializer=lower_thread_priority
+        )
         self.max_waiting = max_waiting
         self._waiting = 0  # compiles submitted and not finished (under _lock)
 

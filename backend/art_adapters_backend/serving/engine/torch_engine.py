@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...threads import THREADS_ENV, set_torch_threads
+from ...threads import THREADS_ENV, lower_thread_priority, set_torch_threads
 from .base import (
     EngineStats,
     GeneratedSequence,
@@ -434,6 +434,7 @@ class TorchEngine:
         (their awaiters get the exception) and the loop goes on; a failure while sampling one
         row fails only that row's request.
         """
+        lower_thread_priority()
         with torch.inference_mode():
             while True:
                 with self._cond:
