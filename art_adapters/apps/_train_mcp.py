@@ -401,7 +401,7 @@ async def run_train_mcp(config: TrainMcpConfig, *, console: Any = None) -> Train
     4. Train with ``train_loop`` (``config.loop``): groups scored by ``config.reward`` (RULER with the
        judge of :func:`resolve_judge_model`, :func:`~art_adapters.tool_use_reward`, or both mixed;
        :func:`~art_adapters.apps._mcp_reward.resolve_reward` picks the default), an evaluation on
-       the validation split every few steps (greedy unless ``config.eval_temperature`` is above 0),
+       the validation split every few steps (sampled at ``config.eval_temperature``; greedy at 0),
        ``metrics.jsonl`` and the plots in the run directory.
 
     Args:

@@ -99,7 +99,8 @@ async def test_the_agent_stops_after_max_turns() -> None:
 
 
 async def test_the_evaluation_samples_at_its_own_temperature() -> None:
-    """Training rollouts at ``temperature``, the held-out ones at ``eval_temperature`` (greedy by default)."""
+    """Training rollouts at ``temperature``, the held-out ones at ``eval_temperature`` (sampled at 1.0 by
+    default: the greedy model's calls hid the sampled policy's tool errors)."""
     tools = await mcp_tools.load_tools(server_command("notes"))
     asked: list[float] = []
 
@@ -107,7 +108,7 @@ async def test_the_evaluation_samples_at_its_own_temperature() -> None:
         asked.append(temperature)
         return build_agent(PolicyChatModel(policy=endless_policy), tools, max_turns=1)
 
-    for settings, expected in (({}, [1.0, 0.0]), ({"eval_temperature": 0.7}, [1.0, 0.7])):
+    for settings, expected in (({}, [1.0, 1.0]), ({"eval_temperature": 0.0}, [1.0, 0.0])):
         asked.clear()
         config = TrainMcpConfig(server="x", **settings)
         _rollouts(config, None, None, ToolTally(), agent_at, None)  # type: ignore[arg-type]
@@ -146,8 +147,9 @@ def test_the_judge_comes_from_flags_then_env_then_the_local_model(monkeypatch: p
 def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_path: Path) -> None:
     config = TrainMcpConfig(server="x", run_dir=tmp_path, seed=3)
     loop = config.loop
-    assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_every) == (2, 2, 4, 2)
-    assert loop.train.learning_rate == 2e-4 and loop.run == aa.RunConfig(timeout_s=600, max_failure_rate=0.25)
+    assert (loop.steps, loop.groups_per_step, loop.rollouts_per_group, loop.eval_every) == (4, 2, 4, 4)
+    assert loop.eval_rollouts == 4 and config.eval_temperature == 1.0  # a sampled held-out evaluation
+    assert loop.train.learning_rate == 1e-3 and loop.run == aa.RunConfig(timeout_s=600, max_failure_rate=0.25)
     assert loop.run_dir == tmp_path and loop.seed == 3  # the run's, unless the loop sets its own
     own = TrainMcpConfig(server="x", loop=aa.LoopConfig(steps=1, seed=9, run_dir=tmp_path / "metrics"))
     assert own.loop.seed == 9 and own.loop.run_dir == tmp_path / "metrics" and own.loop.groups_per_step == 4
@@ -157,15 +159,18 @@ def test_train_mcp_holds_a_loop_config_and_its_flags_come_from_the_models(tmp_pa
         TrainMcpConfig(server="x", rollout_timeout_s=5)
     # the command line: each option's default and help are the model's; loop flags merge into the default loop
     params = {p.name: p for p in typer.main.get_command(app).commands["train-mcp"].params}
-    assert params["steps"].default == 2 and params["learning_rate"].default == 2e-4
+    assert params["steps"].default == 4 and params["learning_rate"].default == 1e-3
     assert params["n_scenarios"].default == TrainMcpConfig.model_fields["n_scenarios"].default
     assert params["val_fraction"].help == TrainMcpConfig.model_fields["val_fraction"].description
     assert params["learning_rate"].help == "AdamW step size for the LoRA weights: the peak of lr_schedule."  # TrainConfig's own words
     assert params["steps"].help.startswith("Train until the model is at this step")  # LoopConfig's
     options = {"server": "x", "steps": 7, "learning_rate": 1e-3, "seed": 5, "tools": None}
-    options |= {"eval_rollouts": 3, "eval_temperature": 0.7}
+    options |= {"eval_rollouts": 3, "eval_temperature": 0.0}
     config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
     assert config.loop.steps == 7 and config.loop.train.learning_rate == 1e-3
+    assert config.loop.eval_rollouts == 1 and config.eval_temperature == 0.0  # greedy: one rollout is enough
+    options["eval_temperature"] = 0.7
+    config = build_config(TrainMcpConfig, options, TRAIN_MCP_OPTIONS)
     assert config.loop.eval_rollouts == 3 and config.eval_temperature == 0.7  # a sampled held-out evaluation
     assert config.loop.groups_per_step == 2  # the rest of the loop is train-mcp's default
     assert config.loop.seed == 5 and config.tools is None and config.loop.run_dir == config.run_dir

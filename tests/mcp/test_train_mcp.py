@@ -79,7 +79,7 @@ async def test_train_mcp_trains_one_step_evaluates_plots_and_says_how_to_use_it(
     assert "aa.TrainableModel(name='mcp-e2e', project='mcp-rl')" in output
     assert "model.chat_model(step=1)" in output and f"aa.RemoteBackend({local_backend.base_url!r})" in output
     # the judge saw the step-0 evaluation and the training group; the step-1 evaluation too unless its
-    # greedy answer did not change (then RULER's cache answered); all through RULER's json_schema
+    # rollouts did not change (then RULER's cache answered); all through RULER's json_schema
     assert len(judged) in (2, 3)
     assert all(r["response_format"]["type"] == "json_schema" for r in judged)
     # the run directory holds the scenarios (editable), the metrics and the reward plot
