@@ -1,8 +1,8 @@
 """The server's model and request work runs below the event loop's OS priority (``serve --work-nice``).
 
 Under load on two cores, the event loop waited for a busy CPU before it could answer ``/health``
-(bench/soak.py: p99 9.8-10.9x idle with the decode, parsing and grammar threads at the event loop's
-priority, 6.9-8.8x with them 10 nice levels lower). Linux keeps a nice value per thread.
+(bench/soak.py, four alternated runs each way: p99 7.7-11.5x idle with the decode, parsing and grammar
+threads at the event loop's priority, 5.7-8.8x with them 10 nice levels lower). Linux keeps a nice value per thread.
 """
 
 from __future__ import annotations
