@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -271,6 +272,8 @@ async def run(args: argparse.Namespace) -> None:
             memory_before = rss_mb(pid)
             deadline = time.monotonic() + args.seconds
             print(f"idle measured; attacking for {args.seconds:.0f} s", flush=True)
+            if args.client_nice:  # the clients only: the server and the prober keep their priority
+                os.nice(args.client_nice)
             clients = [soak.client(deadline, seed) for seed in range(args.clients)]
             results = await asyncio.gather(soak.probe(prober, deadline), *clients)
             attack = results[0]
@@ -366,6 +369,10 @@ def main() -> None:
         "--server-arg", action="append", default=[], metavar="ARG",
         help="an argument for the embedded backend's serve command (repeat), e.g. --server-arg=--prefix-cache-bytes=0",
     )  # fmt: skip
+    parser.add_argument(
+        "--client-nice", type=int, default=0,
+        help="raise the attacking clients' nice value by this much (the server and the prober keep theirs)",
+    )
     parser.add_argument("--without", action="append", default=[], choices=KINDS, help="leave this kind out (repeat)")
     asyncio.run(run(parser.parse_args()))
 

@@ -4,7 +4,8 @@ A full collection walks every tracked object holding the GIL: with the model, to
 loaded (~420,000 objects) 370-400 ms on a 2-core machine, which the soak's hostile bodies triggered
 (stalling ``/health``). :func:`tune_pauses` takes those objects out of the collector's sight
 (``gc.freeze``) and sets a 1 ms GIL switch interval (the engine thread runs Python between torch
-calls); :data:`PAUSES` times each collection for ``/art/stats``.
+calls); :data:`PAUSES` times each collection for ``/art/stats``. :func:`refreeze` does the same for
+what a training step or an adapter load leaves alive, so later full collections stay short.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["FULL_COLLECTION_EVERY", "PAUSES", "SWITCH_INTERVAL_S", "GcPauses", "tune_pauses"]
+__all__ = ["FULL_COLLECTION_EVERY", "PAUSES", "SWITCH_INTERVAL_S", "GcPauses", "refreeze", "tune_pauses"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class GcPauses:
         self.longest_ms = [0.0, 0.0, 0.0]
         self.total_ms = [0.0, 0.0, 0.0]
         self._started: float | None = None
+        self.refreezes = 0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         """``gc.callbacks`` protocol: ``phase`` is ``"start"`` or ``"stop"``."""
@@ -51,11 +53,17 @@ class GcPauses:
         if self not in gc.callbacks:
             gc.callbacks.append(self)
 
+    @property
+    def installed(self) -> bool:
+        """Whether :meth:`install` ran in this process (the server's, via :func:`tune_pauses`)."""
+        return self in gc.callbacks
+
     def stats(self) -> dict[str, Any]:
         """Frozen objects, the GIL switch interval, and per generation since install: collections,
         longest and total pause (ms)."""
         return {
             "frozen_objects": gc.get_freeze_count(),
+            "refreezes": self.refreezes,
             "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
             "full_collection_every": gc.get_threshold()[2],
             "collections": list(self.collections),
@@ -96,4 +104,28 @@ def tune_pauses() -> int:
     PAUSES.install()
     elapsed_ms = (time.perf_counter() - started) * 1000
     logger.info("froze %d objects for the garbage collector in %.0f ms", frozen, elapsed_ms)
+    return frozen
+
+
+def refreeze(reason: str) -> int:
+    """Collect, then freeze what survived, after work that leaves many long-lived objects behind.
+
+    A training step and an adapter load (PEFT modules, optimizer state, tokenizer caches) leave
+    hundreds of thousands of objects that every later full collection would walk while holding the
+    GIL (24-56 ms pauses in a soak, each stalling ``/health``). Called where the server pauses
+    anyway (after a step, with inference paused; after an adapter load), this takes one collection
+    there instead. Only in a process where :func:`tune_pauses` ran (the server's): elsewhere (a
+    test or a library process) nothing is frozen. Returns the objects newly frozen.
+    """
+    if not PAUSES.installed:
+        return 0
+    before = gc.get_freeze_count()
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    PAUSES.refreezes += 1
+    frozen = gc.get_freeze_count() - before
+    logger.debug(
+        "froze %d more objects after %s in %.0f ms", frozen, reason, (time.perf_counter() - started) * 1000
+    )
     return frozen

@@ -21,6 +21,7 @@ from art_adapters.files import write_atomic
 
 from ..errors import BadRequestError, ConflictError
 from ..freed_memory import FREED_MEMORY
+from ..gc_pauses import refreeze
 from ..workers import run_training_work
 from .cancel import TrainingCancelledError
 from .checkpoints import CheckpointStore
@@ -337,6 +338,7 @@ class TrainingService:
                 body, checkpoint = await run_training_work(
                     self._step, name, step, adapter_path, groups, config, request
                 )
+                await run_training_work(refreeze, "a training step")  # inference is paused anyway
             if checkpoint is not None:
                 step += 1
                 registry.add_step(name, step, checkpoint)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...gc_pauses import refreeze
 from ...threads import THREADS_ENV, lower_thread_priority, set_torch_threads
 from .base import (
     EngineStats,
@@ -366,6 +367,7 @@ class TorchEngine:
         except Exception as exc:
             self._unload_adapter_sync(name)
             raise ValueError(f"the adapter in {path} cannot be served in a mixed batch: {exc}") from exc
+        refreeze(f"loading adapter {name}")  # its modules out of later full collections
 
     async def unload_adapter(self, name: str) -> None:
         """Unload an adapter once the requests already using it have finished."""

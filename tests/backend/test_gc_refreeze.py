@@ -1,0 +1,83 @@
+"""What a training step and an adapter load leave alive is frozen too, so later full collections stay short.
+
+In a soak, full collections walked the objects a training step and the adapter load left behind (the
+startup freeze cannot know them): 24-56 ms holding the GIL, each stalling ``/health``. The server
+collects and freezes again after each (``refreeze``): the longest full-collection pause of the next
+soak was 12 ms.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import pytest
+from art_adapters_backend.gc_pauses import PAUSES, refreeze
+
+from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+
+
+def test_outside_the_server_nothing_is_frozen() -> None:
+    assert not PAUSES.installed  # tune_pauses runs in the server's process only
+    before = gc.get_freeze_count()
+    assert refreeze("a test") == 0
+    assert gc.get_freeze_count() == before
+
+
+def test_survivors_are_frozen_and_cyclic_garbage_is_collected_first() -> None:
+    script = textwrap.dedent(
+        """
+        import gc, json, weakref
+        from art_adapters_backend.gc_pauses import PAUSES, refreeze, tune_pauses
+
+        class Node:
+            pass
+
+        tune_pauses()
+        kept = [[i] for i in range(50_000)]  # what a step leaves alive (lists: tracked by the collector)
+        cycle = Node()
+        cycle.self = cycle  # cyclic garbage: only a collection frees it
+        dead = weakref.ref(cycle)
+        del cycle
+        tracked = len(gc.get_objects())
+        frozen = refreeze("a test")
+        print(json.dumps({"frozen": frozen, "tracked_before": tracked, "tracked_after": len(gc.get_objects()),
+                          "cycle_collected": dead() is None, "refreezes": PAUSES.stats()["refreezes"],
+                          "kept": len(kept)}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["frozen"] >= 50_000, result
+    assert result["cycle_collected"], result  # collected before the freeze, not kept forever
+    assert result["tracked_after"] < 1_000 < result["tracked_before"], (
+        result
+    )  # out of later collections' walk
+    assert result["refreezes"] == 1 and result["kept"] == 50_000, result
+
+
+@pytest.mark.slow
+async def test_a_training_step_and_its_adapter_load_are_frozen_after(local_backend: LocalBackend) -> None:
+    model = TrainableModel(name="refrozen", project="gc", base_model="smollm2-135m-instruct")
+    await model.register(local_backend)
+    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as http:
+        before = (await http.get("/art/stats")).json()["gc"]
+    group = TrajectoryGroup(trajectories=[
+        Trajectory(messages=[{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": answer}],
+                   reward=reward)
+        for answer, reward in (("Yes.", 1.0), ("No.", 0.0))
+    ])  # fmt: skip
+    result = await model.train([group], config=TrainConfig(learning_rate=1e-5, lora_rank=4, lora_alpha=8))
+    assert result.trained, result
+    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as http:
+        after = (await http.get("/art/stats")).json()["gc"]
+    # one after the step, one after the new checkpoint's adapter is loaded (preloaded to serve it)
+    assert after["refreezes"] >= before["refreezes"] + 2, (before, after)
+    assert after["frozen_objects"] > before["frozen_objects"], (before, after)
