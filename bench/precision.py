@@ -49,7 +49,12 @@ def decode_seconds(model: torch.nn.Module, rows: int, context: int, steps: int) 
     layers = model.config.num_hidden_layers
     with torch.inference_mode():
         cache = growing_cache(None, layers)
-        model(input_ids=torch.randint(0, 1000, (rows, context)), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=torch.randint(0, 1000, (rows, context)),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         mask = torch.ones(rows, context + steps + 3, dtype=torch.long)
         timed = 0.0
         for i in range(steps + 2):
@@ -83,7 +88,9 @@ def main() -> None:
     """Time both dtypes, measure the mismatch, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    parser.add_argument("--shapes", default="1x50,12x1000,32x300,32x1000", help="decode shapes, rows x context")
+    parser.add_argument(
+        "--shapes", default="1x50,12x1000,32x300,32x1000", help="decode shapes, rows x context"
+    )
     parser.add_argument("--steps", type=int, default=8, help="timed decode steps per shape and dtype")
     parser.add_argument("--prefill", default="4x1000", help="prefill shape, rows x prompt tokens")
     parser.add_argument("--samples", type=int, default=4, help="sampled completions for the mismatch")
@@ -110,14 +117,19 @@ def main() -> None:
     gaps: list[torch.Tensor] = []
     for prompt in PROMPTS[: args.samples]:
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
         )["input_ids"]
         with torch.inference_mode():
             sequence = fp32.generate(
                 ids, max_new_tokens=args.max_new_tokens, do_sample=True, temperature=1.0,
                 pad_token_id=tokenizer.eos_token_id,
             )  # fmt: skip
-        gaps.append(token_logprobs(bf16, sequence, ids.shape[1]) - token_logprobs(fp32, sequence, ids.shape[1]))
+        gaps.append(
+            token_logprobs(bf16, sequence, ids.shape[1]) - token_logprobs(fp32, sequence, ids.shape[1])
+        )
     gap = torch.cat(gaps)
     ratio = gap.exp()
     print(f"{gap.numel()} sampled tokens scored by both: |logprob bf16 - fp32| mean {gap.abs().mean():.4f}, "
