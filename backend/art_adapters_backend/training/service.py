@@ -12,7 +12,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -335,10 +335,9 @@ class TrainingService:
             async with self._trainer_lock, self._paused():
                 request = {"request_key": idempotency_key, "request_hash": digest or None,
                            "groups_file": str(groups_file)}  # fmt: skip
-                body, checkpoint = await run_training_work(
-                    self._step, name, step, adapter_path, groups, config, request
-                )
-                await run_training_work(refreeze, "a training step")  # inference is paused anyway
+                run = self._training_runner()
+                body, checkpoint = await run(self._step, name, step, adapter_path, groups, config, request)
+                await run(refreeze, "a training step")  # inference is paused anyway
             if checkpoint is not None:
                 step += 1
                 registry.add_step(name, step, checkpoint)
@@ -390,6 +389,12 @@ class TrainingService:
         cancel = getattr(self._trainer, "cancel", None)  # a test's trainer may have none
         if cancel is not None:
             cancel()
+
+    def _training_runner(self) -> Callable[..., Awaitable[Any]]:
+        """Where a step runs: on the engine's own thread where it offers one (``run_exclusive``: one
+        OpenMP team for decoding and training, so decoding keeps its speed after a step), else in
+        the training thread (:func:`.workers.run_training_work`)."""
+        return getattr(self.state.engine, "run_exclusive", None) or run_training_work
 
     def _paused(self) -> Any:
         paused = getattr(self.state.engine, "paused", None)
