@@ -15,11 +15,11 @@ import subprocess
 import sys
 import textwrap
 
-import httpx
 import pytest
 from art_adapters_backend.gc_pauses import PAUSES, refreeze
 
-from art_adapters import LocalBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_adapters import LocalBackend
+from tests.helpers.tiny_step import server_stats, train_tiny_step
 
 
 def test_outside_the_server_nothing_is_frozen() -> None:
@@ -79,19 +79,8 @@ def test_survivors_are_frozen_and_cyclic_garbage_is_collected_first() -> None:
 
 @pytest.mark.slow
 async def test_a_training_step_and_its_adapter_load_are_frozen_after(local_backend: LocalBackend) -> None:
-    model = TrainableModel(name="refrozen", project="gc", base_model="smollm2-135m-instruct")
-    await model.register(local_backend)
-    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as http:
-        before = (await http.get("/art/stats")).json()["gc"]
-    group = TrajectoryGroup(trajectories=[
-        Trajectory(messages=[{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": answer}],
-                   reward=reward)
-        for answer, reward in (("Yes.", 1.0), ("No.", 0.0))
-    ])  # fmt: skip
-    result = await model.train([group], config=TrainConfig(learning_rate=1e-5, lora_rank=4, lora_alpha=8))
-    assert result.trained, result
-    async with httpx.AsyncClient(base_url=local_backend.base_url, timeout=60) as http:
-        after = (await http.get("/art/stats")).json()["gc"]
+    before = (await train_tiny_step(local_backend, "refrozen", "gc"))["gc"]
+    after = (await server_stats(local_backend))["gc"]
     # one after the step, one after the new checkpoint's adapter is loaded (preloaded to serve it)
     assert after["refreezes"] >= before["refreezes"] + 2, (before, after)
     assert after["frozen_objects"] > before["frozen_objects"], (before, after)
