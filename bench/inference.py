@@ -2,7 +2,8 @@
 
 Measures, in this order (ratios are against numbers from the same run; the machine may be loaded):
 
-- HF transformers static batching (``model.generate``, batches of 1 / 8 / 32 prompts);
+- HF transformers static batching (``model.generate``, batches of 1 / 8 / 32 prompts), in a process
+  of its own (a second OpenMP team in the engine's process would slow the engine's rows);
 - our ``TorchEngine`` with the prefix cache off and on, 1 / 8 / 32 concurrent requests;
 - llama.cpp through node-llama-cpp 3.21.1 on the bundled GGUF (install it with
   ``npm i -E node-llama-cpp@3.21.1`` in ``bench/.llama-cpp``; skipped visibly without node);
@@ -217,6 +218,7 @@ async def main() -> None:
     parser.add_argument("--groups", type=int, default=4, help="RL workload: groups of 4 rollouts (default 4)")
     parser.add_argument("--cache-bytes", type=int, default=256 << 20, help="prefix cache size when on")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--hf-only", action="store_true", help=argparse.SUPPRESS)  # the HF rows' own process
     parser.add_argument("--skip-llama", action="store_true")
     parser.add_argument("--only", choices=["off", "on", "none"], help="only this prefix-cache setting of our engine")
     parser.add_argument(
@@ -241,15 +243,31 @@ async def main() -> None:
     table: dict[str, dict[int, float]] = {}
     print(f"threads={torch.get_num_threads()} max_tokens={args.max_tokens} requests/level={args.requests}", flush=True)
 
-    if not args.skip_hf:
+    if args.hf_only:  # the child process of the HF rows (below): measure, print one JSON line, stop
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True).eval()
-        table["HF static batching (fp32)"] = {
+        rates = {
             c: hf_rate(model, prompts[: max(c, 8) if c == 1 else len(prompts)], c, args.max_tokens, tokenizer.pad_token_id or 0)
             for c in levels
         }
-        del model
+        print(json.dumps(rates))
+        return
+    if not args.skip_hf:
+        # In a process of its own: HF's batches run parallel torch code on the calling thread, and a
+        # second OpenMP team beside the engine's thread makes libgomp stop both teams spin-waiting
+        # (the engine's rows measured after HF's in one process were about a quarter slower).
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, __file__, "--hf-only", "--max-tokens", str(args.max_tokens),
+             "--requests", str(args.requests)],
+            capture_output=True, text=True, timeout=3600, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(f"HF static batching failed: {done.stderr.strip()[-600:]}")
+        else:
+            rates = json.loads(done.stdout.strip().splitlines()[-1])
+            table["HF static batching (fp32)"] = {int(k): v for k, v in rates.items()}
 
     settings = [("off", 0), ("on", args.cache_bytes)]
     rl: dict[str, tuple[float, dict]] = {}
