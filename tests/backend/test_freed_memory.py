@@ -13,7 +13,7 @@ import pytest
 from art_adapters_backend.freed_memory import FreedMemory, return_freed_memory
 
 from art_adapters import LocalBackend
-from tests.helpers.tiny_step import server_stats, train_tiny_step
+from tests.helpers.tiny_step import train_tiny_step
 
 GLIBC = sys.platform.startswith("linux") and ctypes.util.find_library("c") is not None
 
@@ -35,7 +35,7 @@ def test_freed_heap_pages_go_back_to_the_os() -> None:
 @pytest.mark.slow
 async def test_the_server_returns_a_training_steps_memory_and_says_so(local_backend: LocalBackend) -> None:
     before = (await train_tiny_step(local_backend, "freed", "memory"))["memory"]
-    after = (await server_stats(local_backend))["memory"]
+    after = (await local_backend.request("GET", "/art/stats"))["memory"]
     assert after["returns"] == before["returns"] + 1, (before, after)
     assert after["returns_that_released"] >= before["returns_that_released"] + int(GLIBC), (before, after)
     assert after["rss_bytes"] is None or after["rss_bytes"] > 100_000_000  # the served model is resident

@@ -19,7 +19,7 @@ import pytest
 from art_adapters_backend.gc_pauses import PAUSES, refreeze
 
 from art_adapters import LocalBackend
-from tests.helpers.tiny_step import server_stats, train_tiny_step
+from tests.helpers.tiny_step import train_tiny_step
 
 
 def test_outside_the_server_nothing_is_frozen() -> None:
@@ -80,7 +80,7 @@ def test_survivors_are_frozen_and_cyclic_garbage_is_collected_first() -> None:
 @pytest.mark.slow
 async def test_a_training_step_and_its_adapter_load_are_frozen_after(local_backend: LocalBackend) -> None:
     before = (await train_tiny_step(local_backend, "refrozen", "gc"))["gc"]
-    after = (await server_stats(local_backend))["gc"]
+    after = (await local_backend.request("GET", "/art/stats"))["gc"]
     # one after the step, one after the new checkpoint's adapter is loaded (preloaded to serve it)
     assert after["refreezes"] >= before["refreezes"] + 2, (before, after)
     assert after["frozen_objects"] > before["frozen_objects"], (before, after)

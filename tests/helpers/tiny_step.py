@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from art_adapters import Backend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
-
-
-async def server_stats(backend: Backend) -> dict[str, Any]:
-    """The backend's ``/art/stats`` body."""
-    async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as http:
-        return (await http.get("/art/stats")).json()
 
 
 async def train_tiny_step(backend: Backend, name: str, project: str) -> dict[str, Any]:
@@ -20,7 +12,7 @@ async def train_tiny_step(backend: Backend, name: str, project: str) -> dict[str
     over "No."); returns ``/art/stats`` from just before the step (the step must train)."""
     model = TrainableModel(name=name, project=project, base_model="smollm2-135m-instruct")
     await model.register(backend)
-    before = await server_stats(backend)
+    before = await backend.request("GET", "/art/stats")
     group = TrajectoryGroup(trajectories=[
         Trajectory(messages=[{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": answer}],
                    reward=reward)
