@@ -26,7 +26,7 @@ records that cannot be read back (goal 0). One prober process times both phases,
 about as many times as the attack is (a nearest-rank p99 of 20 samples is their largest). 429/503
 answers with ``Retry-After`` are the admission limits working, not failures. Not part of the test suite. Usage::
 
-    .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY] [--without KIND]
+    .venv/bin/python bench/soak.py [--seconds 60] [--clients 64] [--url URL --api-key KEY] [--without KIND] [--client-nice N]
 """
 
 from __future__ import annotations
