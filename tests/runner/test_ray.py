@@ -190,9 +190,20 @@ async def test_a_worker_killed_mid_rollout_fails_that_attempt_and_the_retry_fini
 ) -> None:
     marker = tmp_path / "victim.pid"
 
+    def first_to_claim() -> bool:
+        """True in exactly one process: the group's two victim rollouts start at once on the two
+        nodes, so an exists-then-write check let both wait (and the one not killed timed out)."""
+        try:
+            os.close(os.open(tmp_path / "victim.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        written = tmp_path / "victim.pid.tmp"
+        written.write_text(str(os.getpid()))
+        os.replace(written, marker)  # the test never reads a half-written pid
+        return True
+
     async def victim(scenario: dict[str, Any]) -> aa.Trajectory:
-        if scenario["q"] == "victim" and not marker.exists():
-            marker.write_text(str(os.getpid()))
+        if scenario["q"] == "victim" and first_to_claim():
             await asyncio.sleep(60)  # killed here
         await asyncio.sleep(0.2)
         return aa.Trajectory(messages=[aa.Message(role="user", content=scenario["q"])], reward=1.0)
