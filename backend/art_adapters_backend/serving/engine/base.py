@@ -249,6 +249,10 @@ class EngineStats:
         prefix_cache_max_bytes: the prefix cache's budget (0: off).
         prefix_cache_entries: sequences it holds now.
         prefix_cache_evictions: sequences evicted (least recently used) to stay in budget.
+        shared_prefix_steps: decode steps whose rows' common leading tokens were read once for the
+            whole batch (shared-prefix attention).
+        shared_prefix_reads_saved: key/value positions those steps did not read again (the shared
+            length times the other rows, summed over the steps).
     """
 
     requests: int = 0
@@ -270,6 +274,8 @@ class EngineStats:
     prefix_cache_max_bytes: int = 0
     prefix_cache_entries: int = 0
     prefix_cache_evictions: int = 0
+    shared_prefix_steps: int = 0
+    shared_prefix_reads_saved: int = 0
 
 
 @runtime_checkable

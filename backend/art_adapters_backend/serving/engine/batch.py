@@ -19,6 +19,7 @@ from .constraint import ConstrainedDecoder
 from .kv_cache import growing_cache, stack_left_padded
 from .prefix_cache import KVLayers, PrefixCache
 from .sampling import LogitAdjuster, SampledToken, sample_next, sample_plain
+from .shared_prefix import MIN_SHARED_TOKENS, SharedPrefix, common_prefix_length
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -117,6 +118,12 @@ class Batch:
     each row's real token count, so padding never changes a row's result. Finished rows are
     dropped (their keys and values kept in the prefix cache for a later turn) and fully padded
     columns trimmed.
+
+    With ``share_prefixes`` (the model must run :mod:`.shared_prefix`'s attention) the leading
+    tokens every row has in common, under the same weights, are held once (:attr:`shared`) and the
+    cache keeps only each row's keys and values after them: a decode step reads the shared part
+    once for the whole batch. A row that joins with less in common shortens the shared part (what
+    it no longer covers is copied into every row's own keys and values) or ends the sharing.
     """
 
     model: PreTrainedModel
@@ -129,6 +136,10 @@ class Batch:
     prompt_tokens: int = 0  # counters for the engine's stats: prompt tokens of new rows
     prefill_tokens: int = 0  # tokens run through the model in prefills
     max_step_tokens: int = 0  # the most tokens one forward pass processed
+    share_prefixes: bool = False
+    shared: SharedPrefix | None = None  # the rows' common leading tokens, held once
+    shared_steps: int = 0  # decode steps that read a shared prefix
+    shared_reads_saved: int = 0  # key/value positions those steps did not read again (prefix x (rows - 1))
 
     # ---- model calls -------------------------------------------------------------------
 
@@ -245,11 +256,13 @@ class Batch:
         going = [row for row in joined if id(row) not in gone]
         if not going:
             return finished
-        width = max(row.computed for row in going)
-        stacked = stack_left_padded([row.past for row in going if row.past is not None], width)
+        cut = self._share(going)
+        width = max(row.computed - cut for row in going)
+        own = [[(k[:, cut:], v[:, cut:]) for k, v in row.past] for row in going if row.past is not None]
+        stacked = stack_left_padded(own, width)
         new_mask = torch.zeros((len(going), width), dtype=torch.long, device=self.device)
         for i, row in enumerate(going):
-            new_mask[i, width - row.computed :] = 1
+            new_mask[i, width - (row.computed - cut) :] = 1
             row.past = None
         self._merge(going, stacked, new_mask)
         return finished
@@ -263,12 +276,18 @@ class Batch:
             row.position += 1
             row.ran += 1
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
+        shared: dict[str, Any] = {}
+        if self.shared is not None:
+            shared["shared_prefix"] = self.shared.layers
+            self.shared_steps += 1
+            self.shared_reads_saved += self.shared.length * (len(self.rows) - 1)
         logits = self._forward(
             self.rows,
             input_ids=input_ids,
             attention_mask=self.mask,
             position_ids=positions,
             past_key_values=self.cache,
+            **shared,
         )
         return self._sample(list(self.rows), logits)
 
@@ -375,6 +394,70 @@ class Batch:
 
     # ---- cache surgery -----------------------------------------------------------------
 
+    def _share(self, joining: list[Row]) -> int:
+        """Settle the batch's shared prefix for ``joining`` rows (keys and values in ``row.past``).
+
+        Returns how many leading tokens of each joining row the shared prefix covers (0: none).
+        Sharing starts once the batch would hold two rows or more with at least
+        :data:`MIN_SHARED_TOKENS` leading tokens in common under the same weights (at most all but
+        each row's last computed token, so every row keeps keys of its own): the rows already in the
+        batch then give up their copy of those tokens.
+        """
+        if not self.share_prefixes:
+            return 0
+        if self.shared is None:
+            first = joining[0]
+            if len(self.rows) + len(joining) < 2 or first.past is None:
+                return 0
+            tokens = first.context()[: first.position]
+            length = self._common_length([*self.rows, *joining], first.scope, tokens)
+            if length < MIN_SHARED_TOKENS:
+                return 0
+            if self.rows:
+                self._drop_leading(length)
+            layers = [(k[:, :length], v[:, :length]) for k, v in first.past]
+            self.shared = SharedPrefix(first.scope, tokens[:length], layers)
+            logger.debug("%d rows share their first %d tokens", len(self.rows) + len(joining), length)
+            return length
+        length = self._common_length(joining, self.shared.scope, self.shared.tokens)
+        if length < self.shared.length:
+            self._unshare(keep=length if length >= MIN_SHARED_TOKENS else 0)
+        return self.shared.length if self.shared is not None else 0
+
+    @staticmethod
+    def _common_length(rows: list[Row], scope: str, tokens: list[int]) -> int:
+        """How many of ``tokens`` lead every row's computed context (``row.position`` tokens) under
+        the weights ``scope``, leaving each row at least one token of its own."""
+        length = len(tokens)
+        for row in rows:
+            if row.scope != scope:
+                return 0
+            length = min(length, row.position - 1)
+            length = common_prefix_length(tokens[:length], row.context()[:length])
+        return max(length, 0)
+
+    def _drop_leading(self, length: int) -> None:
+        """Remove the first ``length`` real columns of every row in the batch (they become shared)."""
+        assert self.mask is not None
+        columns = [self.mask[i].nonzero().squeeze(1)[length:] for i in range(len(self.rows))]
+        own = [[(layer.keys[i].index_select(1, cols), layer.values[i].index_select(1, cols))
+                for layer in self.cache.layers] for i, cols in enumerate(columns)]  # fmt: skip
+        width = max(len(cols) for cols in columns)
+        self.cache = growing_cache(stack_left_padded(own, width), self.num_layers)
+        self.mask = torch.zeros((len(self.rows), width), dtype=torch.long, device=self.device)
+        for i, cols in enumerate(columns):
+            self.mask[i, width - len(cols) :] = 1
+
+    def _unshare(self, keep: int) -> None:
+        """Share only the first ``keep`` tokens (0: none): the rest goes into every row's own keys and values."""
+        assert self.shared is not None and self.mask is not None
+        moved = self.shared.length - keep
+        for layer, (keys, values) in zip(self.cache.layers, self.shared.layers, strict=True):
+            layer.prepend(keys[:, keep:], values[:, keep:])
+        self.mask = torch.cat([self.mask.new_ones((self.mask.shape[0], moved)), self.mask], dim=1)
+        self.shared = self.shared.truncated(keep) if keep else None
+        logger.debug("a joining row shares %d tokens: %d moved into every row's own", keep, moved)
+
     def _merge(self, new_rows: list[Row], layers: KVLayers, mask: torch.Tensor) -> None:
         """Append rows with their own keys and values, left-padding whichever side is shorter."""
         if not self.rows:
@@ -388,11 +471,16 @@ class Batch:
         self.rows.extend(new_rows)
 
     def row_layers(self, position: int) -> KVLayers:
-        """The keys and values of the row at ``position`` in the batch, its real columns only (copies)."""
+        """The keys and values of the row at ``position`` in the batch, its real columns only (copies),
+        after the shared prefix's if the batch has one."""
         assert self.mask is not None
         keep = self.mask[position].nonzero().squeeze(1)
-        return [(layer.keys[position].index_select(1, keep), layer.values[position].index_select(1, keep))
-                for layer in self.cache.layers]  # fmt: skip
+        own = [(layer.keys[position].index_select(1, keep), layer.values[position].index_select(1, keep))
+               for layer in self.cache.layers]  # fmt: skip
+        if self.shared is None:
+            return own
+        return [(torch.cat([sk, k], dim=1), torch.cat([sv, v], dim=1))
+                for (sk, sv), (k, v) in zip(self.shared.layers, own, strict=True)]  # fmt: skip
 
     def drop(self, gone: list[Row], *, keep_kv: bool = False) -> None:
         """Remove rows (finished, failed, cancelled or preempted) and trim columns no row uses.
@@ -432,7 +520,7 @@ class Batch:
 
     def clear(self) -> None:
         """Forget every row and the cache."""
-        self.rows, self.cache, self.mask = [], None, None
+        self.rows, self.cache, self.mask, self.shared = [], None, None, None
 
 
 def _is_plain(row: Row) -> bool:

@@ -100,6 +100,24 @@ class GrowingLayer(DynamicLayer):
         self._kbuf, self._vbuf = kbuf, vbuf
         self.keys, self.values = kbuf[:, :, :width], vbuf[:, :, :width]
 
+    def prepend(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put ``[H, n, D]`` keys and values, the same for every row, before each row's own.
+
+        One copy into a new buffer with room to append; used when a batch stops sharing (part of)
+        a prefix (:mod:`.shared_prefix`).
+        """
+        assert self.keys is not None and self.values is not None
+        rows, heads, length, dim = self.keys.shape
+        width = keys.shape[1] + length
+        capacity = width + max(HEADROOM, width // 2)
+        kbuf = self.keys.new_empty((rows, heads, capacity, dim))
+        vbuf = torch.empty_like(kbuf)
+        for buf, shared, own in ((kbuf, keys, self.keys), (vbuf, values, self.values)):
+            buf[:, :, : keys.shape[1]] = shared  # broadcast over the rows
+            buf[:, :, keys.shape[1] : width] = own
+        self._kbuf, self._vbuf = kbuf, vbuf
+        self.keys, self.values = kbuf[:, :, :width], vbuf[:, :, :width]
+
 
 def growing_cache(layers: KVLayers | None, num_layers: int) -> Cache:
     """A ``Cache`` of :class:`GrowingLayer` s, holding ``layers`` (``[B, H, L, D]`` pairs) if given."""

@@ -40,6 +40,7 @@ from .constraint import ConstrainedDecoder, GrammarCache
 from .prefix_cache import PrefixCache
 from .sampling import LogitAdjuster, validate_adjustments
 from .scheduler import admit
+from .shared_prefix import ATTENTION_NAME, register_attention, supports_shared_prefix
 from .text import TextTracker
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class TorchEngine:
         max_batch_size: int = 8,
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        share_prefixes: bool = True,
     ) -> None:
         """Wrap an already loaded model and tokenizer (see :meth:`load` for the settings)."""
         if max_batch_size < 1:
@@ -113,11 +115,13 @@ class TorchEngine:
         self._cond = threading.Condition()
         self._pending: deque[Row] = deque()
         self._prefix_cache = PrefixCache(prefix_cache_bytes)
+        self.share_prefixes = share_prefixes and _use_shared_prefix_attention(self.model)
         self._batch = Batch(
             model=self.model,
             eos_token_ids=self.eos_token_ids,
             device=self.device,
             prefix_cache=self._prefix_cache,
+            share_prefixes=self.share_prefixes,
         )
         self._prefill_rows: list[Row] = []  # admitted, their prompt being prefilled (in chunks)
         self._generations: dict[str, int] = {}  # adapter name -> loads so far (the prefix-cache scope)
@@ -141,6 +145,7 @@ class TorchEngine:
         num_threads: int | None = None,
         prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        share_prefixes: bool = True,
     ) -> TorchEngine:
         """Load a Hugging Face model folder (e.g. from :func:`~...bundled.resolve_model_path`).
 
@@ -159,6 +164,10 @@ class TorchEngine:
                 the same weights (base or ``adapter@step``); least recently used evicted; 0: off.
             prefill_chunk: the most prompt tokens prefilled per step; the running rows decode
                 between chunks, so a long prompt delays them by one chunk's time at most.
+            share_prefixes: hold the leading tokens all decoding rows share (a group's system
+                prompt, tools and question) once, and read them once per decode step
+                (:mod:`.shared_prefix`); models with sliding-window or soft-capped attention
+                decode as before.
         """
         from transformers import AutoModelForCausalLM
 
@@ -173,7 +182,7 @@ class TorchEngine:
         logger.info("loaded %s on %s in %.1f s", model_path, device, time.monotonic() - started)
         return cls(
             model, tokenizer, device=device, max_batch_size=max_batch_size,
-            prefix_cache_bytes=prefix_cache_bytes, prefill_chunk=prefill_chunk,
+            prefix_cache_bytes=prefix_cache_bytes, prefill_chunk=prefill_chunk, share_prefixes=share_prefixes,
         )  # fmt: skip
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -222,6 +231,7 @@ class TorchEngine:
                 if cache.looked_up_tokens else 0.0,
                 prefix_cache_bytes=cache.bytes, prefix_cache_max_bytes=cache.max_bytes,
                 prefix_cache_entries=cache.entries, prefix_cache_evictions=cache.evictions,
+                shared_prefix_steps=batch.shared_steps, shared_prefix_reads_saved=batch.shared_reads_saved,
             )  # fmt: skip
 
     # ---- requests ----------------------------------------------------------------------
@@ -638,3 +648,17 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[
     if not ids:
         raise ValueError("the model defines no EOS token")
     return ids
+
+
+def _use_shared_prefix_attention(model: PreTrainedModel) -> bool:
+    """Run ``model`` with :mod:`.shared_prefix`'s attention where its layers allow it; whether it now does."""
+    if not supports_shared_prefix(model.config):
+        logger.info("decoding without a shared prefix: the model's attention is not full attention in every layer")
+        return False
+    register_attention()
+    try:
+        model.set_attn_implementation(ATTENTION_NAME)
+    except (ValueError, ImportError) as exc:
+        logger.warning("decoding without a shared prefix: %s", exc)
+        return False
+    return True
