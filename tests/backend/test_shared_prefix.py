@@ -1,6 +1,6 @@
-"""Shared-prefix (cascade) decode attention: the attention function against SDPA, which models qualify,
-and the engine on the bundled model and on tiny Qwen3 giving the unshared engine's tokens and logprobs
-while rows join, share, shorten the shared part and stop sharing."""
+"""Shared prefixes: the cascade decode attention against SDPA, which models qualify, the engine on the
+bundled model and on tiny Qwen3 giving the unshared, uncached engine's tokens and logprobs while rows
+join, share, shorten the shared part and stop sharing; and a cold batch prefilling its common prefix once."""
 
 from __future__ import annotations
 
@@ -67,22 +67,36 @@ def test_attention_equals_sdpa_over_the_whole_context(group: int) -> None:
     mask[4, ..., :6] = False
     module = SimpleNamespace(layer_idx=1, num_key_value_groups=group)
     shared = [(torch.zeros(kv_heads, prefix, dim),) * 2, (prefix_keys, prefix_values)]
-    out, weights = shared_prefix_attention(module, query, keys, values, mask, scaling=0.3, shared_prefix=shared)
+    out, weights = shared_prefix_attention(
+        module, query, keys, values, mask, scaling=0.3, shared_prefix=shared
+    )
     assert weights is None and out.shape == (rows, 1, heads, dim)
 
-    whole_keys = torch.cat([prefix_keys.expand(rows, -1, -1, -1), keys], dim=2).repeat_interleave(group, dim=1)
-    whole_values = torch.cat([prefix_values.expand(rows, -1, -1, -1), values], dim=2).repeat_interleave(group, dim=1)
+    whole_keys = torch.cat([prefix_keys.expand(rows, -1, -1, -1), keys], dim=2).repeat_interleave(
+        group, dim=1
+    )
+    whole_values = torch.cat([prefix_values.expand(rows, -1, -1, -1), values], dim=2).repeat_interleave(
+        group, dim=1
+    )
     whole_mask = torch.cat([torch.ones(rows, 1, 1, prefix, dtype=torch.bool), mask], dim=-1)
-    expected = F.scaled_dot_product_attention(query, whole_keys, whole_values, attn_mask=whole_mask, scale=0.3)
+    expected = F.scaled_dot_product_attention(
+        query, whole_keys, whole_values, attn_mask=whole_mask, scale=0.3
+    )
     assert torch.allclose(out, expected.transpose(1, 2), atol=1e-5)
     # without a shared prefix: transformers' SDPA attention on the keys given
     plain, _ = shared_prefix_attention(module, query, keys, values, mask, scaling=0.3)
     reference = F.scaled_dot_product_attention(
-        query, keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1), attn_mask=mask, scale=0.3
+        query,
+        keys.repeat_interleave(group, dim=1),
+        values.repeat_interleave(group, dim=1),
+        attn_mask=mask,
+        scale=0.3,
     )
     assert torch.allclose(plain, reference.transpose(1, 2), atol=1e-5)
     with pytest.raises(ValueError, match="one token per row"):
-        shared_prefix_attention(module, torch.randn(rows, heads, 2, dim), keys, values, None, shared_prefix=shared)
+        shared_prefix_attention(
+            module, torch.randn(rows, heads, 2, dim), keys, values, None, shared_prefix=shared
+        )
 
 
 # ---- on real models ------------------------------------------------------------------------
@@ -94,7 +108,9 @@ def render(engine: TorchEngine, system: str, question: str) -> list[int]:
     return engine.tokenizer(text, add_special_tokens=False).input_ids
 
 
-async def decode(engine: TorchEngine, prompts: list[list[int]], late: int) -> list[tuple[list[int], list[float]]]:
+async def decode(
+    engine: TorchEngine, prompts: list[list[int]], late: int
+) -> list[tuple[list[int], list[float]]]:
     """Greedy tokens and logprobs of ``prompts``; the last ``late`` are sent once the first row has
     decoded its first token (so they join a running batch), the others together."""
     params = SamplingParams(temperature=0.0, max_tokens=40, min_tokens=40)
@@ -143,7 +159,9 @@ async def assert_shared_equals_unshared(
     # each path taken: a running row and three joining share; a shorter prefix; sharing ended
     said = [record.getMessage() for record in caplog.records if "share" in record.getMessage()]
     assert re.fullmatch(r"4 rows share their first \d+ tokens", said[0]), said
-    assert any(re.fullmatch(r"a joining row shares [1-9]\d+ tokens: \d+ moved .*", line) for line in said), said
+    assert any(re.fullmatch(r"a joining row shares [1-9]\d+ tokens: \d+ moved .*", line) for line in said), (
+        said
+    )
     assert re.fullmatch(r"a joining row shares 0 tokens: \d+ moved .*", said[-1]), said
     assert shared.stats.shared_prefix_reads_saved > 0
     assert plain.stats.shared_prefix_steps == plain.stats.shared_prefix_reads_saved == 0
@@ -154,7 +172,7 @@ async def bundled() -> AsyncIterator[tuple[TorchEngine, TorchEngine]]:
     path = resolve_model_path(BUNDLED_MODEL)
     async with started_engines(
         partial(TorchEngine.load, path, num_threads=1),
-        partial(TorchEngine.load, path, num_threads=1, share_prefixes=False),
+        partial(TorchEngine.load, path, num_threads=1, share_prefixes=False, prefix_cache_bytes=0),
     ) as (shared, plain):
         yield shared, plain
 
@@ -176,3 +194,24 @@ async def test_tiny_qwen3_decodes_shared_prefixes_as_unshared(caplog: pytest.Log
         partial(TorchEngine.load, path, num_threads=1, share_prefixes=False),
     ) as (shared, plain):
         await assert_shared_equals_unshared(shared, plain, caplog)
+
+
+@pytest.mark.slow
+async def test_a_cold_batch_prefills_its_common_prefix_once(bundled: tuple[TorchEngine, TorchEngine]) -> None:
+    """Six prompts with one system prompt (not cached yet) and their own questions, sent together: the
+    common part is computed once, then each question; the tokens and logprobs are those of each prompt
+    decoded alone without a cache."""
+    shared, plain = bundled
+    system = "You answer questions about the calendar. Dates are written as YYYY-MM-DD. " * 3
+    prompts = [render(shared, system, f"Which day follows day {i} of the month?") for i in range(6)]
+    common = min(common_prefix_length(prompts[0], p) for p in prompts[1:])
+    assert common >= MIN_SHARED_TOKENS
+    before = shared.stats.prefill_tokens
+    got = await decode(shared, prompts, late=0)
+    computed = shared.stats.prefill_tokens - before
+    assert computed <= common + sum(len(p) - common for p in prompts), (computed, common)
+    assert computed < sum(len(p) for p in prompts) - 4 * common
+    for prompt, (tokens, logprobs) in zip(prompts, got, strict=True):
+        [(reference_tokens, reference_logprobs)] = await decode(plain, [prompt], late=0)
+        assert tokens == reference_tokens
+        assert max(abs(x - y) for x, y in zip(logprobs, reference_logprobs, strict=True)) < 1e-5

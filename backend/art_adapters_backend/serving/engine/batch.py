@@ -183,15 +183,12 @@ class Batch:
             for row in ready:
                 row.position, row.ready_logits = row.computed, None
             return ready, self._join(ready, list(logits))
-        groups: dict[tuple[str, int, tuple[int, ...]], list[Row]] = {}
-        for row in rows:  # identical work once: a request's n choices, equal prompts
-            groups.setdefault((row.scope, row.computed, tuple(row.context())), []).append(row)
         plan: list[tuple[list[Row], int]] = []
         budget = max(1, chunk)
-        for (_, computed, context), members in groups.items():
+        for members, end in _prefill_groups(rows):
             if budget <= 0:
                 break
-            take = min(len(context) - computed, budget)
+            take = min(end - members[0].computed, budget)
             budget -= take
             plan.append((members, take))
         heads = [members[0] for members, _ in plan]
@@ -521,6 +518,35 @@ class Batch:
     def clear(self) -> None:
         """Forget every row and the cache."""
         self.rows, self.cache, self.mask, self.shared = [], None, None, None
+
+
+def _prefill_groups(rows: list[Row]) -> list[tuple[list[Row], int]]:
+    """The work of a prefill: groups of rows computed as one, and up to which context position.
+
+    Identical contexts are computed once (a request's ``n`` choices, a group's equal prompts). Groups
+    under the same weights, at the same point, whose contexts go on alike for at least
+    :data:`MIN_SHARED_TOKENS` more tokens (a batch of rollouts' shared system prompt and tools,
+    each group with its own question) are first computed as one up to where they part (all but one
+    token of the shortest, so none completes there); the next prefill continues each from there.
+    """
+    groups: dict[tuple[str, int, tuple[int, ...]], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.scope, row.computed, tuple(row.context())), []).append(row)
+    alike: dict[tuple[str, int], list[list[Row]]] = {}
+    for (scope, computed, _), members in groups.items():
+        alike.setdefault((scope, computed), []).append(members)
+    work: list[tuple[list[Row], int]] = []
+    for (_, computed), parts in alike.items():
+        if len(parts) > 1:
+            contexts = [members[0].context() for members in parts]
+            end = min(len(context) for context in contexts) - 1
+            for context in contexts[1:]:
+                end = computed + common_prefix_length(contexts[0][computed:end], context[computed:end])
+            if end - computed >= MIN_SHARED_TOKENS:
+                work.append(([row for members in parts for row in members], end))
+                continue
+        work.extend((members, len(members[0].context())) for members in parts)
+    return work
 
 
 def _is_plain(row: Row) -> bool:

@@ -653,7 +653,7 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[
 def _use_shared_prefix_attention(model: PreTrainedModel) -> bool:
     """Run ``model`` with :mod:`.shared_prefix`'s attention where its layers allow it; whether it now does."""
     if not supports_shared_prefix(model.config):
-        logger.info("decoding without a shared prefix: the model's attention is not full attention in every layer")
+        logger.info("decoding without a shared prefix: not every layer of the model attends to the whole context")
         return False
     register_attention()
     try:
