@@ -4,12 +4,14 @@ Measures, in this order (ratios are against numbers from the same run; the machi
 
 - HF transformers static batching (``model.generate``, batches of 1 / 8 / 32 prompts), in a process
   of its own (a second OpenMP team in the engine's process would slow the engine's rows);
-- our ``TorchEngine`` with the prefix cache off and on, 1 / 8 / 32 concurrent requests;
+- our ``TorchEngine`` with the prefix cache off and on, and on with shared prefixes (a batch's common
+  prompt start prefilled once, its rows' common leading tokens read once per decode step), 1 / 8 / 32
+  concurrent requests;
 - llama.cpp through node-llama-cpp 3.21.1 on the bundled GGUF (install it with
   ``npm i -E node-llama-cpp@3.21.1`` in ``bench/.llama-cpp``; skipped visibly without node);
 - an RL-shaped workload: the demo's prompts (system prompt, tools, an addition question), groups of
   4 rollouts of 2 turns (turn 2 = turn 1 + its completion + a tool response), rollouts per minute
-  with the prefix cache off and on.
+  with the same three engine settings.
 
 Usage: ``python bench/inference.py [--max-tokens 32] [--skip-hf] [--skip-llama]``. Not a test.
 """
@@ -79,13 +81,17 @@ def chat_ids(tokenizer: Any, template: str, user: str, *, system: str | None = N
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def make_engine(path: Path, cache_bytes: int, batch: int) -> Any:
-    """A TorchEngine with the prefix cache at ``cache_bytes`` (0 = off), on engines that have one."""
+def make_engine(path: Path, cache_bytes: int, batch: int, share: bool) -> Any:
+    """A TorchEngine with the prefix cache at ``cache_bytes`` (0 = off) and shared prefixes on or off,
+    on engines that have them."""
     TorchEngine = engine_module("torch_engine").TorchEngine
 
     kwargs: dict[str, Any] = {"max_batch_size": batch}
-    if "prefix_cache_bytes" in inspect.signature(TorchEngine.load).parameters:
+    parameters = inspect.signature(TorchEngine.load).parameters
+    if "prefix_cache_bytes" in parameters:
         kwargs["prefix_cache_bytes"] = cache_bytes
+    if "share_prefixes" in parameters:
+        kwargs["share_prefixes"] = share
     return TorchEngine.load(path, **kwargs)
 
 
@@ -220,7 +226,9 @@ async def main() -> None:
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--hf-only", action="store_true", help=argparse.SUPPRESS)  # the HF rows' own process
     parser.add_argument("--skip-llama", action="store_true")
-    parser.add_argument("--only", choices=["off", "on", "none"], help="only this prefix-cache setting of our engine")
+    parser.add_argument(
+        "--only", choices=["off", "on", "shared", "none"], help="only this setting of our engine (prefix cache, shared)"
+    )
     parser.add_argument(
         "--baseline-code", type=Path,
         help="a checkout of older code (e.g. `git archive <commit> backend art_adapters | tar -x -C DIR`): "
@@ -269,22 +277,24 @@ async def main() -> None:
             rates = json.loads(done.stdout.strip().splitlines()[-1])
             table["HF static batching (fp32)"] = {int(k): v for k, v in rates.items()}
 
-    settings = [("off", 0), ("on", args.cache_bytes)]
+    # each engine setting in a process of its own would be fairer still; one decode thread at a time here
+    settings = [("off", 0, False), ("on", args.cache_bytes, False), ("shared", args.cache_bytes, True)]
+    names = {"off": "prefix cache off", "on": "prefix cache on", "shared": "cache on + shared prefixes"}
     rl: dict[str, tuple[float, dict]] = {}
-    for label, size in settings:
+    for label, size, share in settings:
         if args.only and label != args.only:
             continue
-        engine = make_engine(path, size, 32)
+        engine = make_engine(path, size, 32, share)
         await engine.start()
         await engine_rate(engine, prompts[:2], 2, 4)  # warm up
-        table[f"our engine, prefix cache {label} (fp32)"] = {
+        table[f"our engine, {names[label]} (fp32)"] = {
             c: await engine_rate(engine, prompts[: 8 if c == 1 else len(prompts)], c, args.max_tokens) for c in levels
         }
         await engine.close()
-        engine = make_engine(path, size, 32)
+        engine = make_engine(path, size, 32, share)
         await engine.start()
         rpm, stats = await rl_workload(engine, tokenizer, template, args.groups, 48)
-        rl[label] = (rpm, {k: v for k, v in stats.items() if k.startswith("prefix")})
+        rl[label] = (rpm, {k: v for k, v in stats.items() if k.startswith(("prefix", "shared"))})
         await engine.close()
 
     if args.baseline_code is not None:
@@ -323,6 +333,8 @@ async def main() -> None:
         print(f"RL workload ({args.groups} groups x 4 rollouts x 2 turns), cache {label}: {rpm:.1f} rollouts/min {stats}")
     if "on" in rl and "off" in rl:
         print(f"RL ratio cache on / off: {rl['on'][0] / rl['off'][0]:.2f}x")
+    if "shared" in rl and "off" in rl:
+        print(f"RL ratio cache on + shared prefixes / off: {rl['shared'][0] / rl['off'][0]:.2f}x")
     if "on" in rl and "BEFORE off" in rl:
         print(f"RL ratio cache on / before: {rl['on'][0] / rl['BEFORE off'][0]:.2f}x")
     if args.json:

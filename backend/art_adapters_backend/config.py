@@ -53,13 +53,18 @@ class ServeConfig(BaseModel):
             parent, however it ended (SIGKILL included); with a pipe as stdin, also when the
             pipe closes. ``LocalBackend`` passes its own pid (see ``parent_watch``). Default
             ``None``: run until stopped.
-        max_batch_size: most sequences the engine decodes together (dynamic batching). Default 8.
+        max_batch_size: most sequences the engine decodes together (dynamic batching). Default 16 (a
+            demo step samples 12 rollouts at once, its evaluation 16; shared prefixes keep each row cheap).
         prefix_cache_bytes: memory of the torch engine's prefix cache, in bytes: keys and values of
             prompts and finished conversations, reused by later prompts that start with the same
             tokens under the same weights (base model, or ``name@step``: never another step's),
             least recently used evicted. A repeated prompt is answered bit for bit as the first
             time; a shared prefix gives logprobs within 1e-5 of computing it all. 0 turns it off.
             The vLLM engine has its own. Default 256 MiB.
+        shared_prefixes: the torch engine holds the leading tokens all decoding rows have in common
+            (a group's system prompt, tools and question) once and reads them once per decode step,
+            and prefills a batch's common prompt start once (logprobs within 1e-5 of not sharing).
+            Models with sliding-window or soft-capped attention decode as before. Default on.
         max_loaded_adapters: most LoRA checkpoints kept loaded in the engine; the least recently
             used one no request is using is unloaded first, and loaded again when asked for. Default 8.
         device: torch device of the embedded engine (``cpu``, ``cuda``). Default ``cpu``.
@@ -140,13 +145,18 @@ class ServeConfig(BaseModel):
     )
     device: str = Field(default="cpu", description="Torch device of the engine and trainer: 'cpu', 'cuda'.")
     max_batch_size: PositiveInt = Field(
-        default=8, description="Most sequences decoded together (requests join a running batch)."
+        default=16, description="Most sequences decoded together (requests join a running batch)."
     )
     prefix_cache_bytes: int = Field(
         default=256 << 20,
         ge=0,
         description="Memory (bytes) for the torch engine's prefix cache: prompts' keys and values reused by "
         "later prompts that start the same way under the same weights (name@step); 0 turns it off.",
+    )
+    shared_prefixes: bool = Field(
+        default=True,
+        description="Torch engine: read the decoding rows' common leading tokens once per step (a group's "
+        "prompt, the tools) instead of once per row.",
     )
     max_loaded_adapters: PositiveInt = Field(
         default=8, description="Most LoRA checkpoints kept in memory; the least recently used idle one goes."

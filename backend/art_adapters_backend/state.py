@@ -129,7 +129,7 @@ class ServerState:
         else:
             engine = await asyncio.to_thread(
                 TorchEngine.load, path, device=config.device, max_batch_size=config.max_batch_size,
-                prefix_cache_bytes=config.prefix_cache_bytes,
+                prefix_cache_bytes=config.prefix_cache_bytes, share_prefixes=config.shared_prefixes,
             )
         await engine.start()
         logger.info(

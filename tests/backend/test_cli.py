@@ -77,9 +77,14 @@ def _other_value(name: str, model: type[BaseModel], tmp_path: Path) -> str:
 
 def test_every_flags_value_reaches_the_config(tmp_path: Path) -> None:
     fields = leaf_fields()
-    argv = [
-        arg for param in options() for arg in (param.opts[0], _other_value(param.name, fields[param.name][0], tmp_path))
-    ]
+    argv: list[str] = []
+    for param in options():
+        model, field = fields[param.name]
+        if getattr(param, "is_flag", False):  # --x/--no-x: the one that is not the default
+            default = model.model_fields[field].get_default(call_default_factory=True)
+            argv.append(param.secondary_opts[0] if default else param.opts[0])
+        else:
+            argv += [param.opts[0], _other_value(param.name, model, tmp_path)]
     parsed = serve_command().make_context("serve", argv).params
     config = build_config(ServeConfig, parsed, SERVE_OPTIONS)
     for name, (model, field) in fields.items():

@@ -136,7 +136,8 @@ class Batch:
     prompt_tokens: int = 0  # counters for the engine's stats: prompt tokens of new rows
     prefill_tokens: int = 0  # tokens run through the model in prefills
     max_step_tokens: int = 0  # the most tokens one forward pass processed
-    share_prefixes: bool = False
+    share_prefixes: bool = False  # decode attention over a shared prefix (the model must run it)
+    merge_prefills: bool = False  # prefill prompts' common start once
     shared: SharedPrefix | None = None  # the rows' common leading tokens, held once
     shared_steps: int = 0  # decode steps that read a shared prefix
     shared_reads_saved: int = 0  # key/value positions those steps did not read again (prefix x (rows - 1))
@@ -185,7 +186,7 @@ class Batch:
             return ready, self._join(ready, list(logits))
         plan: list[tuple[list[Row], int]] = []
         budget = max(1, chunk)
-        for members, end in _prefill_groups(rows):
+        for members, end in _prefill_groups(rows, merge=self.merge_prefills):
             if budget <= 0:
                 break
             take = min(end - members[0].computed, budget)
@@ -520,10 +521,11 @@ class Batch:
         self.rows, self.cache, self.mask, self.shared = [], None, None, None
 
 
-def _prefill_groups(rows: list[Row]) -> list[tuple[list[Row], int]]:
+def _prefill_groups(rows: list[Row], *, merge: bool) -> list[tuple[list[Row], int]]:
     """The work of a prefill: groups of rows computed as one, and up to which context position.
 
-    Identical contexts are computed once (a request's ``n`` choices, a group's equal prompts). Groups
+    Identical contexts are computed once (a request's ``n`` choices, a group's equal prompts). With
+    ``merge``, groups
     under the same weights, at the same point, whose contexts go on alike for at least
     :data:`MIN_SHARED_TOKENS` more tokens (a batch of rollouts' shared system prompt and tools,
     each group with its own question) are first computed as one up to where they part (all but one
@@ -537,7 +539,7 @@ def _prefill_groups(rows: list[Row]) -> list[tuple[list[Row], int]]:
         alike.setdefault((scope, computed), []).append(members)
     work: list[tuple[list[Row], int]] = []
     for (_, computed), parts in alike.items():
-        if len(parts) > 1:
+        if merge and len(parts) > 1:
             contexts = [members[0].context() for members in parts]
             end = min(len(context) for context in contexts) - 1
             for context in contexts[1:]:

@@ -122,6 +122,7 @@ class TorchEngine:
             device=self.device,
             prefix_cache=self._prefix_cache,
             share_prefixes=self.share_prefixes,
+            merge_prefills=share_prefixes,
         )
         self._prefill_rows: list[Row] = []  # admitted, their prompt being prefilled (in chunks)
         self._generations: dict[str, int] = {}  # adapter name -> loads so far (the prefix-cache scope)
@@ -164,10 +165,10 @@ class TorchEngine:
                 the same weights (base or ``adapter@step``); least recently used evicted; 0: off.
             prefill_chunk: the most prompt tokens prefilled per step; the running rows decode
                 between chunks, so a long prompt delays them by one chunk's time at most.
-            share_prefixes: hold the leading tokens all decoding rows share (a group's system
-                prompt, tools and question) once, and read them once per decode step
-                (:mod:`.shared_prefix`); models with sliding-window or soft-capped attention
-                decode as before.
+            share_prefixes: prefill the common start of prompts admitted together once, and
+                hold the leading tokens all decoding rows share (a group's system prompt, tools
+                and question) once, read once per decode step (:mod:`.shared_prefix`; models with
+                sliding-window or soft-capped attention decode as before).
         """
         from transformers import AutoModelForCausalLM
 
