@@ -20,7 +20,7 @@ from art_adapters_backend.serving.chat import too_many_tools
 from art_adapters_backend.serving.openai_types import ChatCompletionRequest
 from fastapi.exceptions import RequestValidationError
 
-RULES = {"messages": None, "tools": (128, partial(too_many_tools, limit=128))}
+RULES = {"messages": None, "tools": (128, partial(too_many_tools, limit=128, read_no_further=True))}
 HI = [{"role": "user", "content": "Say hi."}]
 
 
@@ -40,14 +40,24 @@ def test_a_body_read_element_by_element_equals_one_parse() -> None:
     assert _read(spaced) == ChatCompletionRequest.model_validate(body)
 
 
-def test_more_tools_than_the_cap_are_counted_and_refused_before_any_is_validated() -> None:
+def test_more_tools_than_the_cap_are_refused_at_the_first_one_past_it_before_any_is_validated() -> None:
     with pytest.raises(BadRequestError) as caught:
         _read({"model": "m", "messages": HI, "tools": [*_tools(200), "not a tool"] + _tools(99_799)})
     assert caught.value.param == "tools"
     assert (
         str(caught.value)
-        == "the request offers 100000 tools; this server accepts at most 128 (serve --max-tools)"
+        == "the request offers more than 128 tools; this server accepts at most 128 (serve --max-tools)"
     )
+
+
+def test_nothing_after_the_first_tool_past_the_cap_is_decoded() -> None:
+    """The read ends at the 129th tool: a body broken right after it, or with 100,000 more, gets the
+    same 400 (decoding 30,000 tools past the cap held /health up in the soak)."""
+    head = json.dumps({"model": "m", "messages": HI, "tools": _tools(129)})[:-2]  # open after the 129th
+    for tail in (', {"type": broken', ", " + json.dumps(_tools(100_000))[1:-1] + "]}"):
+        with pytest.raises(BadRequestError, match="offers more than 128 tools"):
+            _read((head + tail).encode())
+    assert len(_read({"model": "m", "messages": HI, "tools": _tools(128)}).tools or []) == 128
 
 
 def _error(raw: bytes) -> str:
@@ -79,14 +89,16 @@ def test_a_malformed_body_is_the_usual_400(raw: bytes, start: str) -> None:
     assert _error(raw).startswith(start), _error(raw)
 
 
-def test_the_event_loop_thread_gets_the_gil_while_thirty_thousand_tools_are_read() -> None:
+def test_the_event_loop_thread_gets_the_gil_while_thirty_thousand_messages_are_read() -> None:
+    # Messages have no bound, so a long list is read whole (tools past --max-tools end the read at the
+    # first one past it; this body's 200 tools do, after the messages, before anything is validated).
     # One parse of this body holds the GIL throughout (40-80 ms here): a thread that wakes every
     # millisecond runs no Python code meanwhile, except perhaps once at each edge of the call. Read
     # element by element, the GIL is free between elements and the thread runs about once per sleep
     # plus switch interval (the server's 1 ms, set here as the server sets it). Counting the thread's
     # runs inside the call, not timing its waits, is the property: a loaded machine stretches the
     # waits of both (a timed version failed in a full suite run), but cannot let a thread into one parse.
-    raw = json.dumps({"model": "m", "messages": HI, "tools": _tools(30_000)}).encode()
+    raw = json.dumps({"model": "m", "messages": HI * 30_000, "tools": _tools(200)}).encode()
     ticks: list[float] = []
     done = threading.Event()
 

@@ -27,7 +27,7 @@ _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 #: How a top-level array of a body is read: at most how many elements are kept, and the error for a
-#: longer one given its length (``None``: no bound, every element kept).
+#: longer one given a lower bound of its length (``None``: no bound, every element kept).
 ArrayRule = tuple[int, Callable[[int], BadRequestError]] | None
 
 
@@ -121,27 +121,30 @@ def validated(model: type[_M], value: Any, loc: tuple[Any, ...] = ("body",)) -> 
 
 
 def _array(reader: JsonReader, rule: ArrayRule) -> Any:
-    """The array at the cursor, element by element; past the rule's bound the rest is only counted."""
+    """The array at the cursor, element by element; the element past the rule's bound ends the read.
+
+    Nothing after it is decoded: counting 30,000 one-line tools past a bound of 128 decoded them all
+    in the worker thread (~150 ms of Python per request) and, taking the GIL turn about with the event
+    loop, was what held ``/health`` up to 18 ms in the soak (2.7 ms idle).
+    """
     if reader.peek() != "[":
         return reader.value()  # not an array: the model says so
     reader.pos += 1
     kept: list[Any] = []
     count = 0
     for _ in reader.items("]"):
-        element = reader.value()
+        if rule is not None and count == rule[0]:
+            raise rule[1](count + 1)  # at least
+        kept.append(reader.value())
         count += 1
-        if rule is None or count <= rule[0]:
-            kept.append(element)
-    if rule is not None and count > rule[0]:
-        raise rule[1](count)
     return kept
 
 
 def read_json_body(raw: bytes, model: type[_M], arrays: Mapping[str, ArrayRule]) -> _M:
     """``raw`` as ``model``, its top-level ``arrays`` decoded element by element (run it in a worker thread).
 
-    An array longer than its rule's bound is refused with the rule's error once it has been counted
-    (its elements past the bound are decoded and dropped, never validated). A body that does not
+    An array longer than its rule's bound is refused with the rule's error as soon as an element past
+    the bound begins (nothing after it decoded, nothing validated). A body that does not
     start as an object is refused as one, without decoding it.
 
     Raises:

@@ -91,7 +91,7 @@ async def read_request(request: Request, model: type[_B], turns: str) -> _B:
     names the body's list of turns (``messages``, ``input``)."""
     raw = await request.body()
     max_tools = _state(request).config.limits.max_tools
-    rules = {turns: None, "tools": (max_tools, partial(too_many_tools, limit=max_tools))}
+    rules = {turns: None, "tools": (max_tools, partial(too_many_tools, limit=max_tools, read_no_further=True))}
     # the default pool, not the request-work one: a big body must not hold up prompt rendering
     return await asyncio.to_thread(read_json_body, raw, model, rules)
 

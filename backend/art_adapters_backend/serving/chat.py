@@ -162,10 +162,13 @@ def _constraint(
     return None
 
 
-def too_many_tools(count: int, limit: int) -> BadRequestError:
-    """The 400 for a request that offers ``count`` tools to a server accepting ``limit`` (``--max-tools``)."""
+def too_many_tools(count: int, limit: int, *, read_no_further: bool = False) -> BadRequestError:
+    """The 400 for a request that offers ``count`` tools to a server accepting ``limit`` (``--max-tools``);
+    with ``read_no_further`` the body was read only to the first tool past ``limit``, so ``count`` is
+    a lower bound and the message says "more than"."""
+    offered = f"more than {limit}" if read_no_further else str(count)
     return BadRequestError(
-        f"the request offers {count} tools; this server accepts at most {limit} (serve --max-tools)", param="tools"
+        f"the request offers {offered} tools; this server accepts at most {limit} (serve --max-tools)", param="tools"
     )
 
 
