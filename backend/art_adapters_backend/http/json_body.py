@@ -131,12 +131,10 @@ def _array(reader: JsonReader, rule: ArrayRule) -> Any:
         return reader.value()  # not an array: the model says so
     reader.pos += 1
     kept: list[Any] = []
-    count = 0
     for _ in reader.items("]"):
-        if rule is not None and count == rule[0]:
-            raise rule[1](count + 1)  # at least
+        if rule is not None and len(kept) == rule[0]:
+            raise rule[1](len(kept) + 1)  # at least
         kept.append(reader.value())
-        count += 1
     return kept
 
 

@@ -436,15 +436,14 @@ class Batch:
 
     def _drop_leading(self, length: int) -> None:
         """Remove the first ``length`` real columns of every row in the batch (they become shared)."""
-        assert self.mask is not None
-        columns = [self.mask[i].nonzero().squeeze(1)[length:] for i in range(len(self.rows))]
-        own = [[(layer.keys[i].index_select(1, cols), layer.values[i].index_select(1, cols))
-                for layer in self.cache.layers] for i, cols in enumerate(columns)]  # fmt: skip
-        width = max(len(cols) for cols in columns)
+        assert self.shared is None  # row_layers would put a shared prefix first
+        own = [[(k[:, length:], v[:, length:]) for k, v in self.row_layers(i)] for i in range(len(self.rows))]
+        lengths = [layers[0][0].shape[1] for layers in own]
+        width = max(lengths)
         self.cache = growing_cache(stack_left_padded(own, width), self.num_layers)
         self.mask = torch.zeros((len(self.rows), width), dtype=torch.long, device=self.device)
-        for i, cols in enumerate(columns):
-            self.mask[i, width - len(cols) :] = 1
+        for i, own_length in enumerate(lengths):
+            self.mask[i, width - own_length :] = 1
 
     def _unshare(self, keep: int) -> None:
         """Share only the first ``keep`` tokens (0: none): the rest goes into every row's own keys and values."""
@@ -525,9 +524,8 @@ def _prefill_groups(rows: list[Row], *, merge: bool) -> list[tuple[list[Row], in
     """The work of a prefill: groups of rows computed as one, and up to which context position.
 
     Identical contexts are computed once (a request's ``n`` choices, a group's equal prompts). With
-    ``merge``, groups
-    under the same weights, at the same point, whose contexts go on alike for at least
-    :data:`MIN_SHARED_TOKENS` more tokens (a batch of rollouts' shared system prompt and tools,
+    ``merge``, groups under the same weights, at the same point, whose contexts go on alike for at
+    least :data:`MIN_SHARED_TOKENS` more tokens (a batch of rollouts' shared system prompt and tools,
     each group with its own question) are first computed as one up to where they part (all but one
     token of the shortest, so none completes there); the next prefill continues each from there.
     """
